@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! 64-byte completion queue entries: the success layout (`mlx5_cqe64`) and
+//! the error layout (`mlx5_err_cqe`).
+//!
+//! Both end in the same 8 bytes: QPN word at 56, WQE counter at 60,
+//! signature at 62 and `op_own` at 63. Poll by reading `op_own` alone
+//! (at [`OP_OWN_OFFSET`]), checking it with
+//! [`super::ring::cqe_sw_owned`], issuing a read barrier, and only then
+//! decoding the whole entry with [`Cqe64::decode`] or, when
+//! [`CqeOpcode::is_error`], [`ErrCqe::decode`]. A device writes the entry
+//! body first and `op_own` last, after a write barrier.
+
+use super::bytes::{get_u16, get_u32, get_u8, put_u16, put_u32, put_u8};
+use super::error::Error;
+use super::opcode::CqeOpcode;
+
+/// Size of a CQE in bytes (`sizeof(struct mlx5_cqe64)`).
+pub const CQE_SIZE: usize = 64;
+/// Offset of `op_own` (`mlx5_cqe64.op_own`, `mlx5_err_cqe.op_own`).
+pub const OP_OWN_OFFSET: usize = 63;
+/// The owner bit of `op_own` (`MLX5_CQE_OWNER_MASK`).
+pub const OWNER_MASK: u8 = 1;
+
+/// The last byte of a CQE (`mlx5_cqe64.op_own`): opcode (7:4), format (3:2),
+/// solicited event (1), owner (0). Read by mlx5dv.h's
+/// `mlx5dv_get_cqe_opcode`, `mlx5dv_get_cqe_format`, `mlx5dv_get_cqe_se` and
+/// `mlx5dv_get_cqe_owner`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpOwn {
+    /// CQE opcode: bits 7:4.
+    pub opcode: CqeOpcode,
+    /// CQE format, 2 bits (0 for a plain 64-byte CQE): bits 3:2.
+    pub format: u8,
+    /// The completed receive was a solicited event: bit 1.
+    pub solicited: bool,
+    /// Owner bit, the pass parity of the producer index: bit 0.
+    pub owner: bool,
+}
+
+impl OpOwn {
+    /// The `op_own` byte.
+    pub fn encode(&self) -> u8 {
+        u8::from(self.opcode) << 4
+            | (self.format & 0x3) << 2
+            | u8::from(self.solicited) << 1
+            | u8::from(self.owner)
+    }
+
+    /// Splits an `op_own` byte.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownCqeOpcode`] if bits 7:4 are not a known CQE opcode.
+    pub fn decode(op_own: u8) -> Result<Self, Error> {
+        Ok(OpOwn {
+            opcode: CqeOpcode::try_from(op_own >> 4)?,
+            format: (op_own >> 2) & 0x3,
+            solicited: op_own & 0x2 != 0,
+            owner: op_own & OWNER_MASK != 0,
+        })
+    }
+}
+
+/// A successful completion (`struct mlx5_cqe64`), requester or responder.
+///
+/// | byte | field |
+/// |---|---|
+/// | 32 | `srqn_uidx`: SRQ number or user index (23:0) |
+/// | 36 | `imm_inval_pkey`: immediate data or invalidated rkey |
+/// | 44 | `byte_cnt` |
+/// | 56 | `sop_drop_qpn`: send opcode in requester CQEs (31:24), QPN (23:0) |
+/// | 60 | `wqe_counter` |
+/// | 62 | `signature` |
+/// | 63 | `op_own` |
+///
+/// Bytes 0..32 (Ethernet and tag-matching fields) and 40..44, 48..56
+/// (timestamp) are not modelled: `encode` zeroes them and `decode` ignores
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe64 {
+    /// SRQ number or user index, 24 bits: `srqn_uidx` bits 23:0.
+    pub srqn_uidx: u32,
+    /// Immediate data (RESP_WR_IMM, RESP_SEND_IMM) or the invalidated rkey
+    /// (RESP_SEND_INV); its big-endian bytes are `imm_inval_pkey`.
+    pub imm_inval_rkey: u32,
+    /// Bytes transferred (responder: bytes received; requester RDMA read and
+    /// atomics: bytes read): `byte_cnt`.
+    pub byte_cnt: u32,
+    /// In a requester CQE, the opcode of the completed send WQE (convert
+    /// with [`super::opcode::SendOpcode::try_from`]); 0 in responder CQEs:
+    /// `sop_drop_qpn` bits 31:24.
+    pub send_opcode: u8,
+    /// QP number, 24 bits: `sop_drop_qpn` bits 23:0.
+    pub qpn: u32,
+    /// WQE index of the completed send WQE (requester), or the receive
+    /// queue counter of the consumed receive WQE (responder): `wqe_counter`.
+    pub wqe_counter: u16,
+    /// CQE signature byte: `signature`.
+    pub signature: u8,
+    /// Opcode, format, solicited and owner bits: `op_own`.
+    pub op_own: OpOwn,
+}
+
+impl Cqe64 {
+    /// Writes the CQE into `out`, `op_own` included (a device copies bytes
+    /// 0..63 to the CQ first and byte 63 last).
+    pub fn encode(&self, out: &mut [u8; CQE_SIZE]) {
+        *out = [0; CQE_SIZE];
+        put_u32(out, 32, self.srqn_uidx & 0xff_ffff);
+        put_u32(out, 36, self.imm_inval_rkey);
+        put_u32(out, 44, self.byte_cnt);
+        put_u32(
+            out,
+            56,
+            u32::from(self.send_opcode) << 24 | (self.qpn & 0xff_ffff),
+        );
+        put_u16(out, 60, self.wqe_counter);
+        put_u8(out, 62, self.signature);
+        put_u8(out, 63, self.op_own.encode());
+    }
+
+    /// Reads a CQE with the success layout from `b`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownCqeOpcode`] if the opcode is unknown.
+    pub fn decode(b: &[u8; CQE_SIZE]) -> Result<Self, Error> {
+        let sop_drop_qpn = get_u32(b, 56);
+        Ok(Cqe64 {
+            srqn_uidx: get_u32(b, 32) & 0xff_ffff,
+            imm_inval_rkey: get_u32(b, 36),
+            byte_cnt: get_u32(b, 44),
+            send_opcode: (sop_drop_qpn >> 24) as u8,
+            qpn: sop_drop_qpn & 0xff_ffff,
+            wqe_counter: get_u16(b, 60),
+            signature: get_u8(b, 62),
+            op_own: OpOwn::decode(get_u8(b, 63))?,
+        })
+    }
+}
+
+/// A completion in error (`struct mlx5_err_cqe`; opcode REQ_ERR or
+/// RESP_ERR).
+///
+/// | byte | field |
+/// |---|---|
+/// | 32 | `srqn` (23:0) |
+/// | 54 | `vendor_err_synd` |
+/// | 55 | `syndrome` |
+/// | 56 | `s_wqe_opcode_qpn`: send opcode (31:24), QPN (23:0) |
+/// | 60 | `wqe_counter` |
+/// | 62 | `signature` |
+/// | 63 | `op_own` |
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrCqe {
+    /// SRQ number, 24 bits: `srqn` bits 23:0.
+    pub srqn: u32,
+    /// Vendor-specific syndrome: `vendor_err_synd`.
+    pub vendor_syndrome: u8,
+    /// Why the work request failed (convert with
+    /// [`super::opcode::CqeSyndrome::try_from`]): `syndrome`.
+    pub syndrome: u8,
+    /// Opcode of the failed send WQE (requester errors):
+    /// `s_wqe_opcode_qpn` bits 31:24.
+    pub send_opcode: u8,
+    /// QP number, 24 bits: `s_wqe_opcode_qpn` bits 23:0.
+    pub qpn: u32,
+    /// WQE index (requester) or receive counter (responder) of the failed
+    /// WQE: `wqe_counter`.
+    pub wqe_counter: u16,
+    /// CQE signature byte: `signature`.
+    pub signature: u8,
+    /// Opcode, format, solicited and owner bits: `op_own`.
+    pub op_own: OpOwn,
+}
+
+impl ErrCqe {
+    /// Writes the CQE into `out`, `op_own` included.
+    pub fn encode(&self, out: &mut [u8; CQE_SIZE]) {
+        *out = [0; CQE_SIZE];
+        put_u32(out, 32, self.srqn & 0xff_ffff);
+        put_u8(out, 54, self.vendor_syndrome);
+        put_u8(out, 55, self.syndrome);
+        put_u32(
+            out,
+            56,
+            u32::from(self.send_opcode) << 24 | (self.qpn & 0xff_ffff),
+        );
+        put_u16(out, 60, self.wqe_counter);
+        put_u8(out, 62, self.signature);
+        put_u8(out, 63, self.op_own.encode());
+    }
+
+    /// Reads a CQE with the error layout from `b`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownCqeOpcode`] if the opcode is unknown.
+    pub fn decode(b: &[u8; CQE_SIZE]) -> Result<Self, Error> {
+        let s_wqe_opcode_qpn = get_u32(b, 56);
+        Ok(ErrCqe {
+            srqn: get_u32(b, 32) & 0xff_ffff,
+            vendor_syndrome: get_u8(b, 54),
+            syndrome: get_u8(b, 55),
+            send_opcode: (s_wqe_opcode_qpn >> 24) as u8,
+            qpn: s_wqe_opcode_qpn & 0xff_ffff,
+            wqe_counter: get_u16(b, 60),
+            signature: get_u8(b, 62),
+            op_own: OpOwn::decode(get_u8(b, 63))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_own_bits() {
+        let o = OpOwn {
+            opcode: CqeOpcode::RespSendImm,
+            format: 2,
+            solicited: true,
+            owner: true,
+        };
+        assert_eq!(o.encode(), 0x3b);
+        assert_eq!(OpOwn::decode(0x3b), Ok(o));
+        assert_eq!(OpOwn::decode(0x70), Err(Error::UnknownCqeOpcode(7)));
+        assert_eq!(OpOwn::decode(0xf0).unwrap().opcode, CqeOpcode::Invalid);
+    }
+
+    #[test]
+    fn requester_cqe_known_bytes() {
+        let c = Cqe64 {
+            srqn_uidx: 0x12_3456,
+            imm_inval_rkey: 0xdead_beef,
+            byte_cnt: 0x1000,
+            send_opcode: 0x0a,
+            qpn: 0xab_cdef,
+            wqe_counter: 0xfffe,
+            signature: 0x5a,
+            op_own: OpOwn {
+                opcode: CqeOpcode::Req,
+                format: 0,
+                solicited: false,
+                owner: true,
+            },
+        };
+        let mut b = [0xffu8; 64];
+        c.encode(&mut b);
+        assert_eq!(b[..32], [0; 32]);
+        assert_eq!(b[32..40], [0, 0x12, 0x34, 0x56, 0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(b[40..44], [0; 4]);
+        assert_eq!(b[44..48], [0, 0, 0x10, 0]);
+        assert_eq!(b[56..64], [0x0a, 0xab, 0xcd, 0xef, 0xff, 0xfe, 0x5a, 0x01]);
+        assert_eq!(Cqe64::decode(&b), Ok(c));
+    }
+
+    #[test]
+    fn error_cqe_known_bytes() {
+        let c = ErrCqe {
+            srqn: 7,
+            vendor_syndrome: 0x93,
+            syndrome: 0x05,
+            send_opcode: 0x10,
+            qpn: 0x42,
+            wqe_counter: 3,
+            signature: 0,
+            op_own: OpOwn {
+                opcode: CqeOpcode::ReqErr,
+                format: 0,
+                solicited: false,
+                owner: false,
+            },
+        };
+        let mut b = [0u8; 64];
+        c.encode(&mut b);
+        assert_eq!(b[32..36], [0, 0, 0, 7]);
+        assert_eq!(b[54..64], [0x93, 0x05, 0x10, 0, 0, 0x42, 0, 3, 0, 0xd0]);
+        assert_eq!(ErrCqe::decode(&b), Ok(c));
+    }
+}

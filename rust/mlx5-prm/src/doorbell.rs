@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Doorbell records (in host memory, read by the device) and doorbell
+//! registers (stores to the UAR page).
+//!
+//! Doorbell records:
+//!
+//! | record | word 0 (offset 0) | word 1 (offset 4) |
+//! |---|---|---|
+//! | QP | receive counter (RQ head & 0xffff) | send counter (SQ `cur_post` & 0xffff, in WQEBBs) |
+//! | CQ | SET_CI: consumer index & 0xffffff | ARM: `sn << 28 \| cmd \| ci & 0xffffff` |
+//!
+//! Every word is a big-endian `u32`. UAR page (4 KiB, `MLX5_ADAPTER_PAGE_SIZE`):
+//!
+//! | offset | register |
+//! |---|---|
+//! | 0x20 | CQ doorbell, one 64-bit store: ARM word, then CQN (`MLX5_CQ_DOORBELL`) |
+//! | 0x40 | EQ doorbell, update consumer index and arm |
+//! | 0x48 | EQ doorbell, update consumer index only |
+//! | 0x800 | first BlueFlame register (`MLX5_BF_OFFSET`) |
+//!
+//! A BlueFlame register is [`BF_REG_SIZE`] bytes, used as two halves of
+//! [`BF_BUF_SIZE`] that alternate: after each send doorbell (a plain 64-bit
+//! store of the first 8 bytes of the control segment, or a BlueFlame copy of
+//! the whole WQE in 64-byte chunks) the next one goes to the other half.
+
+use super::bytes::{get_u32, put_u32};
+use super::error::Error;
+use super::ring::CI_MASK;
+
+/// Size of a QP doorbell record in bytes.
+pub const QP_DBR_SIZE: usize = 8;
+/// Offset of the receive counter in a QP doorbell record (`MLX5_RCV_DBR` * 4).
+pub const QP_DBR_RECV_OFFSET: usize = 0;
+/// Offset of the send counter in a QP doorbell record (`MLX5_SND_DBR` * 4).
+pub const QP_DBR_SEND_OFFSET: usize = 4;
+/// Size of a CQ doorbell record in bytes.
+pub const CQ_DBR_SIZE: usize = 8;
+/// Offset of the SET_CI word in a CQ doorbell record (rdma-core's
+/// `MLX5_CQ_SET_CI` * 4; the kernel's `mlx5_core_cq.set_ci_db`).
+pub const CQ_DBR_SET_CI_OFFSET: usize = 0;
+/// Offset of the ARM word in a CQ doorbell record (rdma-core's
+/// `MLX5_CQ_ARM_DB` * 4; the kernel's `mlx5_core_cq.arm_db`).
+pub const CQ_DBR_ARM_OFFSET: usize = 4;
+
+/// Size of a UAR page (`MLX5_ADAPTER_PAGE_SIZE`).
+pub const UAR_PAGE_SIZE: usize = 4096;
+/// Offset of the CQ doorbell in a UAR page (`MLX5_CQ_DOORBELL`).
+pub const UAR_CQ_DOORBELL_OFFSET: usize = 0x20;
+/// Offset of the EQ doorbell that updates the consumer index and re-arms
+/// the EQ (the kernel's `MLX5_EQ_DOORBELL_OFFSET`; `eq_update_ci(eq, 1)`).
+pub const UAR_EQ_ARM_OFFSET: usize = 0x40;
+/// Offset of the EQ doorbell that updates the consumer index without arming
+/// (`MLX5_EQ_DOORBELL_OFFSET` + 8; `eq_update_ci(eq, 0)`).
+pub const UAR_EQ_UPDATE_OFFSET: usize = 0x48;
+/// Offset of the first BlueFlame register in a UAR page (`MLX5_BF_OFFSET`).
+pub const UAR_BF_OFFSET: usize = 0x800;
+/// Size of one BlueFlame register, `1 << log_bf_reg_size` with the
+/// customary `log_bf_reg_size` of 9 (what the rmlx5 device reports).
+pub const BF_REG_SIZE: usize = 512;
+/// Size of one half of a BlueFlame register (`bf_reg_size / 2`, rdma-core's
+/// `mlx5_bf.buf_size`): the largest WQE a BlueFlame copy may carry.
+pub const BF_BUF_SIZE: usize = BF_REG_SIZE / 2;
+/// BlueFlame registers per UAR page (`MLX5_BFREGS_PER_UAR`).
+pub const BFREGS_PER_UAR: usize = 4;
+
+/// The QP doorbell record: the counters that tell the device how far the
+/// receive and send queues have been posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpDbRec {
+    /// Receive queue head (WQEs posted), 16 bits: word 0 (`MLX5_RCV_DBR`).
+    pub recv_counter: u16,
+    /// Send queue producer counter in WQEBBs, 16 bits: word 1
+    /// (`MLX5_SND_DBR`).
+    pub send_counter: u16,
+}
+
+impl QpDbRec {
+    /// Writes both words into `out`.
+    pub fn encode(&self, out: &mut [u8; QP_DBR_SIZE]) {
+        out[..4].copy_from_slice(&counter_word(self.recv_counter));
+        out[4..].copy_from_slice(&counter_word(self.send_counter));
+    }
+
+    /// Reads both words from `b`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservedBits`] if a word has any of its top 16 bits set.
+    pub fn decode(b: &[u8; QP_DBR_SIZE]) -> Result<Self, Error> {
+        let recv = get_u32(b, QP_DBR_RECV_OFFSET);
+        let send = get_u32(b, QP_DBR_SEND_OFFSET);
+        if (recv | send) >> 16 != 0 {
+            return Err(Error::ReservedBits);
+        }
+        Ok(QpDbRec {
+            recv_counter: recv as u16,
+            send_counter: send as u16,
+        })
+    }
+}
+
+/// The 4 bytes of one QP doorbell record word holding `counter` (a
+/// big-endian `u32` with 16 significant bits), for updating one word alone.
+pub fn counter_word(counter: u16) -> [u8; 4] {
+    u32::from(counter).to_be_bytes()
+}
+
+/// The 4 bytes of the CQ doorbell record's SET_CI word: `ci & 0xffffff`,
+/// big-endian.
+pub fn set_ci_word(ci: u32) -> [u8; 4] {
+    (ci & CI_MASK).to_be_bytes()
+}
+
+/// What an armed CQ waits for: the `cmd` field (bits 27:24) of the ARM word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmCmd {
+    /// Any next completion (`MLX5_CQ_DB_REQ_NOT`, 0).
+    Next,
+    /// A solicited receive completion or an error completion only
+    /// (`MLX5_CQ_DB_REQ_NOT_SOL`, `1 << 24`).
+    Solicited,
+}
+
+impl ArmCmd {
+    /// The command bits as they sit in the ARM word.
+    pub fn bits(self) -> u32 {
+        match self {
+            ArmCmd::Next => 0,
+            ArmCmd::Solicited => 1 << 24,
+        }
+    }
+}
+
+/// The CQ ARM word, `sn << 28 | cmd | ci & 0xffffff`: written to the CQ
+/// doorbell record and, followed by the CQN, to the UAR CQ doorbell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqArm {
+    /// Arm sequence number, 2 bits (`arm_sn & 3`), bumped by software for
+    /// each completion event it reads: bits 29:28.
+    pub sn: u8,
+    /// What to wait for: bits 27:24.
+    pub cmd: ArmCmd,
+    /// Consumer index the CQ is armed at, 24 bits: bits 23:0.
+    pub ci: u32,
+}
+
+impl CqArm {
+    /// The ARM word as a host integer.
+    pub fn word(&self) -> u32 {
+        u32::from(self.sn & 3) << 28 | self.cmd.bits() | (self.ci & CI_MASK)
+    }
+
+    /// Splits an ARM word given as a host integer.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservedBits`] if bits 31:30 or 27:25 are set (no such
+    /// sequence number or command).
+    pub fn from_word(word: u32) -> Result<Self, Error> {
+        if word & 0xce00_0000 != 0 {
+            return Err(Error::ReservedBits);
+        }
+        Ok(CqArm {
+            sn: (word >> 28) as u8 & 3,
+            cmd: if word & (1 << 24) != 0 {
+                ArmCmd::Solicited
+            } else {
+                ArmCmd::Next
+            },
+            ci: word & CI_MASK,
+        })
+    }
+
+    /// Writes the word, big-endian, into `out`.
+    pub fn encode(&self, out: &mut [u8; 4]) {
+        put_u32(out, 0, self.word());
+    }
+
+    /// Reads a big-endian ARM word from `b`.
+    ///
+    /// # Errors
+    ///
+    /// As for [`CqArm::from_word`].
+    pub fn decode(b: &[u8; 4]) -> Result<Self, Error> {
+        CqArm::from_word(get_u32(b, 0))
+    }
+}
+
+/// The CQ doorbell record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqDbRec {
+    /// Consumer index software has polled up to, 24 bits: SET_CI word.
+    pub set_ci: u32,
+    /// The last arm request: ARM word.
+    pub arm: CqArm,
+}
+
+impl CqDbRec {
+    /// Writes both words into `out`.
+    pub fn encode(&self, out: &mut [u8; CQ_DBR_SIZE]) {
+        out[..4].copy_from_slice(&set_ci_word(self.set_ci));
+        put_u32(out, CQ_DBR_ARM_OFFSET, self.arm.word());
+    }
+
+    /// Reads both words from `b`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservedBits`] if the SET_CI word has any of its top 8 bits
+    /// set, or as for [`CqArm::from_word`].
+    pub fn decode(b: &[u8; CQ_DBR_SIZE]) -> Result<Self, Error> {
+        let set_ci = get_u32(b, CQ_DBR_SET_CI_OFFSET);
+        if set_ci & !CI_MASK != 0 {
+            return Err(Error::ReservedBits);
+        }
+        Ok(CqDbRec {
+            set_ci,
+            arm: CqArm::from_word(get_u32(b, CQ_DBR_ARM_OFFSET))?,
+        })
+    }
+}
+
+/// The 64-bit CQ doorbell stored at [`UAR_CQ_DOORBELL_OFFSET`]: the ARM word
+/// in bytes 0..4 and the CQN in bytes 4..8, both big-endian (the kernel's
+/// `mlx5_cq_arm`, rdma-core's `mlx5_arm_cq`). Store the 8 bytes with one
+/// 64-bit write (`u64::from_ne_bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UarCqDoorbell {
+    /// The arm request, identical to the ARM word of the doorbell record.
+    pub arm: CqArm,
+    /// CQ number, 24 bits.
+    pub cqn: u32,
+}
+
+impl UarCqDoorbell {
+    /// Writes the 8 doorbell bytes into `out`.
+    pub fn encode(&self, out: &mut [u8; 8]) {
+        put_u32(out, 0, self.arm.word());
+        put_u32(out, 4, self.cqn & CI_MASK);
+    }
+
+    /// Reads the 8 doorbell bytes from `b`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservedBits`] if the CQN has any of its top 8 bits set, or
+    /// as for [`CqArm::from_word`].
+    pub fn decode(b: &[u8; 8]) -> Result<Self, Error> {
+        let cqn = get_u32(b, 4);
+        if cqn & !CI_MASK != 0 {
+            return Err(Error::ReservedBits);
+        }
+        Ok(UarCqDoorbell {
+            arm: CqArm::from_word(get_u32(b, 0))?,
+            cqn,
+        })
+    }
+}
+
+/// The 32-bit EQ doorbell, `ci & 0xffffff | eqn << 24` big-endian, stored at
+/// [`UAR_EQ_ARM_OFFSET`] (update and arm) or [`UAR_EQ_UPDATE_OFFSET`]
+/// (update only) (the kernel's `eq_update_ci`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EqDoorbell {
+    /// EQ number: bits 31:24.
+    pub eqn: u8,
+    /// EQ consumer index, 24 bits: bits 23:0.
+    pub ci: u32,
+}
+
+impl EqDoorbell {
+    /// Writes the 4 doorbell bytes into `out`.
+    pub fn encode(&self, out: &mut [u8; 4]) {
+        put_u32(out, 0, u32::from(self.eqn) << 24 | (self.ci & CI_MASK));
+    }
+
+    /// Reads the 4 doorbell bytes from `b`.
+    pub fn decode(b: &[u8; 4]) -> Self {
+        let v = get_u32(b, 0);
+        EqDoorbell {
+            eqn: (v >> 24) as u8,
+            ci: v & CI_MASK,
+        }
+    }
+}
+
+/// Offset in its UAR page of BlueFlame register `index` (0 to 3; rmlx5 and
+/// mlx5 use registers 0 and 1 for ordinary QPs).
+///
+/// # Errors
+///
+/// [`Error::OutOfRange`] if `index` is not below [`BFREGS_PER_UAR`].
+pub fn bf_reg_offset(index: usize) -> Result<usize, Error> {
+    if index >= BFREGS_PER_UAR {
+        return Err(Error::OutOfRange);
+    }
+    Ok(UAR_BF_OFFSET + index * BF_REG_SIZE)
+}
+
+/// The half of a BlueFlame register to use after the one at `offset`
+/// (relative to the register, so 0 or [`BF_BUF_SIZE`]): the halves
+/// alternate after every send doorbell, `offset ^ buf_size`.
+pub fn bf_next_offset(offset: usize) -> usize {
+    offset ^ BF_BUF_SIZE
+}
+
+/// The 8 bytes of a plain send doorbell: the first 8 bytes of the WQE's
+/// encoded control segment (opmod, WQE index, opcode, QPN, DS), stored with
+/// one 64-bit write to the current BlueFlame half.
+pub fn send_doorbell(ctrl: &[u8; 16]) -> [u8; 8] {
+    let mut db = [0u8; 8];
+    db.copy_from_slice(&ctrl[..8]);
+    db
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qp_record() {
+        let mut b = [0xffu8; 8];
+        QpDbRec {
+            recv_counter: 0x1234,
+            send_counter: 0xfffe,
+        }
+        .encode(&mut b);
+        assert_eq!(b, [0, 0, 0x12, 0x34, 0, 0, 0xff, 0xfe]);
+        assert_eq!(QpDbRec::decode(&b).unwrap().send_counter, 0xfffe);
+        b[5] = 1;
+        assert_eq!(QpDbRec::decode(&b), Err(Error::ReservedBits));
+    }
+
+    #[test]
+    fn cq_arm_record_and_uar() {
+        let arm = CqArm {
+            sn: 3,
+            cmd: ArmCmd::Solicited,
+            ci: 0x0123_4567,
+        };
+        assert_eq!(arm.word(), 0x3123_4567);
+        let mut rec = [0u8; 8];
+        CqDbRec {
+            set_ci: 0xff_fff0,
+            arm,
+        }
+        .encode(&mut rec);
+        assert_eq!(rec, [0, 0xff, 0xff, 0xf0, 0x31, 0x23, 0x45, 0x67]);
+        assert_eq!(
+            CqDbRec::decode(&rec),
+            Ok(CqDbRec {
+                set_ci: 0xff_fff0,
+                arm: CqArm {
+                    ci: 0x23_4567,
+                    ..arm
+                }
+            })
+        );
+        let mut db = [0u8; 8];
+        UarCqDoorbell { arm, cqn: 0x42 }.encode(&mut db);
+        assert_eq!(db, [0x31, 0x23, 0x45, 0x67, 0, 0, 0, 0x42]);
+        assert_eq!(CqArm::from_word(0x4000_0000), Err(Error::ReservedBits));
+        assert_eq!(CqArm::from_word(0x0200_0000), Err(Error::ReservedBits));
+        assert_eq!(set_ci_word(0x0100_0002), [0, 0, 0, 2]);
+    }
+
+    #[test]
+    fn eq_doorbell_and_uar_layout() {
+        let mut b = [0u8; 4];
+        EqDoorbell {
+            eqn: 7,
+            ci: 0x0100_0005,
+        }
+        .encode(&mut b);
+        assert_eq!(b, [7, 0, 0, 5]);
+        assert_eq!(EqDoorbell::decode(&b), EqDoorbell { eqn: 7, ci: 5 });
+        assert_eq!(bf_reg_offset(0), Ok(0x800));
+        assert_eq!(bf_reg_offset(1), Ok(0xa00));
+        assert_eq!(bf_reg_offset(3).unwrap() + BF_REG_SIZE, UAR_PAGE_SIZE);
+        assert_eq!(bf_reg_offset(4), Err(Error::OutOfRange));
+        assert_eq!(bf_next_offset(0), 256);
+        assert_eq!(bf_next_offset(256), 0);
+        let ctrl: [u8; 16] = core::array::from_fn(|i| i as u8);
+        assert_eq!(send_doorbell(&ctrl), [0, 1, 2, 3, 4, 5, 6, 7]);
+    }
+}

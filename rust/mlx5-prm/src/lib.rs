@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! mlx5 queue formats, byte for byte.
+//!
+//! This crate is the one place in rmlx5 that knows where a field sits inside
+//! an mlx5 work queue entry, completion queue entry, event queue entry or
+//! doorbell word. Every layout is encoded into and decoded from a plain byte
+//! array at explicit offsets, converting to and from big-endian on the way;
+//! nothing relies on `#[repr(C)]` or on the host's byte order. The offsets
+//! follow rdma-core's `infiniband/mlx5dv.h` and the kernel's
+//! `include/linux/mlx5/{device,qp,cq,doorbell}.h`, and the tests under
+//! `tests/` check them against those headers.
+//!
+//! Conventions shared by every module:
+//!
+//! - `encode` writes every byte of its output array: reserved bytes become
+//!   zero and bits above a field's width are dropped. It never fails.
+//! - `decode` reads a whole array and never panics, whatever the bytes. It
+//!   returns an [`error::Error`] where a raw value has no meaning (an unknown
+//!   opcode, a doorbell word with reserved bits set); reserved bytes of
+//!   device-written layouts (CQE, EQE) are ignored.
+//! - Multi-byte immediates and keys are kept as host integers; their
+//!   big-endian bytes are what sits in the queue.
+//!
+//! The crate is `no_std`, uses `core` only, has no dependencies and no
+//! `unsafe`, so that rmlx5.ko can compile the same files. Kbuild builds one
+//! crate per module, so the kernel side includes the files with
+//! `#[path = ".../rust/mlx5-prm/src"] pub mod mlx5_prm { ... }` and must
+//! declare the same modules as below (the list is also in `modules.txt`).
+//! For that reason the module files carry no crate-level attributes and refer
+//! to each other as `super::name`, never through `crate::`.
+
+#![no_std]
+
+// Module list (mirror it in the kernel's `mod mlx5_prm { ... }`):
+// bytes, cqe, doorbell, eqe, error, opcode, recv, ring, sq, wqe.
+
+pub mod bytes;
+pub mod cqe;
+pub mod doorbell;
+pub mod eqe;
+pub mod error;
+pub mod opcode;
+pub mod recv;
+pub mod ring;
+pub mod sq;
+pub mod wqe;

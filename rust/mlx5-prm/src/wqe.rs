@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Send WQE segments: control, remote address, atomic, masked atomic, data
+//! pointer and inline data.
+//!
+//! A send WQE is a control segment followed by the segments its opcode needs,
+//! each a multiple of 16 bytes (one "DS" unit), laid out in 64-byte WQEBBs:
+//!
+//! | opcode | segments |
+//! |---|---|
+//! | SEND, SEND_IMM, SEND_INVAL | ctrl, then data pointer or inline segments |
+//! | RDMA_WRITE(_IMM), RDMA_READ | ctrl, raddr, then data pointer (or inline for writes) |
+//! | ATOMIC_CS, ATOMIC_FA | ctrl, raddr, atomic, one data pointer for the 8-byte result |
+//! | ATOMIC_MASKED_CS/FA | ctrl, raddr, masked atomic (32 bytes), one data pointer |
+//!
+//! Sizing (DS and WQEBB counts) is in [`super::ring`]; copying segments into
+//! the wrapping SQ buffer is in [`super::sq`].
+
+use super::bytes::{get_u32, get_u64, get_u8, put_u32, put_u64, put_u8};
+use super::error::Error;
+use super::opcode::SendOpcode;
+
+/// Size of a send WQE basic block in bytes (`MLX5_SEND_WQE_BB`).
+pub const WQEBB_SIZE: usize = 64;
+/// log2 of [`WQEBB_SIZE`] (`MLX5_SEND_WQE_SHIFT`).
+pub const WQEBB_SHIFT: u32 = 6;
+/// Size of the DS unit that WQE lengths are counted in (`MLX5_SEND_WQE_DS`).
+pub const DS_SIZE: usize = 16;
+/// Most WQEBBs one send WQE may span (`MLX5_SEND_WQE_MAX_WQEBBS`).
+pub const MAX_WQEBBS: usize = 16;
+/// Largest send WQE in bytes (`MLX5_SEND_WQE_MAX_SIZE`).
+pub const MAX_WQE_SIZE: usize = MAX_WQEBBS * WQEBB_SIZE;
+
+/// Bit 31 of `mlx5_wqe_inl_data_seg.byte_count`, marking inline data
+/// (`MLX5_INLINE_SEG`).
+pub const INLINE_SEG: u32 = 0x8000_0000;
+/// The lkey that ends a receive scatter list shorter than the RQ stride
+/// (`MLX5_INVALID_LKEY`).
+pub const INVALID_LKEY: u32 = 0x100;
+
+/// `fm_ce_se` fence mode "none" (`MLX5_FENCE_MODE_NONE >> 5`).
+pub const FENCE_MODE_NONE: u8 = 0;
+/// `fm_ce_se` fence mode "initiator small fence"
+/// (`MLX5_FENCE_MODE_INITIATOR_SMALL >> 5`, `MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE >> 5`).
+pub const FENCE_MODE_INITIATOR_SMALL: u8 = 1;
+/// `fm_ce_se` fence mode "fence" (`MLX5_FENCE_MODE_FENCE >> 5`).
+pub const FENCE_MODE_FENCE: u8 = 2;
+/// `fm_ce_se` fence mode "strong ordering" (`MLX5_FENCE_MODE_STRONG_ORDERING >> 5`).
+pub const FENCE_MODE_STRONG_ORDERING: u8 = 3;
+/// `fm_ce_se` fence mode "small and fence": wait for all prior RDMA reads
+/// and atomics (`MLX5_FENCE_MODE_SMALL_AND_FENCE >> 5`, which is
+/// mlx5dv.h's `MLX5_WQE_CTRL_FENCE >> 5`).
+pub const FENCE_MODE_SMALL_AND_FENCE: u8 = 4;
+/// `fm_ce_se` completion mode "CQE on error only" (CE = 0).
+pub const CE_ERROR_ONLY: u8 = 0;
+/// `fm_ce_se` completion mode "CQE on completion" (`MLX5_WQE_CTRL_CQ_UPDATE >> 2`).
+pub const CE_CQ_UPDATE: u8 = 2;
+/// `fm_ce_se` completion mode "CQE and EQE on completion"
+/// (`MLX5_WQE_CTRL_CQ_UPDATE_AND_EQE >> 2`).
+pub const CE_CQ_UPDATE_AND_EQE: u8 = 3;
+
+/// The control segment that starts every send WQE (`struct mlx5_wqe_ctrl_seg`,
+/// 16 bytes; filled by mlx5dv.h's `mlx5dv_set_ctrl_seg`).
+///
+/// | byte | field |
+/// |---|---|
+/// | 0 | `opmod_idx_opcode`: opmod (31:24), WQE index (23:8), opcode (7:0) |
+/// | 4 | `qpn_ds`: QPN (31:8), DS count (5:0) |
+/// | 8 | `signature` |
+/// | 9 | reserved (`dci_stream_channel_id` for DC) |
+/// | 11 | `fm_ce_se`: fence mode (7:5), CE (3:2), solicited (1) |
+/// | 12 | `imm`: immediate data, or the rkey to invalidate |
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtrlSeg {
+    /// Opcode modifier: `opmod_idx_opcode` bits 31:24.
+    pub opmod: u8,
+    /// Index of the WQE's first WQEBB, wrapping at 16 bits regardless of
+    /// the SQ size (the SQ producer counter): `opmod_idx_opcode` bits 23:8.
+    pub wqe_index: u16,
+    /// The operation: `opmod_idx_opcode` bits 7:0.
+    pub opcode: SendOpcode,
+    /// QP number, 24 bits: `qpn_ds` bits 31:8.
+    pub qpn: u32,
+    /// Size of the whole WQE in 16-byte units, 6 bits: `qpn_ds` bits 5:0.
+    pub ds: u8,
+    /// WQE signature byte: `signature` (0 unless signatures are enabled).
+    pub signature: u8,
+    /// Fence mode, 3 bits (`FENCE_MODE_*`): `fm_ce_se` bits 7:5.
+    pub fence_mode: u8,
+    /// Completion mode, 2 bits (`CE_*`): `fm_ce_se` bits 3:2.
+    pub ce: u8,
+    /// Solicited event requested at the responder: `fm_ce_se` bit 1
+    /// (`MLX5_WQE_CTRL_SOLICITED`).
+    pub solicited: bool,
+    /// Immediate data (SEND_IMM, RDMA_WRITE_IMM) or the rkey to invalidate
+    /// (SEND_INVAL): `imm`, whose four bytes are this value big-endian. A
+    /// verbs `imm_data`, already in network order, goes in as
+    /// `u32::from_be(imm_data)`.
+    pub imm: u32,
+}
+
+impl CtrlSeg {
+    /// Size in bytes (`sizeof(struct mlx5_wqe_ctrl_seg)`).
+    pub const SIZE: usize = 16;
+
+    /// Writes the segment into `out`.
+    pub fn encode(&self, out: &mut [u8; 16]) {
+        let word0 = u32::from(self.opmod) << 24
+            | u32::from(self.wqe_index) << 8
+            | u32::from(u8::from(self.opcode));
+        put_u32(out, 0, word0);
+        put_u32(
+            out,
+            4,
+            (self.qpn & 0xff_ffff) << 8 | u32::from(self.ds & 0x3f),
+        );
+        put_u8(out, 8, self.signature);
+        put_u8(out, 9, 0);
+        put_u8(out, 10, 0);
+        let fm_ce_se =
+            (self.fence_mode & 0x7) << 5 | (self.ce & 0x3) << 2 | u8::from(self.solicited) << 1;
+        put_u8(out, 11, fm_ce_se);
+        put_u32(out, 12, self.imm);
+    }
+
+    /// Reads a segment from `b`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownSendOpcode`] if the opcode byte is not a known opcode.
+    pub fn decode(b: &[u8; 16]) -> Result<Self, Error> {
+        let word0 = get_u32(b, 0);
+        let qpn_ds = get_u32(b, 4);
+        let fm_ce_se = get_u8(b, 11);
+        Ok(CtrlSeg {
+            opmod: (word0 >> 24) as u8,
+            wqe_index: (word0 >> 8) as u16,
+            opcode: SendOpcode::try_from(word0 as u8)?,
+            qpn: qpn_ds >> 8,
+            ds: (qpn_ds & 0x3f) as u8,
+            signature: get_u8(b, 8),
+            fence_mode: fm_ce_se >> 5,
+            ce: (fm_ce_se >> 2) & 0x3,
+            solicited: fm_ce_se & 0x2 != 0,
+            imm: get_u32(b, 12),
+        })
+    }
+}
+
+/// Remote address segment of RDMA and atomic WQEs
+/// (`struct mlx5_wqe_raddr_seg`, 16 bytes): remote VA at 0, rkey at 8,
+/// reserved at 12.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaddrSeg {
+    /// Remote virtual address: `raddr`.
+    pub raddr: u64,
+    /// Remote key of the target MR: `rkey`.
+    pub rkey: u32,
+}
+
+impl RaddrSeg {
+    /// Size in bytes (`sizeof(struct mlx5_wqe_raddr_seg)`).
+    pub const SIZE: usize = 16;
+
+    /// Writes the segment into `out`.
+    pub fn encode(&self, out: &mut [u8; 16]) {
+        put_u64(out, 0, self.raddr);
+        put_u32(out, 8, self.rkey);
+        put_u32(out, 12, 0);
+    }
+
+    /// Reads a segment from `b` (the reserved word is ignored).
+    pub fn decode(b: &[u8; 16]) -> Self {
+        RaddrSeg {
+            raddr: get_u64(b, 0),
+            rkey: get_u32(b, 8),
+        }
+    }
+}
+
+/// Atomic segment of ATOMIC_CS and ATOMIC_FA WQEs
+/// (`struct mlx5_wqe_atomic_seg`, 16 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicSeg {
+    /// The swap value (compare and swap) or the addend (fetch and add):
+    /// `swap_add`, byte 0.
+    pub swap_add: u64,
+    /// The compare value (compare and swap; ignored by fetch and add):
+    /// `compare`, byte 8.
+    pub compare: u64,
+}
+
+impl AtomicSeg {
+    /// Size in bytes (`sizeof(struct mlx5_wqe_atomic_seg)`).
+    pub const SIZE: usize = 16;
+
+    /// Writes the segment into `out`.
+    pub fn encode(&self, out: &mut [u8; 16]) {
+        put_u64(out, 0, self.swap_add);
+        put_u64(out, 8, self.compare);
+    }
+
+    /// Reads a segment from `b`.
+    pub fn decode(b: &[u8; 16]) -> Self {
+        AtomicSeg {
+            swap_add: get_u64(b, 0),
+            compare: get_u64(b, 8),
+        }
+    }
+}
+
+/// Masked atomic segment of the 8-byte ATOMIC_MASKED_CS and ATOMIC_MASKED_FA
+/// WQEs (the kernel's `struct mlx5_wqe_masked_atomic_seg`, 32 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaskedAtomicSeg {
+    /// Swap value or addend: `swap_add`, byte 0.
+    pub swap_add: u64,
+    /// Compare value: `compare`, byte 8.
+    pub compare: u64,
+    /// Which bits to swap (masked CS), or the field boundaries of the add
+    /// (masked FA): `swap_add_mask`, byte 16.
+    pub swap_add_mask: u64,
+    /// Which bits take part in the compare: `compare_mask`, byte 24.
+    pub compare_mask: u64,
+}
+
+impl MaskedAtomicSeg {
+    /// Size in bytes (`sizeof(struct mlx5_wqe_masked_atomic_seg)`).
+    pub const SIZE: usize = 32;
+
+    /// Writes the segment into `out`.
+    pub fn encode(&self, out: &mut [u8; 32]) {
+        put_u64(out, 0, self.swap_add);
+        put_u64(out, 8, self.compare);
+        put_u64(out, 16, self.swap_add_mask);
+        put_u64(out, 24, self.compare_mask);
+    }
+
+    /// Reads a segment from `b`.
+    pub fn decode(b: &[u8; 32]) -> Self {
+        MaskedAtomicSeg {
+            swap_add: get_u64(b, 0),
+            compare: get_u64(b, 8),
+            swap_add_mask: get_u64(b, 16),
+            compare_mask: get_u64(b, 24),
+        }
+    }
+}
+
+/// Data pointer segment: one gather entry of a send WQE or one scatter entry
+/// of a receive WQE (`struct mlx5_wqe_data_seg`, 16 bytes; filled by
+/// mlx5dv.h's `mlx5dv_set_data_seg`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSeg {
+    /// Length in bytes: `byte_count`, byte 0. Bit 31 must be clear in a
+    /// send WQE, where it would mark an inline segment instead.
+    pub byte_count: u32,
+    /// Local key of the MR holding the buffer: `lkey`, byte 4.
+    pub lkey: u32,
+    /// Buffer address: `addr`, byte 8.
+    pub addr: u64,
+}
+
+impl DataSeg {
+    /// Size in bytes (`sizeof(struct mlx5_wqe_data_seg)`).
+    pub const SIZE: usize = 16;
+
+    /// The segment that ends a receive scatter list shorter than the RQ
+    /// stride: zero length, `MLX5_INVALID_LKEY`, zero address.
+    pub const TERMINATOR: DataSeg = DataSeg {
+        byte_count: 0,
+        lkey: INVALID_LKEY,
+        addr: 0,
+    };
+
+    /// Writes the segment into `out`.
+    pub fn encode(&self, out: &mut [u8; 16]) {
+        put_u32(out, 0, self.byte_count);
+        put_u32(out, 4, self.lkey);
+        put_u64(out, 8, self.addr);
+    }
+
+    /// Reads a segment from `b`.
+    pub fn decode(b: &[u8; 16]) -> Self {
+        DataSeg {
+            byte_count: get_u32(b, 0),
+            lkey: get_u32(b, 4),
+            addr: get_u64(b, 8),
+        }
+    }
+}
+
+/// The 4-byte header of an inline data segment
+/// (`struct mlx5_wqe_inl_data_seg`): the payload length with bit 31
+/// (`MLX5_INLINE_SEG`) set. The payload follows it directly and the segment
+/// is padded to a multiple of 16 bytes ([`inline_seg_size`]); use
+/// [`super::sq::write_inline`] to place one in the SQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineHeader {
+    /// Payload length in bytes, 31 bits: `byte_count` without bit 31.
+    pub byte_count: u32,
+}
+
+impl InlineHeader {
+    /// Size in bytes (`sizeof(struct mlx5_wqe_inl_data_seg)`).
+    pub const SIZE: usize = 4;
+
+    /// Writes the header into `out`.
+    pub fn encode(&self, out: &mut [u8; 4]) {
+        put_u32(out, 0, (self.byte_count & !INLINE_SEG) | INLINE_SEG);
+    }
+
+    /// Reads a header from `b`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotInline`] if bit 31 is clear, i.e. the segment is a data
+    /// pointer segment rather than inline data.
+    pub fn decode(b: &[u8; 4]) -> Result<Self, Error> {
+        let v = get_u32(b, 0);
+        if v & INLINE_SEG == 0 {
+            return Err(Error::NotInline);
+        }
+        Ok(InlineHeader {
+            byte_count: v & !INLINE_SEG,
+        })
+    }
+
+    /// Whether the segment whose first four bytes are `first_word` is inline
+    /// data (bit 31 set) rather than a data pointer segment.
+    pub fn is_inline(first_word: &[u8; 4]) -> bool {
+        get_u32(first_word, 0) & INLINE_SEG != 0
+    }
+}
+
+/// Bytes an inline segment with a `payload_len`-byte payload occupies in the
+/// WQE: header plus payload, rounded up to 16. Saturates instead of
+/// overflowing.
+pub fn inline_seg_size(payload_len: usize) -> usize {
+    payload_len
+        .saturating_add(InlineHeader::SIZE + DS_SIZE - 1)
+        .saturating_div(DS_SIZE)
+        .saturating_mul(DS_SIZE)
+}
+
+/// Returns the payload of the inline segment at `offset` of a linear WQE
+/// (as copied out by [`super::sq::read_wqe`]).
+///
+/// # Errors
+///
+/// [`Error::NotInline`] if the header lacks bit 31, [`Error::OutOfRange`]
+/// if the header or the payload extends past `wqe`.
+pub fn inline_payload(wqe: &[u8], offset: usize) -> Result<&[u8], Error> {
+    let header = InlineHeader::decode(super::bytes::at(wqe, offset)?)?;
+    let start = offset
+        .checked_add(InlineHeader::SIZE)
+        .ok_or(Error::OutOfRange)?;
+    let len = usize::try_from(header.byte_count).map_err(|_| Error::OutOfRange)?;
+    let end = start.checked_add(len).ok_or(Error::OutOfRange)?;
+    wqe.get(start..end).ok_or(Error::OutOfRange)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ctrl_seg_known_bytes() {
+        let c = CtrlSeg {
+            opmod: 0x5a,
+            wqe_index: 0x1234,
+            opcode: SendOpcode::RdmaWriteImm,
+            qpn: 0xabcdef,
+            ds: 3,
+            signature: 0x77,
+            fence_mode: FENCE_MODE_SMALL_AND_FENCE,
+            ce: CE_CQ_UPDATE,
+            solicited: true,
+            imm: 0x0102_0304,
+        };
+        let mut b = [0xffu8; 16];
+        c.encode(&mut b);
+        assert_eq!(
+            b,
+            [0x5a, 0x12, 0x34, 0x09, 0xab, 0xcd, 0xef, 0x03, 0x77, 0, 0, 0x8a, 1, 2, 3, 4]
+        );
+        assert_eq!(CtrlSeg::decode(&b), Ok(c));
+        b[3] = 0x02;
+        assert_eq!(CtrlSeg::decode(&b), Err(Error::UnknownSendOpcode(2)));
+    }
+
+    #[test]
+    fn ctrl_seg_drops_bits_above_field_width() {
+        let c = CtrlSeg {
+            opmod: 0,
+            wqe_index: 0,
+            opcode: SendOpcode::Nop,
+            qpn: 0xff12_3456,
+            ds: 0xc1,
+            signature: 0,
+            fence_mode: 0xff,
+            ce: 0xff,
+            solicited: false,
+            imm: 0,
+        };
+        let mut b = [0u8; 16];
+        c.encode(&mut b);
+        assert_eq!(b[4..8], [0x12, 0x34, 0x56, 0x01]);
+        assert_eq!(b[11], 0xec);
+    }
+
+    #[test]
+    fn raddr_atomic_data_known_bytes() {
+        let mut b = [0xffu8; 16];
+        RaddrSeg {
+            raddr: 0x1122_3344_5566_7788,
+            rkey: 0x99aa_bbcc,
+        }
+        .encode(&mut b);
+        assert_eq!(
+            b,
+            [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0, 0, 0, 0]
+        );
+        DataSeg {
+            byte_count: 0x40,
+            lkey: 0x100,
+            addr: 0x7f00_0000_1000,
+        }
+        .encode(&mut b);
+        assert_eq!(b, [0, 0, 0, 0x40, 0, 0, 1, 0, 0, 0, 0x7f, 0, 0, 0, 0x10, 0]);
+        AtomicSeg {
+            swap_add: 1,
+            compare: 2,
+        }
+        .encode(&mut b);
+        assert_eq!(b, [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let mut m = [0u8; 32];
+        MaskedAtomicSeg {
+            swap_add: 1,
+            compare: 2,
+            swap_add_mask: 3,
+            compare_mask: 4,
+        }
+        .encode(&mut m);
+        assert_eq!([m[7], m[15], m[23], m[31]], [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn inline_header_and_payload() {
+        let mut h = [0u8; 4];
+        InlineHeader { byte_count: 5 }.encode(&mut h);
+        assert_eq!(h, [0x80, 0, 0, 5]);
+        assert!(InlineHeader::is_inline(&h));
+        assert_eq!(InlineHeader::decode(&[0, 0, 0, 5]), Err(Error::NotInline));
+        assert_eq!(inline_seg_size(0), 16);
+        assert_eq!(inline_seg_size(12), 16);
+        assert_eq!(inline_seg_size(13), 32);
+        assert_eq!(inline_seg_size(usize::MAX), usize::MAX / 16 * 16);
+        let wqe = [0x80, 0, 0, 3, b'a', b'b', b'c', 0];
+        assert_eq!(inline_payload(&wqe, 0), Ok(&b"abc"[..]));
+        assert_eq!(inline_payload(&wqe, 6), Err(Error::OutOfRange));
+        let bad = [0x80, 0, 0, 9, 0, 0];
+        assert_eq!(inline_payload(&bad, 0), Err(Error::OutOfRange));
+    }
+}
