@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# rmlx5 top-level commands. Kbuild reads ./Kbuild, not this file, when the
+# kernel's build system enters this directory (M=...).
+#
+#   make demo     boot the test guest, load rmlx5, show what it registered
+#   make check    every test: host, KUnit, guest; last line "N passed, N failed"
+#   make setup    install what the two above need (idempotent)
+#   make module   build rmlx5.ko against $(KDIR) (default: the cached test kernel)
+#   make kernel   build (or find in the cache) the test kernel
+#
+# KDIR=<kernel build tree> builds the module for another kernel, e.g. a real
+# test host's (that tree needs Rust enabled and a completed `make all`).
+
+LLVM ?= -19
+TOP := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+BUILD := $(TOP)/build
+MO := $(BUILD)/module
+GUEST_TARGET := x86_64-unknown-linux-gnu
+
+ifeq ($(origin KDIR), undefined)
+KDIR = $(shell bash $(TOP)/scripts/kernel.sh)
+endif
+
+.PHONY: all setup kernel module module-check guest-programs check demo clean rustfmt
+
+all: module
+
+setup:
+	@bash scripts/setup.sh
+
+kernel:
+	@bash scripts/kernel.sh
+
+$(MO):
+	@mkdir -p $(MO)
+
+module: | $(MO)
+	$(MAKE) -C $(KDIR) M=$(TOP) MO=$(MO) LLVM=$(LLVM) modules
+
+# What make check builds: the module warning-free (warnings are errors
+# here), clean under clippy, and rustfmt-clean (.rustfmt.toml is the
+# kernel's). rustfmt follows the crate's modules, #[path] ones included.
+module-check: | $(MO)
+	@kdir='$(KDIR)'; \
+	out=$$($(MAKE) -s -C $$kdir M=$(TOP) MO=$(MO) LLVM=$(LLVM) CLIPPY=1 modules 2>&1); rc=$$?; \
+	echo "$$out"; \
+	if [ $$rc -ne 0 ]; then echo "module: build failed"; exit 1; fi; \
+	if echo "$$out" | grep -qiE 'warning|error'; then echo "module: build printed warnings"; exit 1; fi; \
+	rustfmt --check --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs \
+		|| { echo "module: not rustfmt-clean (run make rustfmt)"; exit 1; }; \
+	echo "module: $(MO)/rmlx5.ko built clean"
+
+rustfmt:
+	@rustfmt --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs
+
+# Static test programs for the guest (its initramfs has no C library).
+guest-programs:
+	@RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
+		--target $(GUEST_TARGET) --target-dir $(TOP)/target/guest -p rmlx5-guest-tests
+
+check:
+	@bash scripts/check.sh
+
+demo:
+	@bash scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD)
+	cargo clean

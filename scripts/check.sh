@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `make check`: setup, host checks, test kernel (cached), module, guest.
+# Ends with one line `N passed, N failed` counting host tests, KUnit cases
+# and guest tests; exits non-zero if anything failed.
+#
+# Environment knobs (all optional):
+#   KDIR=<dir>          build against this kernel build tree instead of ours
+#   GUEST_FILTER=<s>    run only guest tests whose name contains <s>
+#   KUNIT_FILTER=<glob> run only matching KUnit suites (kunit.filter_glob)
+#   SKIP_HOST=1 / SKIP_GUEST=1   skip one half while iterating
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+. "$here/env.sh"
+cd "$top"
+
+passed=0
+failed=0
+failures=()
+start=$(date +%s)
+step() { printf '\n=== %s\n' "$*"; }
+count_fail() { failed=$((failed + 1)); failures+=("$1"); }
+
+step "setup"
+bash "$here/setup.sh" || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
+
+if [ "${SKIP_HOST:-0}" != 1 ]; then
+    step "host: cargo fmt --check"
+    if cargo fmt --all --check; then passed=$((passed + 1)); else count_fail "cargo fmt"; fi
+
+    step "host: cargo clippy --all-targets -- -D warnings"
+    if cargo clippy --workspace --all-targets --quiet -- -D warnings; then
+        passed=$((passed + 1))
+    else
+        count_fail "cargo clippy"
+    fi
+
+    step "host: cargo test"
+    log=$(mktemp)
+    cargo test --workspace 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    # Sum the per-binary `test result:` lines (unit, integration, doc tests).
+    read -r hp hf < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) {
+            if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+            END { print p + 0, f + 0 }' "$log")
+    passed=$((passed + hp))
+    failed=$((failed + hf))
+    if [ "$rc" != 0 ] && [ "$hf" = 0 ]; then count_fail "cargo test (exit $rc)"; fi
+    [ "$hf" = 0 ] || failures+=("cargo test: $hf failed")
+    rm -f "$log"
+fi
+
+if [ "${SKIP_GUEST:-0}" != 1 ]; then
+    step "test kernel"
+    if [ -n "${KDIR:-}" ]; then
+        kdir=$KDIR
+    else
+        kdir=$(bash "$here/kernel.sh") || { count_fail "kernel build"; kdir=""; }
+    fi
+
+    if [ -n "$kdir" ]; then
+        step "module (CLIPPY=1) and guest programs"
+        if make -s KDIR="$kdir" module-check && make -s guest-programs; then
+            res=$(mktemp)
+            step "guest"
+            programs=()
+            for p in "$top"/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-*-tests; do
+                programs+=(--program "$p")
+            done
+            python3 "$top/tests/run-guest.py" --kernel "$kdir/arch/x86/boot/bzImage" \
+                --ksrc "$KSRC" --module "$top/build/module/rmlx5.ko" "${programs[@]}" \
+                --filter "${GUEST_FILTER:-}" --kunit-filter "${KUNIT_FILTER:-}" \
+                --log "$top/build/console.log" --results "$res"
+            if [ -s "$res" ]; then
+                read -r kp kf gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"])' "$res")
+                passed=$((passed + kp + gp))
+                failed=$((failed + kf + gf))
+                [ "$kf" = 0 ] || failures+=("KUnit: $kf failed")
+                [ "$gf" = 0 ] || failures+=("guest: $gf failed")
+            else
+                count_fail "guest runner"
+            fi
+            rm -f "$res"
+        else
+            count_fail "module or guest program build"
+        fi
+    fi
+fi
+
+echo
+echo "=== make check took $(( $(date +%s) - start )) s"
+for f in "${failures[@]}"; do echo "FAILED: $f"; done
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

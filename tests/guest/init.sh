@@ -1,0 +1,94 @@
+#!/bin/busybox sh
+# /init of the rmlx5 test guest. Runs as PID 1 inside QEMU, prints
+# machine-readable markers on the console for tests/run-guest.py, then
+# reboots (QEMU runs with -no-reboot, so that ends the VM).
+#
+# Markers (one per line):
+#   rmlx5-test: PASS <name>
+#   rmlx5-test: FAIL <name>: <reason>
+#   rmlx5-guest: DONE
+/bin/busybox --install -s /bin
+export PATH=/bin:/tests
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tmpfs tmpfs /tmp
+
+mode=$(sed -n 's/.*rmlx5.mode=\([a-z]*\).*/\1/p' /proc/cmdline)
+filter=$(sed -n 's/.*rmlx5.filter=\([^ ]*\).*/\1/p' /proc/cmdline)
+params=$(sed -n 's/.*rmlx5.params=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
+# Tests learn the HCA count from here (the module's parameters are not
+# exposed in sysfs).
+RMLX5_NUM_HCAS=2
+for p in $params; do
+    case "$p" in num_hcas=*) RMLX5_NUM_HCAS=${p#num_hcas=} ;; esac
+done
+export RMLX5_NUM_HCAS
+
+pass() { echo "rmlx5-test: PASS $1"; }
+fail() { echo "rmlx5-test: FAIL $1: $2"; }
+finish() {
+    echo "rmlx5-guest: DONE"
+    sync
+    reboot -f
+}
+
+# Leaks that exist before our module loads are not ours: start from a clean
+# kmemleak slate.
+kml=/sys/kernel/debug/kmemleak
+if [ -w $kml ]; then
+    echo scan > $kml
+    echo clear > $kml
+fi
+
+echo "rmlx5-guest: loading rmlx5.ko $params"
+# KUnit suites built into the module run here and print KTAP.
+if insmod /lib/modules/rmlx5.ko $params; then
+    pass module_load
+else
+    fail module_load "insmod exited $?"
+    finish
+fi
+
+if [ "$mode" = demo ]; then
+    /tests/demo.sh
+    finish
+fi
+
+# Guest test programs: each prints its own PASS/FAIL markers; a program that
+# exits non-zero without printing a FAIL still fails the run (the host
+# runner checks the exit marker).
+for t in /tests/rmlx5-*-tests; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    "$t" $filter
+    echo "rmlx5-guest: EXIT $name $?"
+done
+
+if rmmod rmlx5; then
+    pass module_unload
+else
+    fail module_unload "rmmod exited $?"
+fi
+if ls /dev/rmlx5_uverbs* >/dev/null 2>&1; then
+    fail devnodes_removed "device nodes still present after rmmod"
+else
+    pass devnodes_removed
+fi
+
+if [ -w $kml ]; then
+    # kmemleak only reports objects older than 5 s; scan twice to be sure.
+    sleep 6
+    echo scan > $kml
+    echo scan > $kml
+    if [ -s $kml ]; then
+        cat $kml
+        fail kmemleak "unreferenced objects reported (see above)"
+    else
+        pass kmemleak
+    fi
+else
+    fail kmemleak "kmemleak is not available in this kernel"
+fi
+finish

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Boot the rmlx5 test kernel in QEMU, run the guest tests, judge the console.
+
+The guest is an initramfs: busybox, rmlx5.ko, the static test programs and
+tests/guest/init.sh as /init. The console goes to a log file; afterwards
+this script
+  * parses the module's KUnit KTAP output with the kernel tree's kunit.py,
+  * collects the PASS/FAIL markers and exit statuses of the guest programs,
+  * fails on any kernel BUG/WARNING/KASAN/lockdep/kmemleak report, panic or
+    timeout, printing the relevant excerpt of the log.
+It prints a result line per test and writes the counts to --results (JSON).
+"""
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Console patterns that mean the kernel is unhappy, whatever the tests said.
+KERNEL_PROBLEMS = re.compile(
+    r"(\b(BUG|WARNING|INFO|UBSAN):|Kernel panic|\bOops\b|KASAN:|"
+    r"general protection fault|unreferenced object|suspected memory leak|"
+    r"possible (circular|recursive) locking|inconsistent lock state|"
+    r"Unable to handle kernel|kernel BUG at|rcu_sched detected stalls|"
+    r"rcu: INFO|hung_task|soft lockup|hard LOCKUP|list_(add|del) corruption)"
+)
+MARKER = re.compile(r"rmlx5-test: (PASS|FAIL) ([^:\s]+)(?::\s*(.*))?")
+EXIT = re.compile(r"rmlx5-guest: EXIT (\S+) (\d+)")
+PRINTK_PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+
+
+def build_initramfs(args, workdir):
+    root = os.path.join(workdir, "root")
+    for d in ("bin", "dev", "proc", "sys", "tmp", "lib/modules", "tests"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    shutil.copy(args.busybox, os.path.join(root, "bin/busybox"))
+    shutil.copy(os.path.join(HERE, "guest/init.sh"), os.path.join(root, "init"))
+    shutil.copy(os.path.join(HERE, "guest/demo.sh"), os.path.join(root, "tests/demo.sh"))
+    shutil.copy(args.module, os.path.join(root, "lib/modules/rmlx5.ko"))
+    for prog in args.programs:
+        shutil.copy(prog, os.path.join(root, "tests", os.path.basename(prog)))
+    for path in ("init", "tests/demo.sh"):
+        os.chmod(os.path.join(root, path), 0o755)
+    image = os.path.join(workdir, "initramfs.cpio.gz")
+    files = subprocess.run(["find", "."], cwd=root, check=True, capture_output=True).stdout
+    cpio = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet", "-R", "0:0"], cwd=root,
+                          input=files, check=True, capture_output=True).stdout
+    with gzip.open(image, "wb", compresslevel=1) as f:
+        f.write(cpio)
+    return image
+
+
+def run_qemu(args, initramfs, log_path):
+    append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=7",
+              "rdinit=/init", "kasan_multi_shot", f"rmlx5.mode={args.mode}"]
+    if args.filter:
+        append.append(f"rmlx5.filter={args.filter}")
+    # The filter also keeps the kernel's own built-in Rust suites from
+    # running at every boot.
+    append.append(f"kunit.filter_glob={args.kunit_filter or 'rmlx5*'}")
+    if args.params:
+        append.append("rmlx5.params=" + ",".join(args.params.split()))
+    cmd = [args.qemu, "-nodefaults", "-no-reboot", "-display", "none",
+           "-machine", "q35", "-cpu", "max", "-smp", str(args.cpus), "-m", args.memory,
+           "-accel", args.accel, "-kernel", args.kernel, "-initrd", initramfs,
+           "-append", " ".join(append), "-serial", f"file:{log_path}"]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, timeout=args.timeout, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True)
+        timed_out = False
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    return timed_out, time.monotonic() - start
+
+
+def parse_kunit(args, log_text, workdir):
+    """Returns (passed, failed, summary lines) from kunit.py's JSON output."""
+    # Only the KTAP that loading our module printed: kunit.py stops after the
+    # first KTAP document it finds.
+    start = log_text.find("rmlx5-guest: loading")
+    log_text = log_text[start:] if start >= 0 else log_text
+    if "KTAP version" not in log_text and "TAP version" not in log_text:
+        return 0, 1, ["no KTAP output from the module: its KUnit suites did not run"]
+    raw = os.path.join(workdir, "ktap.log")
+    with open(raw, "w") as f:
+        f.write(log_text)
+    out_json = os.path.join(workdir, "kunit.json")
+    kunit = os.path.join(args.ksrc, "tools/testing/kunit/kunit.py")
+    proc = subprocess.run([sys.executable, kunit, "parse", f"--json={out_json}", raw],
+                          capture_output=True, text=True)
+    lines = [l for l in proc.stdout.splitlines() if l.strip()]
+    try:
+        with open(out_json) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return 0, 1, lines + ["kunit.py parse produced no JSON"]
+    passed = failed = 0
+
+    def walk(group):
+        nonlocal passed, failed
+        for case in group.get("test_cases", []):
+            status = case.get("status")
+            if status == "PASS":
+                passed += 1
+            elif status in ("FAIL", "ERROR", "TEST_CRASHED", "NO_TESTS"):
+                failed += 1
+        for sub in group.get("sub_groups", []):
+            walk(sub)
+
+    walk(data)
+    if proc.returncode != 0 and failed == 0:
+        failed = 1
+    return passed, failed, lines
+
+
+def excerpt(lines, index, before=5, after=40):
+    lo, hi = max(0, index - before), min(len(lines), index + after)
+    return "\n".join("    | " + l for l in lines[lo:hi])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", required=True, help="bzImage")
+    ap.add_argument("--ksrc", required=True, help="kernel source tree (for kunit.py)")
+    ap.add_argument("--module", required=True, help="rmlx5.ko")
+    ap.add_argument("--busybox", default="/bin/busybox")
+    ap.add_argument("--program", dest="programs", action="append", default=[],
+                    help="static guest test program (repeatable)")
+    ap.add_argument("--mode", choices=("check", "demo"), default="check")
+    ap.add_argument("--filter", default="", help="run only guest tests matching this")
+    ap.add_argument("--kunit-filter", default="", help="kunit.filter_glob for the module's suites")
+    ap.add_argument("--params", default="", help="module parameters for insmod")
+    ap.add_argument("--accel", default=os.environ.get("RMLX5_ACCEL", "tcg"))
+    ap.add_argument("--qemu", default="qemu-system-x86_64")
+    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--memory", default="1G")
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--log", help="where to keep the console log")
+    ap.add_argument("--results", help="write {kunit,guest}_{passed,failed} here as JSON")
+    args = ap.parse_args()
+
+    workdir = tempfile.mkdtemp(prefix="rmlx5-guest-")
+    log_path = args.log or os.path.join(workdir, "console.log")
+    initramfs = build_initramfs(args, workdir)
+    print(f"guest: booting {args.kernel} ({args.accel}, {args.cpus} vCPUs, {args.memory})",
+          flush=True)
+    timed_out, elapsed = run_qemu(args, initramfs, log_path)
+    with open(log_path, errors="replace") as f:
+        log_text = f.read()
+    lines = log_text.splitlines()
+    print(f"guest: finished in {elapsed:.1f} s; console log: {log_path}")
+
+    if args.mode == "demo":
+        start = next((i for i, l in enumerate(lines) if "==== rmlx5 demo" in l), None)
+        end = next((i for i, l in enumerate(lines) if "==== end of demo" in l), len(lines) - 1)
+        if start is not None:
+            print("\n".join(PRINTK_PREFIX.sub("", l) for l in lines[start:end + 1]))
+
+    problems = []
+    if timed_out:
+        problems.append(("timeout", f"guest did not finish within {args.timeout} s",
+                         len(lines) - 1))
+    if not any("rmlx5-guest: DONE" in l for l in lines) and not timed_out:
+        problems.append(("guest_incomplete", "guest stopped before finishing", len(lines) - 1))
+    for i, l in enumerate(lines):
+        if KERNEL_PROBLEMS.search(l):
+            problems.append(("kernel_log", "kernel reported a problem", i))
+            break
+
+    kunit_passed, kunit_failed, kunit_lines = parse_kunit(args, log_text, workdir)
+    for l in kunit_lines:
+        print("kunit: " + l)
+
+    guest_passed = guest_failed = 0
+    results = []
+    for i, l in enumerate(lines):
+        m = MARKER.search(l)
+        if m:
+            ok = m.group(1) == "PASS"
+            results.append((ok, m.group(2), m.group(3) or "", i))
+            continue
+        m = EXIT.search(l)
+        if m and m.group(2) != "0":
+            results.append((False, m.group(1), f"exited with status {m.group(2)}", i))
+    for ok, name, why, i in results:
+        if ok:
+            guest_passed += 1
+            print(f"guest: PASS {name}")
+        else:
+            guest_failed += 1
+            print(f"guest: FAIL {name}: {why}")
+            print(excerpt(lines, i, before=20, after=5))
+    for name, why, i in problems:
+        guest_failed += 1
+        print(f"guest: FAIL {name}: {why}")
+        print(excerpt(lines, i))
+    if args.mode == "check" and not results:
+        guest_failed += 1
+        print("guest: FAIL no_results: the guest reported no test results")
+
+    if args.results:
+        with open(args.results, "w") as f:
+            json.dump({"kunit_passed": kunit_passed, "kunit_failed": kunit_failed,
+                       "guest_passed": guest_passed, "guest_failed": guest_failed}, f)
+    print(f"guest: KUnit {kunit_passed} passed, {kunit_failed} failed; "
+          f"guest tests {guest_passed} passed, {guest_failed} failed")
+    if args.log:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if (kunit_failed or guest_failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
