@@ -68,7 +68,7 @@ def run_qemu(args, initramfs, log_path):
     if args.params:
         append.append("rmlx5.params=" + ",".join(args.params.split()))
     cmd = [args.qemu, "-nodefaults", "-no-reboot", "-display", "none",
-           "-machine", "q35", "-cpu", "max", "-smp", str(args.cpus), "-m", args.memory,
+           "-machine", "q35", "-cpu", "host" if args.accel == "kvm" else "max", "-smp", str(args.cpus), "-m", args.memory,
            "-accel", args.accel, "-kernel", args.kernel, "-initrd", initramfs,
            "-append", " ".join(append), "-serial", f"file:{log_path}"]
     start = time.monotonic()
@@ -184,15 +184,21 @@ def main():
 
     guest_passed = guest_failed = 0
     results = []
+    failed_since_exit = False
     for i, l in enumerate(lines):
         m = MARKER.search(l)
         if m:
             ok = m.group(1) == "PASS"
+            failed_since_exit |= not ok
             results.append((ok, m.group(2), m.group(3) or "", i))
             continue
         m = EXIT.search(l)
-        if m and m.group(2) != "0":
-            results.append((False, m.group(1), f"exited with status {m.group(2)}", i))
+        if m:
+            # A program that failed without saying which test failed (it
+            # crashed, or its harness broke) still counts as one failure.
+            if m.group(2) != "0" and not failed_since_exit:
+                results.append((False, m.group(1), f"exited with status {m.group(2)}", i))
+            failed_since_exit = False
     for ok, name, why, i in results:
         if ok:
             guest_passed += 1
