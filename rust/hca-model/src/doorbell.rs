@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Doorbells: what the provider stored in the doorbell records and the UAR
+//! page, read and cross-checked before anything happens.
+//!
+//! On real hardware a doorbell is a store to the UAR page. The software HCA
+//! cannot see that store, so after performing it the provider makes one
+//! "kick" call (an ioctl in the kernel) naming what it rang; the model then
+//! reads the UAR page and the doorbell records itself and refuses anything
+//! that does not add up. A refused doorbell executes nothing, is counted in
+//! [`super::stats::Stats::doorbell_errors`] and is returned as a
+//! [`DoorbellError`].
+//!
+//! # Send doorbell
+//!
+//! The model reads the send counter of the QP doorbell record (the new SQ
+//! producer counter, in WQEBBs) and the 8 bytes at the BlueFlame register
+//! half the kick names. Those bytes must equal the first 8 bytes of the
+//! control segment of the last posted WQE, i.e. name the same opmod, WQE
+//! index, opcode, QPN and DS count; that WQE must end exactly at the send
+//! counter, and the posted WQEBBs must fit in the SQ. For a BlueFlame
+//! doorbell, the whole copy must equal that WQE's WQEBBs in the SQ. Only
+//! then is the producer counter accepted; execution happens in the engine.
+//!
+//! So the kick must reach the model before the same QP (or another QP
+//! sharing its BlueFlame register) rings again: providers ring and kick
+//! inside the lock that already serialises posting to the SQ and the
+//! register's alternating halves, as libmlx5 does for the ring itself.
+//!
+//! # CQ doorbell
+//!
+//! The 64-bit UAR CQ doorbell (ARM word, CQN) must name a CQ armed through
+//! this UAR page, and its ARM word must equal the one in the CQ's doorbell
+//! record.
+//!
+//! # EQ doorbell
+//!
+//! The 32-bit EQ doorbell (EQN, consumer index) at the arm or the update
+//! offset must name an EQ of this UAR page with a consumer index within the
+//! EQEs written.
+
+use super::cq::ArmOutcome;
+use super::dev::Dev;
+use super::hca::Hca;
+use super::mem::{DmaMemory, Platform};
+use super::prm::doorbell::{
+    bf_reg_offset, send_doorbell, CqDbRec, EqDoorbell, QpDbRec, UarCqDoorbell, BF_BUF_SIZE,
+    CQ_DBR_SIZE, QP_DBR_SIZE, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET, UAR_EQ_UPDATE_OFFSET,
+};
+use super::prm::eqe::EqeData;
+use super::prm::opcode::EventType;
+use super::prm::ring;
+use super::prm::wqe::{CtrlSeg, MAX_WQEBBS, WQEBB_SIZE};
+use super::qp::{QpState, Sq};
+use super::stats::bump;
+use super::table::{get_mut, Storage};
+use super::wqe::{decode_ctrl, read_ctrl};
+
+/// A send doorbell as the provider rang it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendDoorbell {
+    /// The QP rung.
+    pub qpn: u32,
+    /// Which half of the QP's BlueFlame register was written (0 or 1; the
+    /// halves alternate after every doorbell).
+    pub half: u8,
+    /// 0 for a plain 8-byte doorbell; otherwise the bytes of WQE copied to
+    /// the register half (BlueFlame), a multiple of 64.
+    pub blueflame_len: u32,
+}
+
+/// Why a doorbell was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoorbellError {
+    /// No QP, CQ or EQ has the number rung.
+    NoSuchObject,
+    /// The object belongs to another UAR page.
+    WrongUar,
+    /// A doorbell record, the UAR page or the SQ could not be read.
+    Unreadable,
+    /// The QP has no SQ, or is in RESET.
+    NotAccepting,
+    /// The QP doorbell record's send counter equals what was already
+    /// accepted: nothing new was posted.
+    NothingPosted,
+    /// The send counter claims more WQEBBs than the SQ has room for, or a
+    /// doorbell word has reserved bits set.
+    BadCounter,
+    /// The UAR doorbell bytes do not match the control segment of the last
+    /// WQE the doorbell record announces.
+    WqeMismatch,
+    /// Not a register half of the QP (half above 1), or a BlueFlame length
+    /// that is not the last WQE's size or exceeds a half.
+    BadRegister,
+    /// The BlueFlame copy differs from the WQE in the SQ.
+    BlueFlameMismatch,
+    /// The UAR CQ doorbell and the CQ doorbell record's ARM word differ.
+    ArmMismatch,
+}
+
+impl<S: Storage> Hca<S> {
+    /// Handles a send doorbell (see the module documentation).
+    ///
+    /// # Errors
+    ///
+    /// The [`DoorbellError`] that refused it; nothing was executed.
+    pub fn send_doorbell<M: DmaMemory>(
+        &mut self,
+        mem: &mut M,
+        db: &SendDoorbell,
+    ) -> Result<(), DoorbellError> {
+        let mut dev = self.dev();
+        let r = send(&mut dev, mem, db);
+        match r {
+            Ok(()) => bump(&mut dev.stats.doorbells),
+            Err(e) => dev.stats.doorbell_error(e),
+        }
+        r
+    }
+
+    /// Handles a CQ arm doorbell rung on the UAR page at `uar_addr`. A CQ
+    /// that already holds a qualifying CQE fires at once (COMP EQE and,
+    /// if its EQ is armed, an interrupt). An arm with a stale sequence
+    /// number is accepted but ignored ([`super::stats::Stats::stale_arms`]).
+    ///
+    /// # Errors
+    ///
+    /// The [`DoorbellError`] that refused it.
+    pub fn cq_doorbell<P: Platform>(
+        &mut self,
+        p: &mut P,
+        uar_addr: u64,
+    ) -> Result<(), DoorbellError> {
+        let mut dev = self.dev();
+        let r = arm_cq(&mut dev, p, uar_addr);
+        match r {
+            Ok(()) => bump(&mut dev.stats.doorbells),
+            Err(e) => dev.stats.doorbell_error(e),
+        }
+        r
+    }
+
+    /// Handles an EQ doorbell rung on the UAR page at `uar_addr`: at the
+    /// arm offset if `arm`, else at the update offset. Arming an EQ that
+    /// holds EQEs past the new consumer index raises its interrupt at once.
+    ///
+    /// # Errors
+    ///
+    /// The [`DoorbellError`] that refused it.
+    pub fn eq_doorbell<P: Platform>(
+        &mut self,
+        p: &mut P,
+        uar_addr: u64,
+        arm: bool,
+    ) -> Result<(), DoorbellError> {
+        let mut dev = self.dev();
+        let r = eq(&mut dev, p, uar_addr, arm);
+        match r {
+            Ok(()) => bump(&mut dev.stats.doorbells),
+            Err(e) => dev.stats.doorbell_error(e),
+        }
+        r
+    }
+
+    /// Tells the model that receives were posted to QP `qpn` (the
+    /// software-HCA kick for the receive side). mlx5 hardware has no
+    /// receive doorbell register and the model reads the doorbell record
+    /// whenever it needs a receive, so this is needed only for a QP in ERR,
+    /// whose new receives are then flushed.
+    ///
+    /// # Errors
+    ///
+    /// [`DoorbellError::NoSuchObject`] if there is no such QP.
+    pub fn recv_doorbell(&mut self, qpn: u32) -> Result<(), DoorbellError> {
+        let mut dev = self.dev();
+        let (slot, qp) = dev.qp(qpn).ok_or(DoorbellError::NoSuchObject)?;
+        if qp.state == QpState::Err {
+            dev.sched.activate(dev.t.qps, slot);
+        }
+        Ok(())
+    }
+}
+
+/// Reads the 8 bytes of an 8-byte record or register.
+fn read8<M: DmaMemory>(mem: &mut M, addr: u64) -> Result<[u8; 8], DoorbellError> {
+    let mut b = [0u8; 8];
+    mem.read(addr, &mut b)
+        .map_err(|_| DoorbellError::Unreadable)?;
+    Ok(b)
+}
+
+/// Finds the last WQE before `end` whose first 8 bytes equal `db` and that
+/// ends exactly at `end`. Tries each possible size, at most 16 WQEBBs.
+fn find_rung_wqe<M: DmaMemory>(
+    mem: &mut M,
+    sq: &Sq,
+    end: u16,
+    posted: u16,
+    db: &[u8; 8],
+) -> Option<u16> {
+    let max = posted.min(MAX_WQEBBS as u16);
+    for bbs in 1..=max {
+        let index = end.wrapping_sub(bbs);
+        let bytes: [u8; CtrlSeg::SIZE] = read_ctrl(mem, sq, index)?;
+        if send_doorbell(&bytes) != *db {
+            continue;
+        }
+        // The bytes match: the size must match too (an unknown opcode is
+        // left for the engine to report as a local QP operation error).
+        return match decode_ctrl(&bytes) {
+            Ok(c) if u16::from(ring::wqebb_count(c.ds)) == bbs && c.wqe_index == index => Some(bbs),
+            Ok(_) => None,
+            Err(_) => Some(bbs),
+        };
+    }
+    None
+}
+
+fn send<M: DmaMemory>(
+    dev: &mut Dev<'_>,
+    mem: &mut M,
+    db: &SendDoorbell,
+) -> Result<(), DoorbellError> {
+    let (slot, qp) = dev.qp(db.qpn).ok_or(DoorbellError::NoSuchObject)?;
+    let sq = qp.sq.ok_or(DoorbellError::NotAccepting)?;
+    if qp.state == QpState::Reset {
+        return Err(DoorbellError::NotAccepting);
+    }
+    let rec = read8(mem, qp.attr.dbr_addr)?;
+    let rec: &[u8; QP_DBR_SIZE] = &rec;
+    let counter = QpDbRec::decode(rec)
+        .map_err(|_| DoorbellError::BadCounter)?
+        .send_counter;
+    let posted = counter.wrapping_sub(sq.pi);
+    if posted == 0 {
+        return Err(DoorbellError::NothingPosted);
+    }
+    let outstanding = u32::from(counter.wrapping_sub(sq.ci));
+    if outstanding > 1u32 << sq.log {
+        return Err(DoorbellError::BadCounter);
+    }
+    if db.half > 1 {
+        return Err(DoorbellError::BadRegister);
+    }
+    let reg = bf_reg_offset(usize::from(qp.attr.bfreg)).map_err(|_| DoorbellError::BadRegister)?;
+    let reg_addr = qp
+        .attr
+        .uar_addr
+        .wrapping_add(reg as u64)
+        .wrapping_add(u64::from(db.half) * BF_BUF_SIZE as u64);
+    let bytes = read8(mem, reg_addr)?;
+    let bbs = find_rung_wqe(mem, &sq, counter, posted, &bytes).ok_or(DoorbellError::WqeMismatch)?;
+    if db.blueflame_len != 0 {
+        check_blueflame(
+            mem,
+            &sq,
+            counter.wrapping_sub(bbs),
+            bbs,
+            reg_addr,
+            db.blueflame_len,
+        )?;
+    }
+    let state = qp.state;
+    if let Some(s) = qp.sq.as_mut() {
+        s.pi = counter;
+    }
+    if matches!(state, QpState::Rts | QpState::Err) {
+        dev.sched.activate(dev.t.qps, slot);
+    }
+    Ok(())
+}
+
+/// Compares a BlueFlame copy of `len` bytes at `reg_addr` with the `bbs`
+/// WQEBBs of the WQE at `index`.
+fn check_blueflame<M: DmaMemory>(
+    mem: &mut M,
+    sq: &Sq,
+    index: u16,
+    bbs: u16,
+    reg_addr: u64,
+    len: u32,
+) -> Result<(), DoorbellError> {
+    if len as usize != usize::from(bbs) * WQEBB_SIZE || len as usize > BF_BUF_SIZE {
+        return Err(DoorbellError::BadRegister);
+    }
+    let mut copy = [0u8; WQEBB_SIZE];
+    let mut orig = [0u8; WQEBB_SIZE];
+    for k in 0..bbs {
+        let off = u64::from(k) * WQEBB_SIZE as u64;
+        mem.read(reg_addr.wrapping_add(off), &mut copy)
+            .map_err(|_| DoorbellError::Unreadable)?;
+        let at = ring::sq_offset(index.wrapping_add(k), sq.log) as u64;
+        mem.read(sq.buf.wrapping_add(at), &mut orig)
+            .map_err(|_| DoorbellError::Unreadable)?;
+        if copy != orig {
+            return Err(DoorbellError::BlueFlameMismatch);
+        }
+    }
+    Ok(())
+}
+
+fn arm_cq<P: Platform>(dev: &mut Dev<'_>, p: &mut P, uar_addr: u64) -> Result<(), DoorbellError> {
+    let db = read8(p, uar_addr.wrapping_add(UAR_CQ_DOORBELL_OFFSET as u64))?;
+    let db = UarCqDoorbell::decode(&db).map_err(|_| DoorbellError::BadCounter)?;
+    let cq = get_mut(dev.t.cqs, db.cqn).ok_or(DoorbellError::NoSuchObject)?;
+    if cq.attr.uar_addr != uar_addr {
+        return Err(DoorbellError::WrongUar);
+    }
+    let rec: [u8; CQ_DBR_SIZE] = read8(p, cq.attr.dbr_addr)?;
+    let rec = CqDbRec::decode(&rec).map_err(|_| DoorbellError::ArmMismatch)?;
+    if rec.arm != db.arm {
+        return Err(DoorbellError::ArmMismatch);
+    }
+    let eqn = cq.attr.eqn;
+    match cq.arm(db.arm) {
+        ArmOutcome::Armed => {}
+        ArmOutcome::Ignored => bump(&mut dev.stats.stale_arms),
+        ArmOutcome::Fire => {
+            bump(&mut dev.stats.comp_events);
+            let id = dev.id;
+            let cqn = db.cqn;
+            let posted = get_mut(dev.t.eqs, u32::from(eqn))
+                .is_some_and(|eq| eq.post(p, id, EventType::Comp, EqeData::Comp { cqn }));
+            if !posted {
+                bump(&mut dev.stats.events_dropped);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn eq<P: Platform>(
+    dev: &mut Dev<'_>,
+    p: &mut P,
+    uar_addr: u64,
+    arm: bool,
+) -> Result<(), DoorbellError> {
+    let offset = if arm {
+        UAR_EQ_ARM_OFFSET
+    } else {
+        UAR_EQ_UPDATE_OFFSET
+    };
+    let mut b = [0u8; 4];
+    p.read(uar_addr.wrapping_add(offset as u64), &mut b)
+        .map_err(|_| DoorbellError::Unreadable)?;
+    let db = EqDoorbell::decode(&b);
+    let id = dev.id;
+    let eq = get_mut(dev.t.eqs, u32::from(db.eqn)).ok_or(DoorbellError::NoSuchObject)?;
+    if eq.attr.uar_addr != uar_addr {
+        return Err(DoorbellError::WrongUar);
+    }
+    let info = eq.info();
+    if ring::ci24_distance(db.ci, info.producer_index) > 1u32 << eq.attr.log_size {
+        return Err(DoorbellError::BadCounter);
+    }
+    eq.doorbell(p, id, db.ci, arm);
+    Ok(())
+}

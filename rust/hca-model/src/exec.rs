@@ -1,0 +1,461 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The requester side: executing the send WQE at the head of a QP's SQ.
+//!
+//! One call executes at most one WQE, start to finish: the local checks,
+//! the request to the responder QP (on any instance of the fabric), the
+//! data movement, the responder's completion and then the requester's.
+//! Because a WQE is never left half done, every earlier RDMA read and
+//! atomic has completed before the next WQE starts, which is what a fence
+//! asks for; the fence bits therefore need no further handling, and at
+//! most one read or atomic is ever outstanding (on mlx5, whose QP context
+//! stores log2 of the limits, a `max_rd_atomic` of 0 behaves like 1, so
+//! the model does not refuse reads on such QPs either).
+//!
+//! Local errors, found before anything is sent:
+//!
+//! | problem | syndrome |
+//! |---|---|
+//! | control segment unreadable, wrong WQE index or QPN, unknown or unsupported opcode, WQE too short, more gather entries or inline bytes than the QP allows, inline data in a read or atomic | LOCAL_QP_OP |
+//! | lkey invalid, other PD, range outside the MR, scatter buffer without LOCAL_WRITE | LOCAL_PROT |
+//! | message longer than the device maximum; atomic result buffer not 8 bytes | LOCAL_LENGTH |
+//!
+//! A WQE that completes in error always produces a CQE, signaled or not;
+//! the QP then moves to ERR and the rest of its work is flushed.
+
+use super::cq::CqeBody;
+use super::dev::{err_cqe, Dev};
+use super::flush;
+use super::hca::Hca;
+use super::mem::Platform;
+use super::mr::{resolve, Access};
+use super::prm::cqe::{Cqe64, OpOwn};
+use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
+use super::prm::wqe::{CE_CQ_UPDATE, CE_CQ_UPDATE_AND_EQE};
+use super::qp::{QpAttr, QpState, RemoteQp, WaitKind};
+use super::respond::{self, Answer, ReqKind, Request};
+use super::stats::bump;
+use super::table::{get_mut, Storage};
+use super::timer;
+use super::transfer::{self, CopyFault, Piece, Pieces, Scratch};
+use super::wqe::{seg_len, Op, Seg, SendWqe};
+
+/// Cost of one step in budget units: one per WQE, plus one per 4 KiB
+/// moved.
+fn cost(len: u64) -> u32 {
+    1u32.saturating_add(u32::try_from(len >> 12).unwrap_or(u32::MAX))
+}
+
+/// What the requester knows about the WQE it is executing.
+struct Local {
+    slot: u32,
+    qpn: u32,
+    send_cqn: u32,
+    dest: RemoteQp,
+    wqe_counter: u16,
+    bbs: u16,
+    opcode: u8,
+    signaled: bool,
+}
+
+/// Resolves the data segments of `wqe` from byte `from` on: the gather
+/// list of a SEND or WRITE (`write` false: pointers and inline data), or
+/// the scatter list of a READ (`write` true: pointers only, LOCAL_WRITE),
+/// within the limits of the QP created with `attr`.
+fn local_pieces(
+    dev: &Dev<'_>,
+    wqe: &SendWqe<'_>,
+    from: usize,
+    attr: &QpAttr,
+    write: bool,
+    pieces: &mut Pieces,
+) -> Result<(), CqeSyndrome> {
+    let (pdn, max_sge, max_inline) = (attr.pdn, attr.max_send_sge, attr.max_inline_data);
+    pieces.clear();
+    let (mut ptrs, mut inline) = (0u32, 0usize);
+    for seg in wqe.segs(from) {
+        match seg.map_err(|()| CqeSyndrome::LocalQpOp)? {
+            Seg::Ptr(d) => {
+                ptrs += 1;
+                if ptrs > max_sge {
+                    return Err(CqeSyndrome::LocalQpOp);
+                }
+                let len = seg_len(d.byte_count);
+                let need = if write {
+                    Access::LOCAL_WRITE
+                } else {
+                    Access::NONE
+                };
+                let addr = resolve(dev.t.mrs, d.lkey, pdn, d.addr, len, need)
+                    .map_err(|_| CqeSyndrome::LocalProt)?;
+                if !pieces.push(Piece::Dma { addr, len }) {
+                    return Err(CqeSyndrome::LocalQpOp);
+                }
+            }
+            Seg::Inline { off, len } => {
+                inline = inline.saturating_add(len);
+                if write || inline > max_inline as usize || !pieces.push(Piece::Inline { off, len })
+                {
+                    return Err(CqeSyndrome::LocalQpOp);
+                }
+            }
+        }
+    }
+    if pieces.total() > u64::from(dev.caps.max_msg_size) {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    Ok(())
+}
+
+/// Completes the head WQE in error: error CQE (signaled or not), QP to ERR.
+fn fail<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, syndrome: CqeSyndrome) {
+    if let Some(sq) = get_mut(dev.t.qps, l.slot).and_then(|q| q.sq.as_mut()) {
+        sq.ci = sq.ci.wrapping_add(l.bbs);
+    }
+    bump(&mut dev.stats.wqe_errors);
+    let body = err_cqe(CqeOpcode::ReqErr, syndrome, l.opcode, l.qpn, l.wqe_counter);
+    dev.qp_cqe(p, l.slot, l.send_cqn, body, true);
+    dev.qp_to_error(l.slot);
+}
+
+/// Completes the head WQE successfully.
+fn succeed<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, len: u64) {
+    if let Some(qp) = get_mut(dev.t.qps, l.slot) {
+        if let Some(sq) = qp.sq.as_mut() {
+            sq.ci = sq.ci.wrapping_add(l.bbs);
+        }
+        qp.wait = None;
+        qp.rnr_retries = 0;
+        qp.timeout_retries = 0;
+    }
+    bump(&mut dev.stats.wqes_executed);
+    if !l.signaled {
+        return;
+    }
+    let body = CqeBody::Ok(Cqe64 {
+        srqn_uidx: 0,
+        imm_inval_rkey: 0,
+        byte_cnt: u32::try_from(len).unwrap_or(u32::MAX),
+        send_opcode: l.opcode,
+        qpn: l.qpn,
+        wqe_counter: l.wqe_counter,
+        signature: 0,
+        op_own: OpOwn {
+            opcode: CqeOpcode::Req,
+            format: 0,
+            solicited: false,
+            owner: false,
+        },
+    });
+    dev.qp_cqe(p, l.slot, l.send_cqn, body, false);
+}
+
+/// The head WQE must wait for a retry: after an RNR NAK for the
+/// responder's RNR timer, unless its RNR retries are spent (it then fails
+/// at once); after a request that got no answer for the local ACK timeout
+/// (whether retries remain is decided when that timer expires).
+fn wait_or_fail<P: Platform>(
+    dev: &mut Dev<'_>,
+    p: &mut P,
+    l: &Local,
+    kind: WaitKind,
+    rnr_timer: u8,
+    now: u64,
+) {
+    let Some(qp) = get_mut(dev.t.qps, l.slot) else {
+        return;
+    };
+    let c = qp.conn;
+    let deadline = match kind {
+        WaitKind::Rnr => {
+            bump(&mut dev.stats.rnr_naks);
+            if c.rnr_retry != 7 && qp.rnr_retries >= c.rnr_retry {
+                fail(dev, p, l, CqeSyndrome::RnrRetryExc);
+                return;
+            }
+            qp.rnr_retries = qp.rnr_retries.saturating_add(1);
+            now.saturating_add(timer::rnr_ns(rnr_timer))
+        }
+        WaitKind::Timeout => timer::ack_timeout_deadline(now, c.timeout),
+    };
+    qp.wait = Some((kind, deadline));
+    dev.sched.park(dev.t.qps, l.slot);
+}
+
+/// Runs one step of the QP in `slot` of instance `a`: executes or flushes
+/// one WQE, or raises a pending SQ_DRAINED event. Returns the budget used.
+/// A QP that still has work it can do now goes back on the active list.
+pub(super) fn step<S: Storage, P: Platform>(
+    hcas: &mut [Hca<S>],
+    scratch: &mut Scratch,
+    now: u64,
+    p: &mut P,
+    a: usize,
+    slot: u32,
+) -> u32 {
+    let used = step_qp(hcas, scratch, now, p, a, slot);
+    if let Some(h) = hcas.get_mut(a) {
+        let dev = h.dev();
+        let more = get_mut(dev.t.qps, slot).is_some_and(|q| {
+            q.wait.is_none()
+                && match q.state {
+                    QpState::Rts => q.sq_pending(),
+                    // The in-flight WQE finished: SQ_DRAINED is now due.
+                    QpState::Sqd => q.sqd_notify_pending,
+                    _ => false,
+                }
+        });
+        if more {
+            dev.sched.activate(dev.t.qps, slot);
+        }
+    }
+    used
+}
+
+fn step_qp<S: Storage, P: Platform>(
+    hcas: &mut [Hca<S>],
+    scratch: &mut Scratch,
+    now: u64,
+    p: &mut P,
+    a: usize,
+    slot: u32,
+) -> u32 {
+    let Some(hca) = hcas.get_mut(a) else {
+        return 1;
+    };
+    let mut dev = hca.dev();
+    let Some(qp) = get_mut(dev.t.qps, slot) else {
+        return 1;
+    };
+    match qp.state {
+        QpState::Err => {
+            if flush::flush_one(&mut dev, p, slot) {
+                dev.sched.activate(dev.t.qps, slot);
+            }
+            return 1;
+        }
+        QpState::Rts => {}
+        QpState::Sqd if qp.wait.is_some() => {}
+        QpState::Sqd => {
+            if qp.sqd_notify_pending {
+                qp.sqd_notify_pending = false;
+                let qpn = qp.qpn;
+                dev.qp_event(p, EventType::SqDrained, qpn);
+            }
+            return 1;
+        }
+        _ => return 1,
+    }
+    // A transport timer that expired counts a timeout; with no retry left
+    // the WQE fails once it has been read below.
+    let mut retries_spent = false;
+    if let Some((kind, deadline)) = qp.wait {
+        if deadline > now {
+            dev.sched.park(dev.t.qps, slot);
+            return 1;
+        }
+        if kind == WaitKind::Timeout {
+            bump(&mut dev.stats.timeouts);
+            retries_spent = qp.timeout_retries >= qp.conn.retry_cnt;
+            qp.timeout_retries = qp.timeout_retries.saturating_add(1);
+        }
+    }
+    let Some(qp) = get_mut(dev.t.qps, slot) else {
+        return 1;
+    };
+    let Some(sq) = qp.sq else {
+        return 1;
+    };
+    let pending = sq.pi.wrapping_sub(sq.ci);
+    if pending == 0 {
+        return 1;
+    }
+    let (qpn, attr, conn) = (qp.qpn, qp.attr, qp.conn);
+    let (pdn, send_cqn) = (attr.pdn, attr.send_cqn);
+    let mut l = Local {
+        slot,
+        qpn,
+        send_cqn,
+        dest: conn.dest,
+        wqe_counter: sq.ci,
+        bbs: 1,
+        opcode: 0,
+        signaled: true,
+    };
+    let Scratch {
+        wqe: wqe_buf,
+        recv: recv_buf,
+        local,
+        remote,
+    } = scratch;
+    local.clear();
+    let wqe = match SendWqe::read(p, &sq, pending, wqe_buf) {
+        Ok(w) => w,
+        Err(m) => {
+            l.opcode = m.opcode;
+            l.bbs = m.bbs;
+            fail(&mut dev, p, &l, CqeSyndrome::LocalQpOp);
+            return 1;
+        }
+    };
+    l.opcode = u8::from(wqe.ctrl.opcode);
+    l.bbs = wqe.bbs;
+    l.signaled = matches!(wqe.ctrl.ce, CE_CQ_UPDATE | CE_CQ_UPDATE_AND_EQE);
+    if retries_spent {
+        fail(&mut dev, p, &l, CqeSyndrome::TransportRetryExc);
+        return 1;
+    }
+    let op = match wqe.op() {
+        Some((op, from)) if wqe.ctrl.wqe_index == sq.ci && wqe.ctrl.qpn == qpn => {
+            let resolved = match op {
+                Op::Nop => Ok(()),
+                Op::Send { .. } | Op::Write { .. } => {
+                    local_pieces(&dev, &wqe, from, &attr, false, local)
+                }
+                Op::Read { .. } => local_pieces(&dev, &wqe, from, &attr, true, local),
+                Op::Atomic { .. } => atomic_result(&dev, &wqe, from, pdn, local),
+            };
+            match resolved {
+                Ok(()) => op,
+                Err(s) => {
+                    fail(&mut dev, p, &l, s);
+                    return 1;
+                }
+            }
+        }
+        _ => {
+            fail(&mut dev, p, &l, CqeSyndrome::LocalQpOp);
+            return 1;
+        }
+    };
+    let len = local.total();
+    let req = match op {
+        Op::Nop => {
+            succeed(&mut dev, p, &l, 0);
+            return 1;
+        }
+        Op::Send { imm } => request(ReqKind::Send { imm }, &l, 0, 0, len),
+        Op::Write { raddr, imm } => {
+            request(ReqKind::Write { imm }, &l, raddr.raddr, raddr.rkey, len)
+        }
+        Op::Read { raddr } => request(ReqKind::Read, &l, raddr.raddr, raddr.rkey, len),
+        Op::Atomic { raddr, op } => request(ReqKind::Atomic(op), &l, raddr.raddr, raddr.rkey, 8),
+    };
+    let req = Request {
+        solicited: wqe.ctrl.solicited,
+        ..req
+    };
+
+    let b = usize::from(l.dest.hca);
+    let answer = match hcas.get_mut(b) {
+        Some(h) => respond::request(&mut h.dev(), p, &req, remote, recv_buf),
+        None => Answer::Silent,
+    };
+    let grant = match answer {
+        Answer::Ack(g) => g,
+        Answer::Silent | Answer::Rnr { .. } | Answer::Nak(_) => {
+            if let Some(h) = hcas.get_mut(a) {
+                let mut dev = h.dev();
+                match answer {
+                    Answer::Rnr { timer } => {
+                        wait_or_fail(&mut dev, p, &l, WaitKind::Rnr, timer, now)
+                    }
+                    Answer::Nak(s) => fail(&mut dev, p, &l, s),
+                    _ => wait_or_fail(&mut dev, p, &l, WaitKind::Timeout, 0, now),
+                }
+            }
+            return 1;
+        }
+    };
+
+    let moved = match req.kind {
+        ReqKind::Send { .. } | ReqKind::Write { .. } => {
+            transfer::copy(p, local, wqe.bytes(), remote, len)
+        }
+        ReqKind::Read => transfer::copy(p, remote, &[], local, len)
+            // For a read, the source is remote and the destination local.
+            .map_err(|f| match f {
+                CopyFault::Source => CopyFault::Destination,
+                CopyFault::Destination => CopyFault::Source,
+            }),
+        ReqKind::Atomic(op) => atomic(p, op, remote, local),
+    };
+    // `Source` now always means the requester's memory failed.
+    if let Some(h) = hcas.get_mut(b) {
+        respond::finish(
+            &mut h.dev(),
+            p,
+            &req,
+            &grant,
+            moved != Err(CopyFault::Destination),
+        );
+    }
+    if let Some(h) = hcas.get_mut(a) {
+        let mut dev = h.dev();
+        match moved {
+            Ok(()) => succeed(&mut dev, p, &l, len),
+            Err(CopyFault::Source) => fail(&mut dev, p, &l, CqeSyndrome::LocalProt),
+            Err(CopyFault::Destination) => {
+                let s = if matches!(req.kind, ReqKind::Send { .. }) {
+                    CqeSyndrome::RemoteOp
+                } else {
+                    CqeSyndrome::RemoteAccess
+                };
+                fail(&mut dev, p, &l, s);
+            }
+        }
+    }
+    cost(len)
+}
+
+fn request(kind: ReqKind, l: &Local, raddr: u64, rkey: u32, len: u64) -> Request {
+    Request {
+        kind,
+        dest_qpn: l.dest.qpn,
+        raddr,
+        rkey,
+        len,
+        solicited: false,
+    }
+}
+
+/// Resolves the one 8-byte result buffer of an atomic WQE.
+fn atomic_result(
+    dev: &Dev<'_>,
+    wqe: &SendWqe<'_>,
+    from: usize,
+    pdn: u32,
+    local: &mut Pieces,
+) -> Result<(), CqeSyndrome> {
+    let mut segs = wqe.segs(from);
+    let (Some(Ok(Seg::Ptr(d))), None) = (segs.next(), segs.next()) else {
+        return Err(CqeSyndrome::LocalQpOp);
+    };
+    if seg_len(d.byte_count) != 8 {
+        return Err(CqeSyndrome::LocalLength);
+    }
+    let addr = resolve(dev.t.mrs, d.lkey, pdn, d.addr, 8, Access::LOCAL_WRITE)
+        .map_err(|_| CqeSyndrome::LocalProt)?;
+    local.set_one(addr, 8);
+    Ok(())
+}
+
+/// Executes an atomic on the remote target and returns the original value
+/// to the local buffer, both in host byte order (see [`super::atomic`]).
+fn atomic<P: Platform>(
+    p: &mut P,
+    op: super::atomic::AtomicOp,
+    remote: &Pieces,
+    local: &Pieces,
+) -> Result<(), CopyFault> {
+    let (Some(target), Some(result)) = (remote.first_addr(), local.first_addr()) else {
+        return Err(CopyFault::Destination);
+    };
+    let mut old = [0u8; 8];
+    p.read(target, &mut old)
+        .map_err(|_| CopyFault::Destination)?;
+    let new = op.apply(u64::from_ne_bytes(old));
+    p.write(target, &new.to_ne_bytes())
+        .map_err(|_| CopyFault::Destination)?;
+    p.write(result, &old).map_err(|_| CopyFault::Source)
+}

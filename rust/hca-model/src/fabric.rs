@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The fabric: every HCA instance, the clock, and the engine that executes
+//! queued work across instances.
+//!
+//! A send on instance A addressed to a QP on instance B (or on A, or to the
+//! sending QP itself) is executed by one engine step that holds the whole
+//! fabric: it borrows A, then B, then A again, never both at once, so the
+//! same code serves every case and nothing is allocated. The kernel keeps
+//! the fabric behind one lock and calls [`Fabric::run`] after each kick and
+//! from a work item while [`RunReport::more`] is set.
+//!
+//! # Clock
+//!
+//! RNR and transport retries wait on a clock the embedder drives with
+//! [`Fabric::set_time`] (nanoseconds, any origin, never going back). A
+//! waiting QP is retried by the first [`Fabric::run`] at or after its
+//! deadline; [`Fabric::next_deadline`] says when to call it (the kernel
+//! arms an hrtimer).
+
+use super::exec;
+use super::hca::Hca;
+use super::mem::Platform;
+use super::table::Storage;
+use super::transfer::Scratch;
+
+/// A set of HCA instances the fabric can hold: implement it for whatever
+/// owns them (a `KVec` in the kernel). Implemented for arrays and mutable
+/// slices.
+pub trait HcaSet {
+    /// The storage type of every instance.
+    type Storage: Storage;
+
+    /// The instances; instance `i` has fabric index (LID) `i`.
+    fn hcas(&mut self) -> &mut [Hca<Self::Storage>];
+}
+
+impl<S: Storage, const N: usize> HcaSet for [Hca<S>; N] {
+    type Storage = S;
+
+    fn hcas(&mut self) -> &mut [Hca<S>] {
+        self
+    }
+}
+
+impl<S: Storage> HcaSet for &mut [Hca<S>] {
+    type Storage = S;
+
+    fn hcas(&mut self) -> &mut [Hca<S>] {
+        self
+    }
+}
+
+/// What one engine run did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunReport {
+    /// Budget units used (one per WQE executed or flushed, plus one per
+    /// 4 KiB moved).
+    pub used: u32,
+    /// Whether work remains that can run now: call [`Fabric::run`] again.
+    pub more: bool,
+}
+
+/// Several HCA instances connected to one switch.
+///
+/// Besides the instances it holds the clock and about 5 KiB of scratch
+/// space for the engine (a copy of the WQE being executed, the receive WQE
+/// being consumed, the resolved buffer lists), so the kernel should keep it
+/// in a `KBox` rather than on the stack.
+#[derive(Debug)]
+pub struct Fabric<H> {
+    set: H,
+    now: u64,
+    cursor: usize,
+    scratch: Scratch,
+}
+
+impl<H: HcaSet> Fabric<H> {
+    /// Joins the instances of `set` into a fabric, giving each its index
+    /// as its id (the LID its peers address it by). At most 65536 instances
+    /// are addressable.
+    pub fn new(mut set: H) -> Self {
+        for (i, h) in set.hcas().iter_mut().enumerate() {
+            h.id = u16::try_from(i).unwrap_or(u16::MAX);
+        }
+        Fabric {
+            set,
+            now: 0,
+            cursor: 0,
+            scratch: Scratch::new(),
+        }
+    }
+
+    /// The instances, for ringing doorbells and control operations.
+    pub fn hcas(&mut self) -> &mut [Hca<H::Storage>] {
+        self.set.hcas()
+    }
+
+    /// Instance `id`.
+    pub fn hca(&mut self, id: u16) -> Option<&mut Hca<H::Storage>> {
+        self.set.hcas().get_mut(usize::from(id))
+    }
+
+    /// Gives the instances back.
+    pub fn into_inner(self) -> H {
+        self.set
+    }
+
+    /// The current time.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Advances the clock to `now` (an earlier time is ignored).
+    pub fn set_time(&mut self, now: u64) {
+        self.now = self.now.max(now);
+    }
+
+    /// The earliest retry deadline of any waiting QP.
+    pub fn next_deadline(&mut self) -> Option<u64> {
+        self.set
+            .hcas()
+            .iter_mut()
+            .filter_map(Hca::next_deadline)
+            .min()
+    }
+
+    /// Executes queued work (send WQEs, flushes, retries that are due, SQ
+    /// drained events) until `budget` units are used or nothing is left,
+    /// taking instances and QPs in turn.
+    pub fn run<P: Platform>(&mut self, p: &mut P, budget: u32) -> RunReport {
+        let now = self.now;
+        let hcas = self.set.hcas();
+        for h in hcas.iter_mut() {
+            h.expire(now);
+        }
+        let n = hcas.len();
+        let mut used = 0u32;
+        let mut idle = 0usize;
+        while used < budget && n != 0 && idle < n {
+            let a = self.cursor % n;
+            let slot = hcas.get_mut(a).and_then(Hca::pop_active);
+            let Some(slot) = slot else {
+                self.cursor = self.cursor.wrapping_add(1);
+                idle += 1;
+                continue;
+            };
+            idle = 0;
+            used = used.saturating_add(exec::step(hcas, &mut self.scratch, now, p, a, slot));
+            self.cursor = self.cursor.wrapping_add(1);
+        }
+        RunReport {
+            used,
+            more: hcas.iter().any(Hca::has_work),
+        }
+    }
+}

@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Modify-QP: the RC rows of the IB spec's state transition table (the
+//! kernel's `ib_modify_qp_is_ok`) and attribute range checks.
+//!
+//! The mask bits have the values of `enum ib_qp_attr_mask`, so the kernel
+//! can pass a verbs mask through unchanged. Bits the model does not support
+//! (Q_Key, alternate path, path migration state, capability changes) are
+//! refused wherever they appear.
+
+use super::caps::Caps;
+use super::error::Error;
+use super::mr::Access;
+use super::qp::{ConnAttrs, QpState, RemoteQp};
+
+/// Which fields of a [`QpModify`] are meant, with the `IB_QP_*` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct AttrMask(pub u32);
+
+impl AttrMask {
+    /// `IB_QP_STATE`: `state` is the target state.
+    pub const STATE: AttrMask = AttrMask(1 << 0);
+    /// `IB_QP_CUR_STATE`: `cur_state` must match the current state.
+    pub const CUR_STATE: AttrMask = AttrMask(1 << 1);
+    /// `IB_QP_EN_SQD_ASYNC_NOTIFY`.
+    pub const EN_SQD_ASYNC_NOTIFY: AttrMask = AttrMask(1 << 2);
+    /// `IB_QP_ACCESS_FLAGS`.
+    pub const ACCESS_FLAGS: AttrMask = AttrMask(1 << 3);
+    /// `IB_QP_PKEY_INDEX`.
+    pub const PKEY_INDEX: AttrMask = AttrMask(1 << 4);
+    /// `IB_QP_PORT`.
+    pub const PORT: AttrMask = AttrMask(1 << 5);
+    /// `IB_QP_QKEY` (UD only: refused).
+    pub const QKEY: AttrMask = AttrMask(1 << 6);
+    /// `IB_QP_AV`: the destination HCA.
+    pub const AV: AttrMask = AttrMask(1 << 7);
+    /// `IB_QP_PATH_MTU`.
+    pub const PATH_MTU: AttrMask = AttrMask(1 << 8);
+    /// `IB_QP_TIMEOUT`.
+    pub const TIMEOUT: AttrMask = AttrMask(1 << 9);
+    /// `IB_QP_RETRY_CNT`.
+    pub const RETRY_CNT: AttrMask = AttrMask(1 << 10);
+    /// `IB_QP_RNR_RETRY`.
+    pub const RNR_RETRY: AttrMask = AttrMask(1 << 11);
+    /// `IB_QP_RQ_PSN`.
+    pub const RQ_PSN: AttrMask = AttrMask(1 << 12);
+    /// `IB_QP_MAX_QP_RD_ATOMIC`.
+    pub const MAX_QP_RD_ATOMIC: AttrMask = AttrMask(1 << 13);
+    /// `IB_QP_ALT_PATH` (refused: no alternate paths).
+    pub const ALT_PATH: AttrMask = AttrMask(1 << 14);
+    /// `IB_QP_MIN_RNR_TIMER`.
+    pub const MIN_RNR_TIMER: AttrMask = AttrMask(1 << 15);
+    /// `IB_QP_SQ_PSN`.
+    pub const SQ_PSN: AttrMask = AttrMask(1 << 16);
+    /// `IB_QP_MAX_DEST_RD_ATOMIC`.
+    pub const MAX_DEST_RD_ATOMIC: AttrMask = AttrMask(1 << 17);
+    /// `IB_QP_PATH_MIG_STATE` (refused: no path migration).
+    pub const PATH_MIG_STATE: AttrMask = AttrMask(1 << 18);
+    /// `IB_QP_CAP` (refused: queues are sized at creation).
+    pub const CAP: AttrMask = AttrMask(1 << 19);
+    /// `IB_QP_DEST_QPN`.
+    pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
+
+    /// Both masks' bits.
+    pub const fn or(self, other: AttrMask) -> AttrMask {
+        AttrMask(self.0 | other.0)
+    }
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: AttrMask) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+/// A modify-QP request: the target state and the attributes named by
+/// `mask` (the others are ignored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct QpModify {
+    /// Which fields apply.
+    pub mask: AttrMask,
+    /// Target state (with [`AttrMask::STATE`]; otherwise the QP stays in
+    /// its state and only attributes change).
+    pub state: QpState,
+    /// The state the caller believes the QP is in ([`AttrMask::CUR_STATE`]).
+    pub cur_state: QpState,
+    /// Attribute values.
+    pub attrs: ConnAttrs,
+}
+
+// The RC rows of the IB spec's QP state table: required and optional
+// attributes of each allowed transition.
+const RESET_INIT_REQ: AttrMask = AttrMask::PKEY_INDEX
+    .or(AttrMask::PORT)
+    .or(AttrMask::ACCESS_FLAGS);
+const INIT_INIT_OPT: AttrMask = RESET_INIT_REQ;
+const INIT_RTR_REQ: AttrMask = AttrMask::AV
+    .or(AttrMask::PATH_MTU)
+    .or(AttrMask::DEST_QPN)
+    .or(AttrMask::RQ_PSN)
+    .or(AttrMask::MAX_DEST_RD_ATOMIC)
+    .or(AttrMask::MIN_RNR_TIMER);
+const INIT_RTR_OPT: AttrMask = AttrMask::ALT_PATH
+    .or(AttrMask::ACCESS_FLAGS)
+    .or(AttrMask::PKEY_INDEX);
+const RTR_RTS_REQ: AttrMask = AttrMask::TIMEOUT
+    .or(AttrMask::RETRY_CNT)
+    .or(AttrMask::RNR_RETRY)
+    .or(AttrMask::SQ_PSN)
+    .or(AttrMask::MAX_QP_RD_ATOMIC);
+const TO_RTS_OPT: AttrMask = AttrMask::CUR_STATE
+    .or(AttrMask::ALT_PATH)
+    .or(AttrMask::ACCESS_FLAGS)
+    .or(AttrMask::MIN_RNR_TIMER)
+    .or(AttrMask::PATH_MIG_STATE);
+const SQD_SQD_OPT: AttrMask = AttrMask::PKEY_INDEX
+    .or(AttrMask::PORT)
+    .or(AttrMask::AV)
+    .or(AttrMask::ALT_PATH)
+    .or(AttrMask::ACCESS_FLAGS)
+    .or(AttrMask::TIMEOUT)
+    .or(AttrMask::RETRY_CNT)
+    .or(AttrMask::RNR_RETRY)
+    .or(AttrMask::MAX_QP_RD_ATOMIC)
+    .or(AttrMask::MAX_DEST_RD_ATOMIC)
+    .or(AttrMask::MIN_RNR_TIMER)
+    .or(AttrMask::PATH_MIG_STATE);
+const SQE_RTS_OPT: AttrMask = AttrMask::CUR_STATE.or(AttrMask::ACCESS_FLAGS);
+const UNSUPPORTED: AttrMask = AttrMask::QKEY
+    .or(AttrMask::ALT_PATH)
+    .or(AttrMask::PATH_MIG_STATE)
+    .or(AttrMask::CAP);
+const KNOWN: AttrMask = AttrMask((1 << 21) - 1);
+
+/// Required and optional attributes of the transition `cur -> next`, or
+/// `None` if the IB spec does not allow it for RC QPs.
+fn transition(cur: QpState, next: QpState) -> Option<(AttrMask, AttrMask)> {
+    use QpState::*;
+    let none = AttrMask(0);
+    Some(match (cur, next) {
+        (_, Reset) | (_, Err) => (none, none),
+        (Reset, Init) => (RESET_INIT_REQ, none),
+        (Init, Init) => (none, INIT_INIT_OPT),
+        (Init, Rtr) => (INIT_RTR_REQ, INIT_RTR_OPT),
+        (Rtr, Rts) => (RTR_RTS_REQ, TO_RTS_OPT),
+        (Rts, Rts) | (Sqd, Rts) => (none, TO_RTS_OPT),
+        (Rts, Sqd) => (none, AttrMask::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => (none, SQD_SQD_OPT),
+        (Sqe, Rts) => (none, SQE_RTS_OPT),
+        _ => return None,
+    })
+}
+
+/// Checks `m` against the transition table and the value ranges, and
+/// returns the target state.
+///
+/// # Errors
+///
+/// [`Error::BadTransition`] if the transition is not allowed, a required
+/// attribute is missing, an attribute is not allowed for it, or
+/// `cur_state` does not match; [`Error::Invalid`] if a value is out of
+/// range or an unsupported attribute is named.
+pub(super) fn check(cur: QpState, m: &QpModify, caps: &Caps) -> Result<QpState, Error> {
+    let mask = m.mask;
+    if mask.0 & !KNOWN.0 != 0 || mask.0 & UNSUPPORTED.0 != 0 {
+        return Err(Error::Invalid);
+    }
+    let next = if mask.contains(AttrMask::STATE) {
+        m.state
+    } else {
+        cur
+    };
+    if mask.contains(AttrMask::CUR_STATE) && m.cur_state != cur {
+        return Err(Error::BadTransition);
+    }
+    let (req, opt) = transition(cur, next).ok_or(Error::BadTransition)?;
+    let given = AttrMask(mask.0 & !AttrMask::STATE.0);
+    if !given.contains(req) || given.0 & !(req.0 | opt.0) != 0 {
+        return Err(Error::BadTransition);
+    }
+    let a = &m.attrs;
+    let bad = (mask.contains(AttrMask::PORT) && a.port != 1)
+        || (mask.contains(AttrMask::PKEY_INDEX) && a.pkey_index != 0)
+        || (mask.contains(AttrMask::ACCESS_FLAGS) && !Access::ALL.contains(a.access))
+        || (mask.contains(AttrMask::PATH_MTU) && !(1..=5).contains(&a.path_mtu))
+        || (mask.contains(AttrMask::DEST_QPN) && a.dest.qpn > 0xff_ffff)
+        || (mask.contains(AttrMask::RQ_PSN) && a.rq_psn > 0xff_ffff)
+        || (mask.contains(AttrMask::SQ_PSN) && a.sq_psn > 0xff_ffff)
+        || (mask.contains(AttrMask::MIN_RNR_TIMER) && a.min_rnr_timer > 31)
+        || (mask.contains(AttrMask::TIMEOUT) && a.timeout > 31)
+        || (mask.contains(AttrMask::RETRY_CNT) && a.retry_cnt > 7)
+        || (mask.contains(AttrMask::RNR_RETRY) && a.rnr_retry > 7)
+        || (mask.contains(AttrMask::MAX_QP_RD_ATOMIC) && a.max_rd_atomic > caps.max_qp_rd_atom)
+        || (mask.contains(AttrMask::MAX_DEST_RD_ATOMIC)
+            && a.max_dest_rd_atomic > caps.max_qp_dest_rd_atom);
+    if bad {
+        return Err(Error::Invalid);
+    }
+    Ok(next)
+}
+
+/// Copies the attributes named by `m.mask` into `conn`.
+pub(super) fn apply(conn: &mut ConnAttrs, m: &QpModify) {
+    let mask = m.mask;
+    let a = &m.attrs;
+    if mask.contains(AttrMask::ACCESS_FLAGS) {
+        conn.access = a.access;
+    }
+    if mask.contains(AttrMask::PKEY_INDEX) {
+        conn.pkey_index = a.pkey_index;
+    }
+    if mask.contains(AttrMask::PORT) {
+        conn.port = a.port;
+    }
+    if mask.contains(AttrMask::AV) {
+        conn.dest = RemoteQp {
+            hca: a.dest.hca,
+            qpn: conn.dest.qpn,
+        };
+    }
+    if mask.contains(AttrMask::DEST_QPN) {
+        conn.dest.qpn = a.dest.qpn;
+    }
+    if mask.contains(AttrMask::PATH_MTU) {
+        conn.path_mtu = a.path_mtu;
+    }
+    if mask.contains(AttrMask::RQ_PSN) {
+        conn.rq_psn = a.rq_psn;
+    }
+    if mask.contains(AttrMask::SQ_PSN) {
+        conn.sq_psn = a.sq_psn;
+    }
+    if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+        conn.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+        conn.max_rd_atomic = a.max_rd_atomic;
+    }
+    if mask.contains(AttrMask::MIN_RNR_TIMER) {
+        conn.min_rnr_timer = a.min_rnr_timer;
+    }
+    if mask.contains(AttrMask::TIMEOUT) {
+        conn.timeout = a.timeout;
+    }
+    if mask.contains(AttrMask::RETRY_CNT) {
+        conn.retry_cnt = a.retry_cnt;
+    }
+    if mask.contains(AttrMask::RNR_RETRY) {
+        conn.rnr_retry = a.rnr_retry;
+    }
+    if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+        conn.sqd_async_notify = a.sqd_async_notify;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn modify(state: QpState, mask: AttrMask) -> QpModify {
+        QpModify {
+            mask: mask.or(AttrMask::STATE),
+            state,
+            cur_state: QpState::Reset,
+            attrs: ConnAttrs {
+                port: 1,
+                path_mtu: 5,
+                ..ConnAttrs::default()
+            },
+        }
+    }
+
+    #[test]
+    fn rc_path_to_rts() {
+        let caps = Caps::DEFAULT;
+        use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+        assert_eq!(check(Reset, &modify(Init, RESET_INIT_REQ), &caps), Ok(Init));
+        assert_eq!(check(Init, &modify(Rtr, INIT_RTR_REQ), &caps), Ok(Rtr));
+        assert_eq!(check(Rtr, &modify(Rts, RTR_RTS_REQ), &caps), Ok(Rts));
+        assert_eq!(check(Rts, &modify(Sqd, AttrMask(0)), &caps), Ok(Sqd));
+        assert_eq!(check(Sqd, &modify(Rts, AttrMask(0)), &caps), Ok(Rts));
+        for s in [Reset, Init, Rtr, Rts, Sqd, Sqe, QpState::Err] {
+            assert_eq!(
+                check(s, &modify(QpState::Err, AttrMask(0)), &caps),
+                Ok(QpState::Err)
+            );
+            assert_eq!(check(s, &modify(Reset, AttrMask(0)), &caps), Ok(Reset));
+        }
+    }
+
+    #[test]
+    fn missing_extra_and_bad_values() {
+        let caps = Caps::DEFAULT;
+        use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+        // Missing a required attribute.
+        assert_eq!(
+            check(Reset, &modify(Init, AttrMask::PORT), &caps),
+            Err(Error::BadTransition)
+        );
+        // An attribute the transition does not allow.
+        let m = modify(Init, RESET_INIT_REQ.or(AttrMask::TIMEOUT));
+        assert_eq!(check(Reset, &m, &caps), Err(Error::BadTransition));
+        // Skipping states.
+        assert_eq!(
+            check(Reset, &modify(Rts, RTR_RTS_REQ), &caps),
+            Err(Error::BadTransition)
+        );
+        assert_eq!(
+            check(QpState::Err, &modify(Rts, AttrMask(0)), &caps),
+            Err(Error::BadTransition)
+        );
+        assert_eq!(
+            check(Rts, &modify(Sqe, AttrMask(0)), &caps),
+            Err(Error::BadTransition)
+        );
+        // Values out of range.
+        let mut m = modify(Init, RESET_INIT_REQ);
+        m.attrs.port = 2;
+        assert_eq!(check(Reset, &m, &caps), Err(Error::Invalid));
+        let mut m = modify(Rts, RTR_RTS_REQ);
+        m.attrs.rnr_retry = 8;
+        assert_eq!(check(Rtr, &m, &caps), Err(Error::Invalid));
+        m.attrs.rnr_retry = 7;
+        m.attrs.max_rd_atomic = 17;
+        assert_eq!(check(Rtr, &m, &caps), Err(Error::Invalid));
+        // Unsupported and unknown bits.
+        let m = modify(Rtr, INIT_RTR_REQ.or(AttrMask::ALT_PATH));
+        assert_eq!(check(Init, &m, &caps), Err(Error::Invalid));
+        let m = modify(Rtr, INIT_RTR_REQ.or(AttrMask(1 << 25)));
+        assert_eq!(check(Init, &m, &caps), Err(Error::Invalid));
+        // CUR_STATE must match.
+        let mut m = modify(Rts, AttrMask::CUR_STATE);
+        m.cur_state = Sqd;
+        assert_eq!(check(Rts, &m, &caps), Err(Error::BadTransition));
+        m.cur_state = Rts;
+        assert_eq!(check(Rts, &m, &caps), Ok(Rts));
+        // Attribute-only change without STATE stays in the state.
+        let m = QpModify {
+            mask: AttrMask::MIN_RNR_TIMER,
+            ..modify(Rts, AttrMask(0))
+        };
+        assert_eq!(check(Rts, &m, &caps), Ok(Rts));
+    }
+}

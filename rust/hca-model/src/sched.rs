@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The engine's work lists: which QPs have something to do now, and which
+//! wait for a retry deadline.
+//!
+//! Both are FIFO lists linked through the QPs themselves (`Qp::next`, with
+//! `Qp::on_list` saying which list a QP is on), so scheduling never
+//! allocates and a QP is on at most one list at a time.
+//!
+//! # Invariants
+//!
+//! A QP is linked into `active` exactly when its `on_list` is
+//! `OnList::Active`, into `timer` exactly when it is `OnList::Timer`,
+//! and `len` counts the QPs linked into each list.
+
+use super::qp::{OnList, Qp};
+use super::table::{get, get_mut, Slot};
+
+const NIL: u32 = u32::MAX;
+
+/// One singly linked FIFO of QP slot indices.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct List {
+    head: u32,
+    tail: u32,
+    len: u32,
+}
+
+impl List {
+    const EMPTY: List = List {
+        head: NIL,
+        tail: NIL,
+        len: 0,
+    };
+
+    fn push_back(&mut self, qps: &mut [Slot<Qp>], slot: u32, which: OnList) {
+        let Some(qp) = get_mut(qps, slot) else {
+            return;
+        };
+        qp.on_list = which;
+        qp.next = NIL;
+        match get_mut(qps, self.tail) {
+            Some(tail) => tail.next = slot,
+            None => self.head = slot,
+        }
+        self.tail = slot;
+        self.len = self.len.wrapping_add(1);
+    }
+
+    fn pop_front(&mut self, qps: &mut [Slot<Qp>]) -> Option<u32> {
+        let slot = self.head;
+        let qp = get_mut(qps, slot)?;
+        self.head = qp.next;
+        qp.next = NIL;
+        qp.on_list = OnList::None;
+        if self.head == NIL {
+            self.tail = NIL;
+        }
+        self.len = self.len.saturating_sub(1);
+        Some(slot)
+    }
+
+    /// Unlinks `slot`, walking the list (used only on the control path:
+    /// reset, error and destroy).
+    fn remove(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
+        let mut prev = NIL;
+        let mut cur = self.head;
+        let mut steps = self.len;
+        while cur != NIL && steps > 0 {
+            steps -= 1;
+            let next = get(qps, cur).map_or(NIL, |q| q.next);
+            if cur == slot {
+                match get_mut(qps, prev) {
+                    Some(p) => p.next = next,
+                    None => self.head = next,
+                }
+                if self.tail == slot {
+                    self.tail = prev;
+                }
+                if let Some(q) = get_mut(qps, slot) {
+                    q.next = NIL;
+                    q.on_list = OnList::None;
+                }
+                self.len = self.len.saturating_sub(1);
+                return;
+            }
+            prev = cur;
+            cur = next;
+        }
+    }
+}
+
+/// The two work lists of one HCA instance.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Sched {
+    active: List,
+    timer: List,
+}
+
+impl Sched {
+    pub(super) const EMPTY: Sched = Sched {
+        active: List::EMPTY,
+        timer: List::EMPTY,
+    };
+
+    /// Puts the QP in `slot` on the active list unless it already is there;
+    /// a QP waiting for a deadline is moved (its deadline stays recorded
+    /// and the engine puts it back if it has not passed).
+    pub(super) fn activate(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
+        match get(qps, slot).map(|q| q.on_list) {
+            Some(OnList::None) => self.active.push_back(qps, slot, OnList::Active),
+            Some(OnList::Timer) => {
+                self.timer.remove(qps, slot);
+                self.active.push_back(qps, slot, OnList::Active);
+            }
+            Some(OnList::Active) | None => {}
+        }
+    }
+
+    /// Puts the QP in `slot` (on no list) on the timer list.
+    pub(super) fn park(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
+        if get(qps, slot).is_some_and(|q| q.on_list == OnList::None) {
+            self.timer.push_back(qps, slot, OnList::Timer);
+        }
+    }
+
+    /// Takes the QP in `slot` off whichever list it is on.
+    pub(super) fn unlink(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
+        match get(qps, slot).map(|q| q.on_list) {
+            Some(OnList::Active) => self.active.remove(qps, slot),
+            Some(OnList::Timer) => self.timer.remove(qps, slot),
+            Some(OnList::None) | None => {}
+        }
+    }
+
+    /// Takes the first QP off the active list.
+    pub(super) fn pop_active(&mut self, qps: &mut [Slot<Qp>]) -> Option<u32> {
+        self.active.pop_front(qps)
+    }
+
+    /// Whether any QP is on the active list.
+    pub(super) fn has_active(&self) -> bool {
+        self.active.len != 0
+    }
+
+    /// Moves every waiting QP whose deadline is at or before `now` to the
+    /// active list. Returns the earliest deadline still pending.
+    pub(super) fn expire(&mut self, qps: &mut [Slot<Qp>], now: u64) -> Option<u64> {
+        let mut earliest: Option<u64> = None;
+        for _ in 0..self.timer.len {
+            let Some(slot) = self.timer.pop_front(qps) else {
+                break;
+            };
+            let deadline = get(qps, slot).and_then(|q| q.wait).map_or(0, |(_, d)| d);
+            if deadline <= now {
+                self.active.push_back(qps, slot, OnList::Active);
+            } else {
+                earliest = Some(earliest.map_or(deadline, |e| e.min(deadline)));
+                self.timer.push_back(qps, slot, OnList::Timer);
+            }
+        }
+        earliest
+    }
+
+    /// The earliest deadline of the waiting QPs, without moving them.
+    pub(super) fn next_deadline(&self, qps: &[Slot<Qp>]) -> Option<u64> {
+        let mut earliest: Option<u64> = None;
+        let mut cur = self.timer.head;
+        for _ in 0..self.timer.len {
+            let Some(qp) = get(qps, cur) else {
+                break;
+            };
+            if let Some((_, d)) = qp.wait {
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+            }
+            cur = qp.next;
+        }
+        earliest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::qp::{QpAttr, WaitKind};
+    use super::*;
+
+    fn qps(n: u32) -> [Slot<Qp>; 4] {
+        let attr = QpAttr {
+            pdn: 0,
+            send_cqn: 0,
+            recv_cqn: 0,
+            sq_wqebbs: 1,
+            sq_buf_addr: 0,
+            rq_wqes: 0,
+            rq_stride: 16,
+            rq_buf_addr: 0,
+            dbr_addr: 0,
+            uar_addr: 0,
+            bfreg: 0,
+            max_send_sge: 1,
+            max_inline_data: 0,
+        };
+        core::array::from_fn(|i| Slot {
+            variant: 0,
+            obj: (i < n as usize).then(|| Qp::new(i as u32, attr)),
+        })
+    }
+
+    #[test]
+    fn active_list_is_fifo_without_duplicates() {
+        let mut t = qps(3);
+        let mut s = Sched::EMPTY;
+        s.activate(&mut t, 2);
+        s.activate(&mut t, 0);
+        s.activate(&mut t, 2);
+        s.activate(&mut t, 3); // empty slot: ignored
+        assert_eq!(s.pop_active(&mut t), Some(2));
+        assert_eq!(s.pop_active(&mut t), Some(0));
+        assert_eq!(s.pop_active(&mut t), None);
+        assert!(!s.has_active());
+    }
+
+    #[test]
+    fn timers_expire_in_place_and_unlink_works() {
+        let mut t = qps(3);
+        let mut s = Sched::EMPTY;
+        for (slot, deadline) in [(0u32, 30u64), (1, 10), (2, 20)] {
+            if let Some(q) = get_mut(&mut t, slot) {
+                q.wait = Some((WaitKind::Rnr, deadline));
+            }
+            s.park(&mut t, slot);
+        }
+        assert_eq!(s.next_deadline(&t), Some(10));
+        assert_eq!(s.expire(&mut t, 20), Some(30));
+        assert_eq!(s.pop_active(&mut t), Some(1));
+        assert_eq!(s.pop_active(&mut t), Some(2));
+        s.unlink(&mut t, 0);
+        assert_eq!(s.next_deadline(&t), None);
+        // Activating a parked QP moves it.
+        s.park(&mut t, 1);
+        s.activate(&mut t, 1);
+        assert_eq!(s.next_deadline(&t), None);
+        assert_eq!(s.pop_active(&mut t), Some(1));
+    }
+}

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Moving message data: lists of resolved buffer pieces and the copy loop
+//! between them.
+//!
+//! Keys are resolved and checked before any byte moves, into `Pieces`
+//! (DMA ranges, or inline bytes of the WQE), so the copy itself needs no
+//! object table and never reaches memory outside a checked MR.
+
+use super::mem::DmaMemory;
+
+/// Most pieces one side of a transfer has: a 1008-byte WQE holds at most 62
+/// data segments after its control and remote address segments, and a
+/// receive WQE of the largest stride (1024 bytes) holds 64.
+pub(super) const MAX_PIECES: usize = 64;
+
+/// Bytes moved per read/write pair.
+const CHUNK: usize = 256;
+
+/// One contiguous piece of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Piece {
+    /// `len` bytes of DMA memory at `addr` (already checked against an MR).
+    Dma { addr: u64, len: u64 },
+    /// `len` bytes at offset `off` of the send WQE (inline data).
+    Inline { off: usize, len: usize },
+}
+
+impl Piece {
+    fn len(&self) -> u64 {
+        match *self {
+            Piece::Dma { len, .. } => len,
+            Piece::Inline { len, .. } => len as u64,
+        }
+    }
+}
+
+/// An ordered list of pieces and their total length.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Pieces {
+    n: usize,
+    items: [Piece; MAX_PIECES],
+    total: u64,
+}
+
+impl Pieces {
+    /// No pieces.
+    pub(super) const EMPTY: Pieces = Pieces {
+        n: 0,
+        items: [Piece::Dma { addr: 0, len: 0 }; MAX_PIECES],
+        total: 0,
+    };
+
+    /// Empties the list (without touching its storage).
+    pub(super) fn clear(&mut self) {
+        self.n = 0;
+        self.total = 0;
+    }
+
+    /// Makes the list one DMA range.
+    pub(super) fn set_one(&mut self, addr: u64, len: u64) {
+        self.clear();
+        self.push(Piece::Dma { addr, len });
+    }
+
+    /// Appends a piece. Returns `false` if the list is full or the total
+    /// would overflow.
+    pub(super) fn push(&mut self, piece: Piece) -> bool {
+        let Some(total) = self.total.checked_add(piece.len()) else {
+            return false;
+        };
+        let Some(slot) = self.items.get_mut(self.n) else {
+            return false;
+        };
+        *slot = piece;
+        self.n += 1;
+        self.total = total;
+        true
+    }
+
+    /// Total bytes.
+    pub(super) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The DMA address of the first piece, if it is a DMA piece.
+    pub(super) fn first_addr(&self) -> Option<u64> {
+        match self.get(0)? {
+            Piece::Dma { addr, .. } => Some(*addr),
+            Piece::Inline { .. } => None,
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&Piece> {
+        self.items.get(..self.n)?.get(i)
+    }
+}
+
+/// Which side of a copy could not be accessed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CopyFault {
+    /// Reading the source failed.
+    Source,
+    /// Writing the destination failed.
+    Destination,
+}
+
+/// A position in a [`Pieces`] list.
+struct Cursor<'a> {
+    pieces: &'a Pieces,
+    index: usize,
+    offset: u64,
+}
+
+impl Cursor<'_> {
+    /// The current piece and the bytes left in it, skipping empty pieces.
+    fn current(&mut self) -> Option<(Piece, u64)> {
+        loop {
+            let piece = *self.pieces.get(self.index)?;
+            let left = piece.len().saturating_sub(self.offset);
+            if left != 0 {
+                return Some((piece, left));
+            }
+            self.index += 1;
+            self.offset = 0;
+        }
+    }
+
+    fn advance(&mut self, n: u64) {
+        self.offset = self.offset.saturating_add(n);
+    }
+}
+
+/// Copies `len` bytes from `src` (whose inline pieces index `inline`) to
+/// the DMA pieces of `dst`. Both lists must hold at least `len` bytes; the
+/// caller has checked that.
+pub(super) fn copy<M: DmaMemory>(
+    mem: &mut M,
+    src: &Pieces,
+    inline: &[u8],
+    dst: &Pieces,
+    len: u64,
+) -> Result<(), CopyFault> {
+    let mut s = Cursor {
+        pieces: src,
+        index: 0,
+        offset: 0,
+    };
+    let mut d = Cursor {
+        pieces: dst,
+        index: 0,
+        offset: 0,
+    };
+    let mut buf = [0u8; CHUNK];
+    let mut left = len;
+    while left != 0 {
+        let (sp, s_left) = s.current().ok_or(CopyFault::Source)?;
+        let (dp, d_left) = d.current().ok_or(CopyFault::Destination)?;
+        let n = left.min(s_left).min(d_left).min(CHUNK as u64);
+        // `n` is at most CHUNK, so it fits in usize.
+        let chunk = buf.get_mut(..n as usize).ok_or(CopyFault::Source)?;
+        match sp {
+            Piece::Dma { addr, .. } => mem
+                .read(addr.wrapping_add(s.offset), chunk)
+                .map_err(|_| CopyFault::Source)?,
+            Piece::Inline { off, .. } => {
+                let start = off
+                    .checked_add(s.offset as usize)
+                    .ok_or(CopyFault::Source)?;
+                let end = start.checked_add(chunk.len()).ok_or(CopyFault::Source)?;
+                let bytes = inline.get(start..end).ok_or(CopyFault::Source)?;
+                chunk.copy_from_slice(bytes);
+            }
+        }
+        match dp {
+            Piece::Dma { addr, .. } => mem
+                .write(addr.wrapping_add(d.offset), chunk)
+                .map_err(|_| CopyFault::Destination)?,
+            Piece::Inline { .. } => return Err(CopyFault::Destination),
+        }
+        s.advance(n);
+        d.advance(n);
+        left -= n;
+    }
+    Ok(())
+}
+
+/// Working storage of the engine, kept in the fabric so that executing a
+/// WQE neither allocates nor zeroes kilobytes of stack.
+#[derive(Debug)]
+pub struct Scratch {
+    /// The send WQE being executed, copied out of the SQ.
+    pub(super) wqe: [u8; super::prm::wqe::MAX_WQE_SIZE],
+    /// The receive WQE being consumed.
+    pub(super) recv: [u8; super::hca::MAX_RQ_STRIDE as usize],
+    /// The requester's gather or scatter list.
+    pub(super) local: Pieces,
+    /// The responder's side of the transfer.
+    pub(super) remote: Pieces,
+}
+
+impl Scratch {
+    /// Empty scratch storage.
+    pub const fn new() -> Self {
+        Scratch {
+            wqe: [0; super::prm::wqe::MAX_WQE_SIZE],
+            recv: [0; super::hca::MAX_RQ_STRIDE as usize],
+            local: Pieces::EMPTY,
+            remote: Pieces::EMPTY,
+        }
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Host tests of the software HCA, driven through a harness that plays the
+//! kernel and the provider with the mlx5-prm encoders.
+
+// Host-only test code: the kernel lint set's cast pedantry is relaxed here.
+#![allow(missing_docs, unreachable_pub, dead_code)]
+#![allow(clippy::cast_lossless, clippy::wrong_self_convention)]
+
+mod harness;
+mod mem;
+mod provider;
+mod retry;
+
+mod arming;
+mod errors;
+mod failure;
+mod hostile;
+mod props;
+mod states;
+mod verbs;
+mod wrap;

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A DMA address space with guard zones: every region the tests allocate is
+//! surrounded by unmapped space, queue buffers the device must only read are
+//! marked so, and data buffers may only be reached inside a registered MR.
+//! Any other access by the model is a violation that fails the test.
+
+use hca_model::mem::{DmaFault, DmaMemory, Interrupt, Platform};
+
+/// Where DMA addresses start (so that 0 and small numbers are never valid).
+const BASE: u64 = 0x1_0000_0000;
+/// Unmapped bytes between regions.
+const GUARD: u64 = 4096;
+
+/// What the device may do to a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// SQ, RQ, doorbell records, UAR pages: the device only reads.
+    DevRead,
+    /// CQ and EQ rings: the device reads and writes.
+    DevWrite,
+    /// Data buffers: reachable only inside a registered MR.
+    Data,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    start: u64,
+    len: u64,
+    kind: Kind,
+}
+
+/// The memory, the interrupt log and the violation log.
+pub struct TestMem {
+    bytes: Vec<u8>,
+    regions: Vec<Region>,
+    next: u64,
+    /// DMA ranges of live MRs: (start, len, hca, key).
+    mrs: Vec<(u64, u64, usize, u32)>,
+    /// Accesses the model should never have made.
+    pub violations: Vec<String>,
+    /// Panic at the first violation (the default), for a useful backtrace.
+    pub strict: bool,
+    /// Interrupts raised, in order.
+    pub irqs: Vec<Interrupt>,
+    /// Device reads and writes, for the benchmarks' sanity.
+    pub accesses: u64,
+    /// Check device accesses (turned off by the benchmark to time the
+    /// model rather than the checker).
+    pub checks: bool,
+}
+
+impl Default for TestMem {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestMem {
+    /// An empty address space.
+    pub fn new() -> Self {
+        TestMem {
+            bytes: Vec::new(),
+            regions: Vec::new(),
+            next: BASE + GUARD,
+            mrs: Vec::new(),
+            violations: Vec::new(),
+            strict: true,
+            irqs: Vec::new(),
+            accesses: 0,
+            checks: true,
+        }
+    }
+
+    /// Allocates `len` bytes (zeroed), 4 KiB aligned, with guards around.
+    pub fn alloc(&mut self, len: u64, kind: Kind) -> u64 {
+        let start = self.next;
+        let len = len.max(1);
+        self.regions.push(Region { start, len, kind });
+        self.next = (start + len + GUARD).next_multiple_of(4096) + GUARD;
+        let end = (self.next - BASE) as usize;
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
+        start
+    }
+
+    /// Records an MR's DMA range as reachable.
+    pub fn add_mr(&mut self, start: u64, len: u64, hca: usize, key: u32) {
+        self.mrs.push((start, len, hca, key));
+    }
+
+    /// Forgets an MR's DMA range.
+    pub fn remove_mr(&mut self, hca: usize, key: u32) {
+        self.mrs.retain(|m| !(m.2 == hca && m.3 == key));
+    }
+
+    fn offset(&self, addr: u64, len: usize) -> Option<std::ops::Range<usize>> {
+        let start = usize::try_from(addr.checked_sub(BASE)?).ok()?;
+        let end = start.checked_add(len)?;
+        (end <= self.bytes.len()).then_some(start..end)
+    }
+
+    /// Provider-side read (unchecked, but within allocated memory).
+    pub fn get(&self, addr: u64, len: usize) -> &[u8] {
+        let r = self.offset(addr, len).expect("provider read out of memory");
+        &self.bytes[r]
+    }
+
+    /// Provider-side write.
+    pub fn put(&mut self, addr: u64, data: &[u8]) {
+        let r = self
+            .offset(addr, data.len())
+            .expect("provider write out of memory");
+        self.bytes[r].copy_from_slice(data);
+    }
+
+    /// Provider-side mutable view.
+    pub fn slice_mut(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        let r = self
+            .offset(addr, len)
+            .expect("provider access out of memory");
+        &mut self.bytes[r]
+    }
+
+    /// Checks a device access; returns whether it is allowed.
+    fn check(&mut self, addr: u64, len: usize, write: bool) -> bool {
+        self.accesses += 1;
+        if !self.checks {
+            return true;
+        }
+        let end = addr.checked_add(len as u64);
+        // Regions are allocated in address order.
+        let i = self.regions.partition_point(|r| r.start <= addr);
+        let region = i
+            .checked_sub(1)
+            .and_then(|i| self.regions.get(i))
+            .filter(|r| end.is_some_and(|e| e <= r.start + r.len))
+            .copied();
+        let why = match region {
+            None => Some("outside every region (guard zone or unmapped)"),
+            Some(r) if write && r.kind == Kind::DevRead => {
+                Some("write to a device-read-only region")
+            }
+            Some(r) if r.kind == Kind::Data => {
+                let e = end.unwrap_or(u64::MAX);
+                let inside = self.mrs.iter().any(|m| addr >= m.0 && e <= m.0 + m.1);
+                (!inside && len != 0).then_some("data access outside every registered MR")
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = why {
+            let msg = format!(
+                "device {} of {len} bytes at {addr:#x}: {why}",
+                if write { "write" } else { "read" }
+            );
+            if self.strict {
+                panic!("{msg}");
+            }
+            self.violations.push(msg);
+            return false;
+        }
+        true
+    }
+}
+
+impl DmaMemory for TestMem {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        if !self.check(addr, buf.len(), false) {
+            return Err(DmaFault);
+        }
+        let r = self.offset(addr, buf.len()).ok_or(DmaFault)?;
+        buf.copy_from_slice(&self.bytes[r]);
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+        if !self.check(addr, data.len(), true) {
+            return Err(DmaFault);
+        }
+        let r = self.offset(addr, data.len()).ok_or(DmaFault)?;
+        self.bytes[r].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+impl Platform for TestMem {
+    fn interrupt(&mut self, irq: Interrupt) {
+        self.irqs.push(irq);
+    }
+}
