@@ -22,10 +22,12 @@
 //!
 //! The crate is `no_std` and uses `core` only so the kernel compiles the same
 //! files with `#[path]`; as in `mlx5-prm`, this file only declares modules
-//! (`ioctl`, `uapi`, `mmap`) and they refer to each other as `super::`.
+//! (`check`, `ioctl`, `mmap`, `uapi`, `wire`) and they refer to each other as `super::`.
 
 #![no_std]
 
+pub mod check;
 pub mod ioctl;
 pub mod mmap;
 pub mod uapi;
+pub mod wire;

@@ -9,412 +9,450 @@
 //! the C header by the tests. Enum values are those of libibverbs
 //! (`infiniband/verbs.h`), so a verbs programmer reads them at a glance.
 
-/// Header of every command argument.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CmdHdr {
-    /// in: size in bytes of the whole struct as the caller knows it.
-    pub size: u32,
-    /// in: command flags; no command defines any yet, so must be 0.
-    pub flags: u32,
+use super::wire::Wire;
+
+/// Declares an ABI struct: `#[repr(C)]` with the usual derives, plus its
+/// [`Wire`] implementation that reads and writes it field by field at the
+/// offsets the compiler chose, in native byte order (the ABI is host-endian,
+/// as ioctl arguments are).
+macro_rules! abi_struct {
+    (
+        $(#[$doc:meta])*
+        pub struct $name:ident {
+            $( $(#[$fdoc:meta])* pub $field:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$doc])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            $( $(#[$fdoc])* pub $field: $ty, )*
+        }
+
+        impl Wire for $name {
+            const SIZE: usize = core::mem::size_of::<$name>();
+
+            fn read(b: &[u8]) -> Option<Self> {
+                Some($name {
+                    $( $field: Wire::read(b.get(core::mem::offset_of!($name, $field)..)?)?, )*
+                })
+            }
+
+            fn write(&self, out: &mut [u8]) -> Option<()> {
+                out.get_mut(..Self::SIZE)?.fill(0);
+                $( self.$field.write(out.get_mut(core::mem::offset_of!($name, $field)..)?)?; )*
+                Some(())
+            }
+        }
+    };
 }
 
-/// `RMLX5_CMD_QUERY_DEVICE`: device attributes (`ibv_device_attr`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueryDevice {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// out: firmware version (major << 32 | minor << 16 | sub-minor).
-    pub fw_ver: u64,
-    /// out: node GUID.
-    pub node_guid: u64,
-    /// out: system image GUID.
-    pub sys_image_guid: u64,
-    /// out: largest MR in bytes.
-    pub max_mr_size: u64,
-    /// out: supported page sizes (bit n set: 2^n bytes).
-    pub page_size_cap: u64,
-    /// out: IEEE vendor id (Mellanox, 0x02c9).
-    pub vendor_id: u32,
-    /// out: vendor part id.
-    pub vendor_part_id: u32,
-    /// out: hardware version.
-    pub hw_ver: u32,
-    /// out: most QPs.
-    pub max_qp: u32,
-    /// out: most WRs per send or receive queue.
-    pub max_qp_wr: u32,
-    /// out: most scatter/gather entries per WR.
-    pub max_sge: u32,
-    /// out: most CQs.
-    pub max_cq: u32,
-    /// out: most entries per CQ.
-    pub max_cqe: u32,
-    /// out: most MRs.
-    pub max_mr: u32,
-    /// out: most PDs.
-    pub max_pd: u32,
-    /// out: most outstanding RDMA reads/atomics a QP accepts as responder.
-    pub max_qp_rd_atom: u32,
-    /// out: most outstanding RDMA reads/atomics a QP issues as requester.
-    pub max_qp_init_rd_atom: u32,
-    /// out: atomic support ([`ATOMIC_HCA`]).
-    pub atomic_cap: u32,
-    /// out: completion vectors (completion EQs) available to CQs.
-    pub num_comp_vectors: u32,
-    /// out: most inline bytes per send WR.
-    pub max_inline_data: u32,
-    /// out: ports (always 1).
-    pub phys_port_cnt: u32,
-    /// out: size of one BlueFlame register half in bytes.
-    pub bf_reg_size: u32,
-    /// out: size of the UAR page in bytes.
-    pub uar_size: u32,
-    /// out: instance number n of `rmlx5_<n>`.
-    pub device_index: u32,
-    /// Must be zero.
-    pub reserved: u32,
+abi_struct! {
+    /// Header of every command argument.
+    pub struct CmdHdr {
+        /// in: size in bytes of the whole struct as the caller knows it.
+        pub size: u32,
+        /// in: command flags; no command defines any yet, so must be 0.
+        pub flags: u32,
+    }
 }
 
-/// `RMLX5_CMD_QUERY_PORT`: port attributes (`ibv_port_attr`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueryPort {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: port number, 1-based.
-    pub port_num: u32,
-    /// out: [`PORT_ACTIVE`] or another `IBV_PORT_*` state.
-    pub state: u32,
-    /// out: largest MTU (`IBV_MTU_*`).
-    pub max_mtu: u32,
-    /// out: active MTU (`IBV_MTU_*`).
-    pub active_mtu: u32,
-    /// out: the port's LID; a QP addresses a peer port by its LID.
-    pub lid: u32,
-    /// out: the subnet manager's LID.
-    pub sm_lid: u32,
-    /// out: capability flags.
-    pub port_cap_flags: u32,
-    /// out: GID table length.
-    pub gid_tbl_len: u32,
-    /// out: active link width (`IBV_WIDTH_*` encoding).
-    pub active_width: u32,
-    /// out: active link speed (`IBV_SPEED_*` encoding).
-    pub active_speed: u32,
-    /// out: [`LINK_LAYER_INFINIBAND`].
-    pub link_layer: u32,
-    /// Must be zero.
-    pub reserved: u32,
+abi_struct! {
+    /// `RMLX5_CMD_QUERY_DEVICE`: device attributes (`ibv_device_attr`).
+    pub struct QueryDevice {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// out: firmware version (major << 32 | minor << 16 | sub-minor).
+        pub fw_ver: u64,
+        /// out: node GUID.
+        pub node_guid: u64,
+        /// out: system image GUID.
+        pub sys_image_guid: u64,
+        /// out: largest MR in bytes.
+        pub max_mr_size: u64,
+        /// out: supported page sizes (bit n set: 2^n bytes).
+        pub page_size_cap: u64,
+        /// out: IEEE vendor id (Mellanox, 0x02c9).
+        pub vendor_id: u32,
+        /// out: vendor part id.
+        pub vendor_part_id: u32,
+        /// out: hardware version.
+        pub hw_ver: u32,
+        /// out: most QPs.
+        pub max_qp: u32,
+        /// out: most WRs per send or receive queue.
+        pub max_qp_wr: u32,
+        /// out: most scatter/gather entries per WR.
+        pub max_sge: u32,
+        /// out: most CQs.
+        pub max_cq: u32,
+        /// out: most entries per CQ.
+        pub max_cqe: u32,
+        /// out: most MRs.
+        pub max_mr: u32,
+        /// out: most PDs.
+        pub max_pd: u32,
+        /// out: most outstanding RDMA reads/atomics a QP accepts as responder.
+        pub max_qp_rd_atom: u32,
+        /// out: most outstanding RDMA reads/atomics a QP issues as requester.
+        pub max_qp_init_rd_atom: u32,
+        /// out: atomic support ([`ATOMIC_HCA`]).
+        pub atomic_cap: u32,
+        /// out: completion vectors (completion EQs) available to CQs.
+        pub num_comp_vectors: u32,
+        /// out: most inline bytes per send WR.
+        pub max_inline_data: u32,
+        /// out: ports (always 1).
+        pub phys_port_cnt: u32,
+        /// out: size of one BlueFlame register half in bytes.
+        pub bf_reg_size: u32,
+        /// out: size of the UAR page in bytes.
+        pub uar_size: u32,
+        /// out: instance number n of `rmlx5_<n>`.
+        pub device_index: u32,
+        /// Must be zero.
+        pub reserved: u32,
+    }
 }
 
-/// `RMLX5_CMD_ALLOC_PD`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AllocPd {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// out: handle naming the PD in later commands.
-    pub pd_handle: u32,
-    /// out: the device's PD number.
-    pub pdn: u32,
+abi_struct! {
+    /// `RMLX5_CMD_QUERY_PORT`: port attributes (`ibv_port_attr`).
+    pub struct QueryPort {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: port number, 1-based.
+        pub port_num: u32,
+        /// out: [`PORT_ACTIVE`] or another `IBV_PORT_*` state.
+        pub state: u32,
+        /// out: largest MTU (`IBV_MTU_*`).
+        pub max_mtu: u32,
+        /// out: active MTU (`IBV_MTU_*`).
+        pub active_mtu: u32,
+        /// out: the port's LID; a QP addresses a peer port by its LID.
+        pub lid: u32,
+        /// out: the subnet manager's LID.
+        pub sm_lid: u32,
+        /// out: capability flags.
+        pub port_cap_flags: u32,
+        /// out: GID table length.
+        pub gid_tbl_len: u32,
+        /// out: active link width (`IBV_WIDTH_*` encoding).
+        pub active_width: u32,
+        /// out: active link speed (`IBV_SPEED_*` encoding).
+        pub active_speed: u32,
+        /// out: [`LINK_LAYER_INFINIBAND`].
+        pub link_layer: u32,
+        /// Must be zero.
+        pub reserved: u32,
+    }
 }
 
-/// Argument of every destroy command (`DEALLOC_PD`, `DEREG_MR`,
-/// `DESTROY_CQ`, `DESTROY_QP`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Destroy {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: handle of the object.
-    pub handle: u32,
-    /// Must be zero.
-    pub reserved: u32,
-    /// out (CQ): completion events delivered to the channel;
-    /// (QP): 0.
-    pub comp_events_reported: u32,
-    /// out (CQ, QP): async events delivered for the object.
-    pub async_events_reported: u32,
+abi_struct! {
+    /// `RMLX5_CMD_ALLOC_PD`.
+    pub struct AllocPd {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// out: handle naming the PD in later commands.
+        pub pd_handle: u32,
+        /// out: the device's PD number.
+        pub pdn: u32,
+    }
 }
 
-/// `RMLX5_CMD_REG_MR`: pin and register user memory.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RegMr {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: start of the buffer in the process.
-    pub addr: u64,
-    /// in: length in bytes, at least 1.
-    pub length: u64,
-    /// in: the address the MR is known by in WQEs (usually `addr`).
-    pub iova: u64,
-    /// in: the PD.
-    pub pd_handle: u32,
-    /// in: `ACCESS_*` flags.
-    pub access: u32,
-    /// out: handle naming the MR in `DEREG_MR`.
-    pub mr_handle: u32,
-    /// out: local key.
-    pub lkey: u32,
-    /// out: remote key.
-    pub rkey: u32,
-    /// Must be zero.
-    pub reserved: u32,
+abi_struct! {
+    /// Argument of every destroy command (`DEALLOC_PD`, `DEREG_MR`,
+    /// `DESTROY_CQ`, `DESTROY_QP`).
+    pub struct Destroy {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: handle of the object.
+        pub handle: u32,
+        /// Must be zero.
+        pub reserved: u32,
+        /// out (CQ): completion events delivered to the channel;
+        /// (QP): 0.
+        pub comp_events_reported: u32,
+        /// out (CQ, QP): async events delivered for the object.
+        pub async_events_reported: u32,
+    }
 }
 
-/// `RMLX5_CMD_CREATE_COMP_CHANNEL`: a new `[infinibandevent]` file.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CreateCompChannel {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// out: the file descriptor (O_RDONLY, O_CLOEXEC).
-    pub fd: i32,
-    /// Must be zero.
-    pub reserved: u32,
+abi_struct! {
+    /// `RMLX5_CMD_REG_MR`: pin and register user memory.
+    pub struct RegMr {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: start of the buffer in the process.
+        pub addr: u64,
+        /// in: length in bytes, at least 1.
+        pub length: u64,
+        /// in: the address the MR is known by in WQEs (usually `addr`).
+        pub iova: u64,
+        /// in: the PD.
+        pub pd_handle: u32,
+        /// in: `ACCESS_*` flags.
+        pub access: u32,
+        /// out: handle naming the MR in `DEREG_MR`.
+        pub mr_handle: u32,
+        /// out: local key.
+        pub lkey: u32,
+        /// out: remote key.
+        pub rkey: u32,
+        /// Must be zero.
+        pub reserved: u32,
+    }
 }
 
-/// `RMLX5_CMD_CREATE_CQ`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CreateCq {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: value returned in completion events and async events of the CQ.
-    pub user_handle: u64,
-    /// in: entries wanted, 1 to `max_cqe` (rounded up to a power of two).
-    pub cqe: u32,
-    /// in: completion channel fd, or -1 for none.
-    pub channel_fd: i32,
-    /// in: completion vector, below `num_comp_vectors`.
-    pub comp_vector: u32,
-    /// out: handle naming the CQ in later commands.
-    pub cq_handle: u32,
-    /// out: the CQ number (as in CQEs and EQEs).
-    pub cqn: u32,
-    /// out: entries in the CQ ring, a power of two.
-    pub cqe_cnt: u32,
-    /// out: bytes per CQE (64).
-    pub cqe_size: u32,
-    /// Must be zero.
-    pub reserved: u32,
-    /// out: mmap offset of the CQ buffer.
-    pub buf_mmap_offset: u64,
-    /// out: size of the CQ buffer (and of its mapping) in bytes.
-    pub buf_size: u64,
-    /// out: mmap offset of the page holding the CQ doorbell record at byte 0.
-    pub dbr_mmap_offset: u64,
+abi_struct! {
+    /// `RMLX5_CMD_CREATE_COMP_CHANNEL`: a new `[infinibandevent]` file.
+    pub struct CreateCompChannel {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// out: the file descriptor (O_RDONLY, O_CLOEXEC).
+        pub fd: i32,
+        /// Must be zero.
+        pub reserved: u32,
+    }
 }
 
-/// `RMLX5_CMD_CREATE_QP`: an RC QP.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CreateQp {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: value returned in async events of the QP.
-    pub user_handle: u64,
-    /// in: the PD.
-    pub pd_handle: u32,
-    /// in: CQ for send completions.
-    pub send_cq_handle: u32,
-    /// in: CQ for receive completions.
-    pub recv_cq_handle: u32,
-    /// in: [`QPT_RC`].
-    pub qp_type: u32,
-    /// in: send WRs wanted.
-    pub max_send_wr: u32,
-    /// in: receive WRs wanted.
-    pub max_recv_wr: u32,
-    /// in: gather entries per send WR.
-    pub max_send_sge: u32,
-    /// in: scatter entries per receive WR.
-    pub max_recv_sge: u32,
-    /// in: inline bytes per send WR.
-    pub max_inline_data: u32,
-    /// in: 1 if every send WR is signaled, else 0.
-    pub sq_sig_all: u32,
-    /// out: handle naming the QP in later commands.
-    pub qp_handle: u32,
-    /// out: the QP number.
-    pub qpn: u32,
-    /// out: SQ size in WQEBBs, a power of two.
-    pub sq_wqe_cnt: u32,
-    /// out: log2 of the SQ stride (6: 64-byte WQEBBs).
-    pub sq_wqe_shift: u32,
-    /// out: RQ size in WQEs, a power of two.
-    pub rq_wqe_cnt: u32,
-    /// out: log2 of the RQ stride in bytes.
-    pub rq_wqe_shift: u32,
-    /// out: send WRs granted.
-    pub max_send_wr_out: u32,
-    /// out: receive WRs granted.
-    pub max_recv_wr_out: u32,
-    /// out: gather entries granted.
-    pub max_send_sge_out: u32,
-    /// out: scatter entries granted.
-    pub max_recv_sge_out: u32,
-    /// out: inline bytes granted.
-    pub max_inline_data_out: u32,
-    /// out: size of one BlueFlame register half.
-    pub bf_size: u32,
-    /// out: offset of the QP's BlueFlame register in the UAR page.
-    pub bf_offset: u32,
-    /// out: offset of the RQ inside the queue buffer.
-    pub rq_buf_offset: u32,
-    /// out: offset of the SQ inside the queue buffer.
-    pub sq_buf_offset: u32,
-    /// Must be zero.
-    pub reserved: u32,
-    /// out: mmap offset of the queue buffer (RQ and SQ).
-    pub buf_mmap_offset: u64,
-    /// out: size of the queue buffer in bytes.
-    pub buf_size: u64,
-    /// out: mmap offset of the page holding the QP doorbell record at byte 0.
-    pub dbr_mmap_offset: u64,
-    /// out: mmap offset of the UAR page to ring the QP's doorbells on.
-    pub uar_mmap_offset: u64,
+abi_struct! {
+    /// `RMLX5_CMD_CREATE_CQ`.
+    pub struct CreateCq {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: value returned in completion events and async events of the CQ.
+        pub user_handle: u64,
+        /// in: entries wanted, 1 to `max_cqe` (rounded up to a power of two).
+        pub cqe: u32,
+        /// in: completion channel fd, or -1 for none.
+        pub channel_fd: i32,
+        /// in: completion vector, below `num_comp_vectors`.
+        pub comp_vector: u32,
+        /// out: handle naming the CQ in later commands.
+        pub cq_handle: u32,
+        /// out: the CQ number (as in CQEs and EQEs).
+        pub cqn: u32,
+        /// out: entries in the CQ ring, a power of two.
+        pub cqe_cnt: u32,
+        /// out: bytes per CQE (64).
+        pub cqe_size: u32,
+        /// Must be zero.
+        pub reserved: u32,
+        /// out: mmap offset of the CQ buffer.
+        pub buf_mmap_offset: u64,
+        /// out: size of the CQ buffer (and of its mapping) in bytes.
+        pub buf_size: u64,
+        /// out: mmap offset of the page holding the CQ doorbell record at byte 0.
+        pub dbr_mmap_offset: u64,
+    }
 }
 
-/// `RMLX5_CMD_MODIFY_QP` (`ibv_modify_qp`): attributes named in
-/// `attr_mask` are applied, all others must be zero.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ModifyQp {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: the QP.
-    pub qp_handle: u32,
-    /// in: which attributes are given (`QP_*` mask bits).
-    pub attr_mask: u32,
-    /// in: target state (`QPS_*`), with [`QP_STATE`].
-    pub qp_state: u32,
-    /// in: assumed current state, with [`QP_CUR_STATE`].
-    pub cur_qp_state: u32,
-    /// in: path MTU (`IBV_MTU_*`), with [`QP_PATH_MTU`].
-    pub path_mtu: u32,
-    /// in: remote QPN, with [`QP_DEST_QPN`].
-    pub dest_qp_num: u32,
-    /// in: receive PSN, with [`QP_RQ_PSN`].
-    pub rq_psn: u32,
-    /// in: send PSN, with [`QP_SQ_PSN`].
-    pub sq_psn: u32,
-    /// in: remote access flags, with [`QP_ACCESS_FLAGS`].
-    pub qp_access_flags: u32,
-    /// in: outstanding reads/atomics as requester, with [`QP_MAX_QP_RD_ATOMIC`].
-    pub max_rd_atomic: u32,
-    /// in: outstanding reads/atomics as responder, with [`QP_MAX_DEST_RD_ATOMIC`].
-    pub max_dest_rd_atomic: u32,
-    /// in: RNR NAK timer code, with [`QP_MIN_RNR_TIMER`].
-    pub min_rnr_timer: u32,
-    /// in: local ACK timeout code, with [`QP_TIMEOUT`].
-    pub timeout: u32,
-    /// in: transport retries, with [`QP_RETRY_CNT`].
-    pub retry_cnt: u32,
-    /// in: RNR retries (7 = forever), with [`QP_RNR_RETRY`].
-    pub rnr_retry: u32,
-    /// in: port, with [`QP_PORT`].
-    pub port_num: u32,
-    /// in: the peer port's LID (address vector), with [`QP_AV`].
-    pub dlid: u32,
-    /// Must be zero.
-    pub reserved: u32,
+abi_struct! {
+    /// `RMLX5_CMD_CREATE_QP`: an RC QP.
+    pub struct CreateQp {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: value returned in async events of the QP.
+        pub user_handle: u64,
+        /// in: the PD.
+        pub pd_handle: u32,
+        /// in: CQ for send completions.
+        pub send_cq_handle: u32,
+        /// in: CQ for receive completions.
+        pub recv_cq_handle: u32,
+        /// in: [`QPT_RC`].
+        pub qp_type: u32,
+        /// in: send WRs wanted.
+        pub max_send_wr: u32,
+        /// in: receive WRs wanted.
+        pub max_recv_wr: u32,
+        /// in: gather entries per send WR.
+        pub max_send_sge: u32,
+        /// in: scatter entries per receive WR.
+        pub max_recv_sge: u32,
+        /// in: inline bytes per send WR.
+        pub max_inline_data: u32,
+        /// in: 1 if every send WR is signaled, else 0.
+        pub sq_sig_all: u32,
+        /// out: handle naming the QP in later commands.
+        pub qp_handle: u32,
+        /// out: the QP number.
+        pub qpn: u32,
+        /// out: SQ size in WQEBBs, a power of two.
+        pub sq_wqe_cnt: u32,
+        /// out: log2 of the SQ stride (6: 64-byte WQEBBs).
+        pub sq_wqe_shift: u32,
+        /// out: RQ size in WQEs, a power of two.
+        pub rq_wqe_cnt: u32,
+        /// out: log2 of the RQ stride in bytes.
+        pub rq_wqe_shift: u32,
+        /// out: send WRs granted.
+        pub max_send_wr_out: u32,
+        /// out: receive WRs granted.
+        pub max_recv_wr_out: u32,
+        /// out: gather entries granted.
+        pub max_send_sge_out: u32,
+        /// out: scatter entries granted.
+        pub max_recv_sge_out: u32,
+        /// out: inline bytes granted.
+        pub max_inline_data_out: u32,
+        /// out: size of one BlueFlame register half.
+        pub bf_size: u32,
+        /// out: offset of the QP's BlueFlame register in the UAR page.
+        pub bf_offset: u32,
+        /// out: offset of the RQ inside the queue buffer.
+        pub rq_buf_offset: u32,
+        /// out: offset of the SQ inside the queue buffer.
+        pub sq_buf_offset: u32,
+        /// Must be zero.
+        pub reserved: u32,
+        /// out: mmap offset of the queue buffer (RQ and SQ).
+        pub buf_mmap_offset: u64,
+        /// out: size of the queue buffer in bytes.
+        pub buf_size: u64,
+        /// out: mmap offset of the page holding the QP doorbell record at byte 0.
+        pub dbr_mmap_offset: u64,
+        /// out: mmap offset of the UAR page to ring the QP's doorbells on.
+        pub uar_mmap_offset: u64,
+    }
 }
 
-/// `RMLX5_CMD_QUERY_QP` (`ibv_query_qp`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueryQp {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: the QP.
-    pub qp_handle: u32,
-    /// Must be zero.
-    pub reserved: u32,
-    /// out: current state (`QPS_*`).
-    pub qp_state: u32,
-    /// out: path MTU.
-    pub path_mtu: u32,
-    /// out: remote QPN.
-    pub dest_qp_num: u32,
-    /// out: receive PSN.
-    pub rq_psn: u32,
-    /// out: send PSN.
-    pub sq_psn: u32,
-    /// out: remote access flags.
-    pub qp_access_flags: u32,
-    /// out: outstanding reads/atomics as requester.
-    pub max_rd_atomic: u32,
-    /// out: outstanding reads/atomics as responder.
-    pub max_dest_rd_atomic: u32,
-    /// out: RNR NAK timer code.
-    pub min_rnr_timer: u32,
-    /// out: local ACK timeout code.
-    pub timeout: u32,
-    /// out: transport retries.
-    pub retry_cnt: u32,
-    /// out: RNR retries.
-    pub rnr_retry: u32,
-    /// out: port.
-    pub port_num: u32,
-    /// out: the peer port's LID.
-    pub dlid: u32,
-    /// out: send WRs.
-    pub max_send_wr: u32,
-    /// out: receive WRs.
-    pub max_recv_wr: u32,
-    /// out: gather entries per send WR.
-    pub max_send_sge: u32,
-    /// out: scatter entries per receive WR.
-    pub max_recv_sge: u32,
-    /// out: inline bytes per send WR.
-    pub max_inline_data: u32,
-    /// Must be zero.
-    pub reserved2: u32,
+abi_struct! {
+    /// `RMLX5_CMD_MODIFY_QP` (`ibv_modify_qp`): attributes named in
+    /// `attr_mask` are applied, all others must be zero.
+    pub struct ModifyQp {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: the QP.
+        pub qp_handle: u32,
+        /// in: which attributes are given (`QP_*` mask bits).
+        pub attr_mask: u32,
+        /// in: target state (`QPS_*`), with [`QP_STATE`].
+        pub qp_state: u32,
+        /// in: assumed current state, with [`QP_CUR_STATE`].
+        pub cur_qp_state: u32,
+        /// in: path MTU (`IBV_MTU_*`), with [`QP_PATH_MTU`].
+        pub path_mtu: u32,
+        /// in: remote QPN, with [`QP_DEST_QPN`].
+        pub dest_qp_num: u32,
+        /// in: receive PSN, with [`QP_RQ_PSN`].
+        pub rq_psn: u32,
+        /// in: send PSN, with [`QP_SQ_PSN`].
+        pub sq_psn: u32,
+        /// in: remote access flags, with [`QP_ACCESS_FLAGS`].
+        pub qp_access_flags: u32,
+        /// in: outstanding reads/atomics as requester, with [`QP_MAX_QP_RD_ATOMIC`].
+        pub max_rd_atomic: u32,
+        /// in: outstanding reads/atomics as responder, with [`QP_MAX_DEST_RD_ATOMIC`].
+        pub max_dest_rd_atomic: u32,
+        /// in: RNR NAK timer code, with [`QP_MIN_RNR_TIMER`].
+        pub min_rnr_timer: u32,
+        /// in: local ACK timeout code, with [`QP_TIMEOUT`].
+        pub timeout: u32,
+        /// in: transport retries, with [`QP_RETRY_CNT`].
+        pub retry_cnt: u32,
+        /// in: RNR retries (7 = forever), with [`QP_RNR_RETRY`].
+        pub rnr_retry: u32,
+        /// in: port, with [`QP_PORT`].
+        pub port_num: u32,
+        /// in: the peer port's LID (address vector), with [`QP_AV`].
+        pub dlid: u32,
+        /// Must be zero.
+        pub reserved: u32,
+    }
 }
 
-/// `RMLX5_CMD_KICK`: the provider rang a doorbell of the software HCA.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Kick {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// in: which doorbell (`KICK_*`).
-    pub kind: u32,
-    /// in: the QP (send, receive) or CQ (arm) handle.
-    pub handle: u32,
-    /// in (send): offset in the UAR page the doorbell or BlueFlame copy was
-    /// written to.
-    pub uar_offset: u32,
-    /// Must be zero.
-    pub reserved: u32,
+abi_struct! {
+    /// `RMLX5_CMD_QUERY_QP` (`ibv_query_qp`).
+    pub struct QueryQp {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: the QP.
+        pub qp_handle: u32,
+        /// Must be zero.
+        pub reserved: u32,
+        /// out: current state (`QPS_*`).
+        pub qp_state: u32,
+        /// out: path MTU.
+        pub path_mtu: u32,
+        /// out: remote QPN.
+        pub dest_qp_num: u32,
+        /// out: receive PSN.
+        pub rq_psn: u32,
+        /// out: send PSN.
+        pub sq_psn: u32,
+        /// out: remote access flags.
+        pub qp_access_flags: u32,
+        /// out: outstanding reads/atomics as requester.
+        pub max_rd_atomic: u32,
+        /// out: outstanding reads/atomics as responder.
+        pub max_dest_rd_atomic: u32,
+        /// out: RNR NAK timer code.
+        pub min_rnr_timer: u32,
+        /// out: local ACK timeout code.
+        pub timeout: u32,
+        /// out: transport retries.
+        pub retry_cnt: u32,
+        /// out: RNR retries.
+        pub rnr_retry: u32,
+        /// out: port.
+        pub port_num: u32,
+        /// out: the peer port's LID.
+        pub dlid: u32,
+        /// out: send WRs.
+        pub max_send_wr: u32,
+        /// out: receive WRs.
+        pub max_recv_wr: u32,
+        /// out: gather entries per send WR.
+        pub max_send_sge: u32,
+        /// out: scatter entries per receive WR.
+        pub max_recv_sge: u32,
+        /// out: inline bytes per send WR.
+        pub max_inline_data: u32,
+        /// Must be zero.
+        pub reserved2: u32,
+    }
 }
 
-/// `RMLX5_CMD_GET_ASYNC_FD`: the context's async-event file.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GetAsyncFd {
-    /// in: header.
-    pub hdr: CmdHdr,
-    /// out: the file descriptor (O_RDONLY, O_CLOEXEC).
-    pub fd: i32,
-    /// Must be zero.
-    pub reserved: u32,
+abi_struct! {
+    /// `RMLX5_CMD_KICK`: the provider rang a doorbell of the software HCA.
+    pub struct Kick {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// in: which doorbell (`KICK_*`).
+        pub kind: u32,
+        /// in: the QP (send, receive) or CQ (arm) handle.
+        pub handle: u32,
+        /// in (send): offset in the UAR page the doorbell or BlueFlame copy was
+        /// written to.
+        pub uar_offset: u32,
+        /// Must be zero.
+        pub reserved: u32,
+    }
 }
 
-/// What `read()` returns from the async-event file, one per call.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AsyncEvent {
-    /// The `user_handle` of the CQ or QP the event is about.
-    pub element: u64,
-    /// `EVENT_*`.
-    pub event_type: u32,
-    /// Zero.
-    pub reserved: u32,
+abi_struct! {
+    /// `RMLX5_CMD_GET_ASYNC_FD`: the context's async-event file.
+    pub struct GetAsyncFd {
+        /// in: header.
+        pub hdr: CmdHdr,
+        /// out: the file descriptor (O_RDONLY, O_CLOEXEC).
+        pub fd: i32,
+        /// Must be zero.
+        pub reserved: u32,
+    }
+}
+
+abi_struct! {
+    /// What `read()` returns from the async-event file, one per call.
+    pub struct AsyncEvent {
+        /// The `user_handle` of the CQ or QP the event is about.
+        pub element: u64,
+        /// `EVENT_*`.
+        pub event_type: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
 }
 
 /// Bytes one `read()` of a completion channel returns: the CQ's
