@@ -44,17 +44,18 @@ use super::dev::Dev;
 use super::hca::Hca;
 use super::mem::{DmaMemory, Platform};
 use super::prm::doorbell::{
-    bf_reg_offset, send_doorbell, CqDbRec, EqDoorbell, QpDbRec, UarCqDoorbell, BF_BUF_SIZE,
-    CQ_DBR_SIZE, QP_DBR_SIZE, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET, UAR_EQ_UPDATE_OFFSET,
+    bf_reg_offset, send_doorbell, CqDbRec, EqDoorbell, QpDbRec, SendDoorbellWord, UarCqDoorbell,
+    BF_BUF_SIZE, CQ_DBR_SIZE, QP_DBR_SIZE, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET,
+    UAR_EQ_UPDATE_OFFSET,
 };
 use super::prm::eqe::EqeData;
 use super::prm::opcode::EventType;
 use super::prm::ring;
-use super::prm::wqe::{CtrlSeg, MAX_WQEBBS, WQEBB_SIZE};
+use super::prm::wqe::{CtrlSeg, WQEBB_SIZE};
 use super::qp::{QpState, Sq};
 use super::stats::bump;
 use super::table::{get_mut, Storage};
-use super::wqe::{decode_ctrl, read_ctrl};
+use super::wqe::read_ctrl;
 
 /// A send doorbell as the provider rang it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,8 +190,11 @@ fn read8<M: DmaMemory>(mem: &mut M, addr: u64) -> Result<[u8; 8], DoorbellError>
     Ok(b)
 }
 
-/// Finds the last WQE before `end` whose first 8 bytes equal `db` and that
-/// ends exactly at `end`. Tries each possible size, at most 16 WQEBBs.
+/// The size in WQEBBs of the WQE the doorbell bytes `db` name, if it is
+/// the last one posted: its WQE index and DS count must place it to end
+/// exactly at `end` within the `posted` new WQEBBs, and its control segment
+/// in the SQ must begin with the same 8 bytes. (An unknown opcode is left
+/// for the engine to report as a local QP operation error.)
 fn find_rung_wqe<M: DmaMemory>(
     mem: &mut M,
     sq: &Sq,
@@ -198,22 +202,13 @@ fn find_rung_wqe<M: DmaMemory>(
     posted: u16,
     db: &[u8; 8],
 ) -> Option<u16> {
-    let max = posted.min(MAX_WQEBBS as u16);
-    for bbs in 1..=max {
-        let index = end.wrapping_sub(bbs);
-        let bytes: [u8; CtrlSeg::SIZE] = read_ctrl(mem, sq, index)?;
-        if send_doorbell(&bytes) != *db {
-            continue;
-        }
-        // The bytes match: the size must match too (an unknown opcode is
-        // left for the engine to report as a local QP operation error).
-        return match decode_ctrl(&bytes) {
-            Ok(c) if u16::from(ring::wqebb_count(c.ds)) == bbs && c.wqe_index == index => Some(bbs),
-            Ok(_) => None,
-            Err(_) => Some(bbs),
-        };
+    let word = SendDoorbellWord::decode(db);
+    let bbs = u16::from(ring::wqebb_count(word.ds));
+    if bbs == 0 || bbs > posted || word.wqe_index.wrapping_add(bbs) != end {
+        return None;
     }
-    None
+    let bytes: [u8; CtrlSeg::SIZE] = read_ctrl(mem, sq, word.wqe_index)?;
+    (send_doorbell(&bytes) == *db).then_some(bbs)
 }
 
 fn send<M: DmaMemory>(

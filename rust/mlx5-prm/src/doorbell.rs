@@ -314,9 +314,77 @@ pub fn send_doorbell(ctrl: &[u8; 16]) -> [u8; 8] {
     db
 }
 
+/// What a plain send doorbell names: the first 8 bytes of a control
+/// segment (`mlx5_wqe_ctrl_seg.opmod_idx_opcode` and `qpn_ds`), read back
+/// by the device to find the WQE that was rung.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendDoorbellWord {
+    /// Opcode modifier: `opmod_idx_opcode` bits 31:24.
+    pub opmod: u8,
+    /// WQE index (the 16-bit SQ producer counter of the WQE's first
+    /// WQEBB): `opmod_idx_opcode` bits 23:8.
+    pub wqe_index: u16,
+    /// Raw opcode byte, not checked: the engine reports an unknown opcode
+    /// as a local QP operation error when it executes the WQE.
+    pub opcode: u8,
+    /// QP number, 24 bits: `qpn_ds` bits 31:8.
+    pub qpn: u32,
+    /// DS count of the WQE, 6 bits: `qpn_ds` bits 5:0.
+    pub ds: u8,
+}
+
+impl SendDoorbellWord {
+    /// Splits the 8 doorbell bytes. Never fails: every field is taken as
+    /// it is, for the caller to compare with the SQ.
+    pub fn decode(db: &[u8; 8]) -> Self {
+        let word0 = get_u32(db, 0);
+        let qpn_ds = get_u32(db, 4);
+        SendDoorbellWord {
+            opmod: (word0 >> 24) as u8,
+            wqe_index: (word0 >> 8) as u16,
+            opcode: word0 as u8,
+            qpn: qpn_ds >> 8,
+            ds: (qpn_ds & 0x3f) as u8,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn send_doorbell_word_names_the_wqe() {
+        let mut ctrl = [0u8; 16];
+        super::super::wqe::CtrlSeg {
+            opmod: 1,
+            wqe_index: 0xbeef,
+            opcode: super::super::opcode::SendOpcode::RdmaWrite,
+            qpn: 0x12_3456,
+            ds: 0x23,
+            signature: 0,
+            fence_mode: 0,
+            ce: 2,
+            solicited: false,
+            imm: 0,
+        }
+        .encode(&mut ctrl);
+        let w = SendDoorbellWord::decode(&send_doorbell(&ctrl));
+        assert_eq!(
+            w,
+            SendDoorbellWord {
+                opmod: 1,
+                wqe_index: 0xbeef,
+                opcode: 0x08,
+                qpn: 0x12_3456,
+                ds: 0x23
+            }
+        );
+        // An unknown opcode still decodes.
+        let mut db = send_doorbell(&ctrl);
+        db[3] = 0x7f;
+        assert_eq!(SendDoorbellWord::decode(&db).opcode, 0x7f);
+    }
 
     #[test]
     fn qp_record() {
