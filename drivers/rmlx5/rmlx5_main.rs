@@ -3,11 +3,27 @@
 //! rmlx5: an mlx5-style RDMA driver written in Rust.
 //!
 //! The crate root only declares the module and its parts; see
-//! `Documentation/architecture.md` for how they fit together.
+//! `Documentation/architecture.md` and `Documentation/kernel-core.md` for
+//! how they fit together.
 
-use kernel::prelude::*;
+use core::sync::atomic::{
+    AtomicPtr,
+    Ordering, //
+};
+use kernel::{
+    driver, platform,
+    prelude::*,
+    sync::{
+        Arc,
+        ArcBorrow, //
+    },
+};
 
 mod device;
+mod hca;
+pub mod ib;
+#[path = "core.rs"]
+mod mlx5_core;
 mod prm_tests;
 pub mod ulp;
 mod uverbs;
@@ -30,6 +46,38 @@ pub mod mlx5_prm {
     pub mod wqe;
 }
 
+/// The software HCA model (`rust/hca-model`), compiled from the same
+/// source files as the user-space crate (see its `lib.rs`).
+#[path = "../../rust/hca-model/src"]
+pub mod hca_model {
+    mod prm {
+        pub(crate) use crate::mlx5_prm::*;
+    }
+    pub mod atomic;
+    pub mod caps;
+    pub mod cq;
+    pub mod dev;
+    pub mod doorbell;
+    pub mod eq;
+    pub mod error;
+    pub mod exec;
+    pub mod fabric;
+    pub mod flush;
+    pub mod hca;
+    pub mod mem;
+    pub mod mr;
+    pub mod pd;
+    pub mod qp;
+    pub mod qp_modify;
+    pub mod respond;
+    pub mod sched;
+    pub mod stats;
+    pub mod table;
+    pub mod timer;
+    pub mod transfer;
+    pub mod wqe;
+}
+
 module! {
     type: Rmlx5Module,
     name: "rmlx5",
@@ -41,19 +89,96 @@ module! {
             default: 2,
             description: "Number of software HCA instances (rmlx5_0 ...), 1 to 8",
         },
+        comp_eqs: u32 {
+            default: 2,
+            description: "Completion EQs (and interrupts) per HCA, 1 to 8",
+        },
     },
 }
 
-/// The loaded module: owns every HCA instance.
+/// The software HCA of the loaded module, for the platform driver and the
+/// ULP API (an `Arc::into_raw` pointer, or null before init and after
+/// exit).
+static SOFT: AtomicPtr<hca::SoftHca> = AtomicPtr::new(::core::ptr::null_mut());
+
+/// Returns a reference to the module's software HCA.
+///
+/// # Errors
+///
+/// `ENODEV` before module init has created it or after exit began.
+pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
+    let p = SOFT.load(Ordering::Acquire);
+    if p.is_null() {
+        return Err(ENODEV);
+    }
+    // SAFETY: `p` came from `Arc::into_raw` in `init` and its reference is
+    // released only in `drop`, after every user (platform driver, ULP
+    // modules, which depend on this module) is gone.
+    Ok(unsafe { ArcBorrow::from_raw(p) }.into())
+}
+
+/// The loaded module. Fields drop in order: the platform driver first (its
+/// unbind frees the EQ interrupts), then the interrupt controller and the
+/// platform devices, then the HCAs' device nodes.
 struct Rmlx5Module {
+    _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
+    _intc: hca::irq::Intc,
     _hcas: device::HcaSet,
+    _soft: SoftGuard,
 }
 
 impl kernel::Module for Rmlx5Module {
-    fn init(_module: &'static ThisModule) -> Result<Self> {
+    fn init(module: &'static ThisModule) -> Result<Self> {
         let count = device::check_num_hcas(module_parameters::num_hcas.value())?;
-        let hcas = device::HcaSet::new(count)?;
-        pr_info!("registered {} software HCA(s)\n", count);
-        Ok(Self { _hcas: hcas })
+        let comp = match module_parameters::comp_eqs.value() {
+            n @ 1..=8 => n as usize,
+            n => {
+                pr_err!("comp_eqs={} is out of range 1..=8\n", n);
+                return Err(EINVAL);
+            }
+        };
+        let soft = hca::SoftHca::new(count, comp)?;
+        SOFT.store(Arc::into_raw(soft).cast_mut(), Ordering::Release);
+        let r = (|| -> Result<Self> {
+            let hcas = device::HcaSet::new(count)?;
+            let intc = hca::irq::Intc::new(u32::try_from(count)?, u32::try_from(comp + 1)?)?;
+            let drv = KBox::pin_init(driver::Registration::new(c"rmlx5", module), GFP_KERNEL)?;
+            Ok(Self {
+                _driver: drv,
+                _intc: intc,
+                _hcas: hcas,
+                _soft: SoftGuard,
+            })
+        })();
+        match r {
+            Ok(m) => {
+                pr_info!("registered {} software HCA(s)\n", count);
+                Ok(m)
+            }
+            // The guard was not built: release here.
+            Err(e) => {
+                release_soft();
+                Err(e)
+            }
+        }
+    }
+}
+
+fn release_soft() {
+    let p = SOFT.swap(::core::ptr::null_mut(), Ordering::AcqRel);
+    if !p.is_null() {
+        // SAFETY: `p` is the `Arc::into_raw` pointer stored by `init`.
+        let soft = unsafe { Arc::from_raw(p) };
+        soft.shutdown();
+    }
+}
+
+/// Releases the module's software HCA last: stops its works (the
+/// interrupts that queue them are gone by then) and drops the reference.
+struct SoftGuard;
+
+impl Drop for SoftGuard {
+    fn drop(&mut self) {
+        release_soft();
     }
 }

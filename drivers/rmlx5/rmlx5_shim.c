@@ -2,12 +2,209 @@
 /*
  * The C side of rmlx5.ko: only what the Rust kernel crate does not offer.
  *
- * Rust code cannot emit EXPORT_SYMBOL_GPL entries, so the ULP API that the
- * Rust crate defines with the C ABI is exported from here. No logic lives in
- * this file.
+ * - EXPORT_SYMBOL_GPL for the ULP API (Rust cannot emit export entries).
+ * - The software HCA's interrupt controller: a linear irq domain with one
+ *   hwirq per EQ of every HCA, a trivial irq_chip and handle_simple_irq,
+ *   and one irq_work per hwirq whose (hard-IRQ) callback calls
+ *   generic_handle_irq(). The model "raises MSI-X vector v" by queueing the
+ *   irq_work; the kernel then runs the handler registered with
+ *   request_irq() in hard-IRQ context, exactly as for a device interrupt,
+ *   and /proc/interrupts counts it.
+ * - One platform device "rmlx5" per HCA whose IORESOURCE_IRQ resources are
+ *   those interrupts; the Rust platform driver binds to it by name.
+ *
+ * No logic lives in this file.
  */
 #include <linux/export.h>
+#include <linux/interrupt.h>
+#include <linux/irq.h>
+#include <linux/irq_work.h>
+#include <linux/irqdomain.h>
 #include <linux/module.h>
+#include <linux/platform_device.h>
+#include <linux/slab.h>
 #include <rdma/rmlx5_ib.h>
 
+#include "rmlx5_shim.h"
+
 EXPORT_SYMBOL_GPL(rmlx5_ib_num_devices);
+EXPORT_SYMBOL_GPL(rmlx5_ib_get_device);
+EXPORT_SYMBOL_GPL(rmlx5_ib_query_device);
+EXPORT_SYMBOL_GPL(rmlx5_ib_alloc_pd);
+EXPORT_SYMBOL_GPL(rmlx5_ib_dealloc_pd);
+EXPORT_SYMBOL_GPL(rmlx5_ib_reg_mr);
+EXPORT_SYMBOL_GPL(rmlx5_ib_dereg_mr);
+EXPORT_SYMBOL_GPL(rmlx5_ib_create_cq);
+EXPORT_SYMBOL_GPL(rmlx5_ib_destroy_cq);
+EXPORT_SYMBOL_GPL(rmlx5_ib_poll_cq);
+EXPORT_SYMBOL_GPL(rmlx5_ib_req_notify_cq);
+EXPORT_SYMBOL_GPL(rmlx5_ib_create_qp);
+EXPORT_SYMBOL_GPL(rmlx5_ib_destroy_qp);
+EXPORT_SYMBOL_GPL(rmlx5_ib_qp_num);
+EXPORT_SYMBOL_GPL(rmlx5_ib_modify_qp);
+EXPORT_SYMBOL_GPL(rmlx5_ib_post_send);
+EXPORT_SYMBOL_GPL(rmlx5_ib_post_recv);
+EXPORT_SYMBOL_GPL(rmlx5_ib_set_event_handler);
+
+/* The interrupt controller of all software HCAs. */
+struct rmlx5_intc {
+	struct fwnode_handle *fwnode;
+	struct irq_domain *domain;
+	unsigned int nr_irqs;
+	unsigned int *virqs;
+	struct irq_work *works;
+	struct platform_device **pdevs;
+	unsigned int nr_hcas;
+	unsigned int irqs_per_hca;
+};
+
+static struct rmlx5_intc intc;
+
+/* Edge-like interrupts with no hardware to mask: nothing to do. */
+static void rmlx5_irq_noop(struct irq_data *d)
+{
+}
+
+static struct irq_chip rmlx5_irq_chip = {
+	.name = "rmlx5",
+	.irq_mask = rmlx5_irq_noop,
+	.irq_unmask = rmlx5_irq_noop,
+};
+
+static int rmlx5_irq_map(struct irq_domain *d, unsigned int virq,
+			 irq_hw_number_t hw)
+{
+	irq_set_chip_and_handler(virq, &rmlx5_irq_chip, handle_simple_irq);
+	irq_modify_status(virq, IRQ_NOREQUEST | IRQ_NOPROBE, IRQ_NOPROBE);
+	return 0;
+}
+
+static const struct irq_domain_ops rmlx5_irq_ops = {
+	.map = rmlx5_irq_map,
+};
+
+/* Hard-IRQ context (IRQ_WORK_INIT_HARD): deliver the interrupt. */
+static void rmlx5_irq_work_fn(struct irq_work *work)
+{
+	unsigned int hw = work - intc.works;
+
+	if (hw < intc.nr_irqs)
+		generic_handle_irq(intc.virqs[hw]);
+}
+
+void rmlx5_shim_raise_irq(unsigned int hwirq)
+{
+	if (hwirq < intc.nr_irqs)
+		irq_work_queue(&intc.works[hwirq]);
+}
+
+int rmlx5_shim_hca_of_irq(unsigned int virq)
+{
+	unsigned int i;
+
+	for (i = 0; i < intc.nr_irqs; i++)
+		if (intc.virqs[i] == virq)
+			return i / intc.irqs_per_hca;
+	return -ENODEV;
+}
+
+static void rmlx5_shim_free(void)
+{
+	unsigned int i;
+
+	if (intc.pdevs) {
+		for (i = 0; i < intc.nr_hcas; i++)
+			if (intc.pdevs[i])
+				platform_device_unregister(intc.pdevs[i]);
+	}
+	if (intc.works) {
+		for (i = 0; i < intc.nr_irqs; i++)
+			irq_work_sync(&intc.works[i]);
+	}
+	if (intc.virqs) {
+		for (i = 0; i < intc.nr_irqs; i++)
+			if (intc.virqs[i])
+				irq_dispose_mapping(intc.virqs[i]);
+	}
+	if (intc.domain)
+		irq_domain_remove(intc.domain);
+	if (intc.fwnode)
+		irq_domain_free_fwnode(intc.fwnode);
+	kfree(intc.pdevs);
+	kfree(intc.works);
+	kfree(intc.virqs);
+	memset(&intc, 0, sizeof(intc));
+}
+
+int rmlx5_shim_create(unsigned int nr_hcas, unsigned int irqs_per_hca)
+{
+	struct resource *res;
+	unsigned int h, i;
+	int err = -ENOMEM;
+
+	if (!nr_hcas || !irqs_per_hca || nr_hcas > 64 || irqs_per_hca > 64)
+		return -EINVAL;
+	intc.nr_hcas = nr_hcas;
+	intc.irqs_per_hca = irqs_per_hca;
+	intc.nr_irqs = nr_hcas * irqs_per_hca;
+	intc.virqs = kcalloc(intc.nr_irqs, sizeof(*intc.virqs), GFP_KERNEL);
+	intc.works = kcalloc(intc.nr_irqs, sizeof(*intc.works), GFP_KERNEL);
+	intc.pdevs = kcalloc(nr_hcas, sizeof(*intc.pdevs), GFP_KERNEL);
+	res = kcalloc(irqs_per_hca, sizeof(*res), GFP_KERNEL);
+	if (!intc.virqs || !intc.works || !intc.pdevs || !res)
+		goto fail;
+	for (i = 0; i < intc.nr_irqs; i++)
+		intc.works[i] = IRQ_WORK_INIT_HARD(rmlx5_irq_work_fn);
+
+	intc.fwnode = irq_domain_alloc_named_fwnode("rmlx5");
+	if (!intc.fwnode)
+		goto fail;
+	intc.domain = irq_domain_create_linear(intc.fwnode, intc.nr_irqs,
+					       &rmlx5_irq_ops, NULL);
+	if (!intc.domain)
+		goto fail;
+	for (i = 0; i < intc.nr_irqs; i++) {
+		intc.virqs[i] = irq_create_mapping(intc.domain, i);
+		if (!intc.virqs[i])
+			goto fail;
+	}
+
+	for (h = 0; h < nr_hcas; h++) {
+		struct platform_device_info info = {
+			.name = "rmlx5",
+			.id = h,
+			.res = res,
+			.num_res = irqs_per_hca,
+		};
+		struct platform_device *pdev;
+
+		for (i = 0; i < irqs_per_hca; i++) {
+			unsigned int virq = intc.virqs[h * irqs_per_hca + i];
+
+			res[i] = (struct resource)DEFINE_RES_IRQ(virq);
+		}
+		pdev = platform_device_register_full(&info);
+		if (IS_ERR(pdev)) {
+			err = PTR_ERR(pdev);
+			goto fail;
+		}
+		intc.pdevs[h] = pdev;
+	}
+	kfree(res);
+	return 0;
+
+fail:
+	kfree(res);
+	rmlx5_shim_free();
+	return err;
+}
+
+void rmlx5_shim_destroy(void)
+{
+	rmlx5_shim_free();
+}
+
+void rmlx5_shim_flush_work(struct work_struct *work)
+{
+	flush_work(work);
+}

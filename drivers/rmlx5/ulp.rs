@@ -3,11 +3,586 @@
 //! The verbs API for kernel ULPs, with the C ABI declared in
 //! `include/rdma/rmlx5_ib.h`. The C shim exports these symbols with
 //! `EXPORT_SYMBOL_GPL`.
+//!
+//! Every entry converts its raw pointers to typed references on its first
+//! lines and maps errors to negative errno values. Objects are handed to C
+//! as `Arc::into_raw` pointers (PD and MR as `KBox::into_raw`), and taken
+//! back by their destroy function only when destroy succeeds. The ULP
+//! module depends on rmlx5's symbols, so it is unloaded first: the
+//! software HCA outlives every call.
 
-use kernel::ffi::c_int;
+use core::ptr;
+use kernel::{
+    ffi::{
+        c_int,
+        c_void, //
+    },
+    prelude::*,
+    sync::{
+        Arc,
+        ArcBorrow, //
+    },
+};
+
+use crate::hca::AsyncEvent;
+use crate::ib::{
+    cq::{
+        Cq,
+        Wc, //
+    },
+    mr::{
+        Mr,
+        Pd, //
+    },
+    qp::{
+        Qp,
+        QpAttrC,
+        QpCaps,
+        SendReq,
+        Sge,
+        MAX_SGE, //
+    },
+};
+
+/// An async event handler: `(device index, event type, element, context)`.
+pub(crate) type EventHandlerFn = unsafe extern "C" fn(c_int, u32, u32, *mut c_void);
+
+/// Calls a ULP's async event handler (BH context).
+pub(crate) fn call_event_handler(f: EventHandlerFn, hca: usize, ev: AsyncEvent, ctx: usize) {
+    // SAFETY: The ULP registered `f` with `ctx` for this device.
+    unsafe {
+        f(
+            c_int::try_from(hca).unwrap_or(-1),
+            u32::from(ev.event_type),
+            ev.element,
+            ctx as *mut c_void,
+        )
+    };
+}
+
+fn errno(e: Error) -> c_int {
+    e.to_errno()
+}
+
+/// Device attributes (`struct rmlx5_ib_device_attr`).
+#[repr(C)]
+#[derive(Default)]
+pub struct DeviceAttr {
+    max_qp: u32,
+    max_cq: u32,
+    max_pd: u32,
+    max_mr: u32,
+    max_qp_wr: u32,
+    max_cqe: u32,
+    max_sge: u32,
+    max_qp_rd_atom: u32,
+    max_mr_size: u64,
+    /// `IB_ATOMIC_HCA` (1).
+    atomic_cap: u32,
+    num_comp_vectors: u32,
+    /// `IB_PORT_ACTIVE` (4).
+    port_state: u32,
+    /// The HCA's LID (its index).
+    lid: u32,
+}
 
 /// Number of registered rmlx5 HCAs (`rmlx5_ib_num_devices()` in C).
 #[no_mangle]
 pub extern "C" fn rmlx5_ib_num_devices() -> c_int {
     c_int::try_from(crate::device::num_registered()).unwrap_or(c_int::MAX)
+}
+
+/// Checks a device index.
+#[no_mangle]
+pub extern "C" fn rmlx5_ib_get_device(index: c_int) -> c_int {
+    match usize::try_from(index) {
+        Ok(i) if i < crate::device::num_registered() as usize => 0,
+        _ => ENODEV.to_errno(),
+    }
+}
+
+/// # Safety
+///
+/// `attr` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_query_device(index: c_int, attr: *mut DeviceAttr) -> c_int {
+    // SAFETY: The caller passes a writable attribute struct.
+    let Some(attr) = (unsafe { attr.as_mut() }) else {
+        return EINVAL.to_errno();
+    };
+    let r = (|| -> Result {
+        let soft = crate::soft()?;
+        let hca = usize::try_from(index).map_err(|_| ENODEV)?;
+        let dev = soft.dev(hca)?;
+        let caps = *soft
+            .state
+            .lock()
+            .fabric
+            .hca(dev.index)
+            .ok_or(ENODEV)?
+            .caps();
+        *attr = DeviceAttr {
+            max_qp: crate::hca::MAX_QPS as u32,
+            max_cq: crate::hca::MAX_CQS as u32,
+            max_pd: crate::hca::MAX_PDS as u32,
+            max_mr: crate::hca::MAX_MRS as u32,
+            max_qp_wr: 1 << 12,
+            max_cqe: 1 << caps.max_log_cq_size,
+            max_sge: MAX_SGE as u32,
+            max_qp_rd_atom: u32::from(caps.max_qp_rd_atom),
+            max_mr_size: u64::MAX,
+            atomic_cap: 1,
+            num_comp_vectors: u32::try_from(dev.eqs.len().saturating_sub(1))?,
+            port_state: 4,
+            lid: u32::from(dev.index),
+        };
+        Ok(())
+    })();
+    r.map_or_else(errno, |()| 0)
+}
+
+/// # Safety
+///
+/// `out` must be valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_alloc_pd(index: c_int, out: *mut *mut Pd) -> c_int {
+    let r = (|| -> Result<*mut Pd> {
+        let soft = crate::soft()?;
+        let hca = u16::try_from(index).map_err(|_| ENODEV)?;
+        soft.dev(usize::from(hca))?;
+        let pd = KBox::new(Pd::new(&soft, hca)?, GFP_KERNEL)?;
+        Ok(KBox::into_raw(pd))
+    })();
+    match r {
+        Ok(p) => {
+            // SAFETY: The caller passes a writable pointer slot.
+            unsafe { out.write(p) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// # Safety
+///
+/// `pd` must come from `rmlx5_ib_alloc_pd` and not be used after success.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_dealloc_pd(pd: *mut Pd) -> c_int {
+    // SAFETY: `pd` is a live PD from `rmlx5_ib_alloc_pd`.
+    let Some(r) = (unsafe { pd.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    match r.destroy() {
+        Ok(()) => {
+            // SAFETY: `pd` came from `KBox::into_raw`; destroy succeeded
+            // and the caller gives it up.
+            drop(unsafe { KBox::from_raw(pd) });
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// # Safety
+///
+/// `pd` is live; `addr..addr+len` is kernel memory that stays valid until
+/// `rmlx5_ib_dereg_mr`; `out` and `key` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_reg_mr(
+    pd: *mut Pd,
+    addr: *mut c_void,
+    len: u64,
+    access: u32,
+    out: *mut *mut Mr,
+    key: *mut u32,
+) -> c_int {
+    // SAFETY: `pd` is a live PD.
+    let Some(pd) = (unsafe { pd.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let r = (|| -> Result<*mut Mr> {
+        let mr = Mr::new(pd, addr as u64, len, access)?;
+        let k = mr.key;
+        let b = KBox::new(mr, GFP_KERNEL)?;
+        // SAFETY: `key` is writable.
+        unsafe { key.write(k) };
+        Ok(KBox::into_raw(b))
+    })();
+    match r {
+        Ok(p) => {
+            // SAFETY: `out` is writable.
+            unsafe { out.write(p) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// # Safety
+///
+/// `mr` must come from `rmlx5_ib_reg_mr`.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_dereg_mr(mr: *mut Mr) -> c_int {
+    // SAFETY: `mr` is a live MR.
+    let Some(r) = (unsafe { mr.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    match r.destroy() {
+        Ok(()) => {
+            // SAFETY: From `KBox::into_raw`; given up by the caller.
+            drop(unsafe { KBox::from_raw(mr) });
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// A completion handler as C sees it.
+pub type CompHandlerFn = unsafe extern "C" fn(*mut Cq, *mut c_void);
+
+/// # Safety
+///
+/// `out` is writable; `handler`, if non-null, may be called with `ctx` in
+/// BH context until `rmlx5_ib_destroy_cq` returns.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_create_cq(
+    index: c_int,
+    handler: Option<CompHandlerFn>,
+    ctx: *mut c_void,
+    entries: u32,
+    comp_vector: u32,
+    out: *mut *const Cq,
+) -> c_int {
+    let r = (|| -> Result<Arc<Cq>> {
+        let soft = crate::soft()?;
+        let hca = u16::try_from(index).map_err(|_| ENODEV)?;
+        Cq::new(
+            &soft,
+            hca,
+            entries,
+            comp_vector,
+            handler.map(|f| (f, ctx as usize)),
+        )
+    })();
+    match r {
+        Ok(cq) => {
+            // SAFETY: `out` is writable.
+            unsafe { out.write(Arc::into_raw(cq)) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// # Safety
+///
+/// `cq` must come from `rmlx5_ib_create_cq`.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_destroy_cq(cq: *const Cq) -> c_int {
+    // SAFETY: `cq` is a live CQ.
+    let Some(r) = (unsafe { cq.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    match r.destroy() {
+        Ok(()) => {
+            // SAFETY: From `Arc::into_raw`; the caller gives it up.
+            drop(unsafe { Arc::from_raw(cq) });
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// # Safety
+///
+/// `cq` is live; `wc` has room for `num` entries.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_poll_cq(cq: *const Cq, num: c_int, wc: *mut Wc) -> c_int {
+    // SAFETY: `cq` is a live CQ.
+    let Some(cq) = (unsafe { cq.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let Ok(n) = usize::try_from(num) else {
+        return EINVAL.to_errno();
+    };
+    if wc.is_null() || n == 0 {
+        return 0;
+    }
+    // SAFETY: The caller gives room for `n` entries at `wc`.
+    let wcs = unsafe { core::slice::from_raw_parts_mut(wc, n) };
+    c_int::try_from(cq.poll(wcs)).unwrap_or(0)
+}
+
+/// # Safety
+///
+/// `cq` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_req_notify_cq(cq: *const Cq, flags: u32) -> c_int {
+    // SAFETY: `cq` is a live CQ.
+    let Some(cq) = (unsafe { cq.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    cq.req_notify(flags).unwrap_or_else(errno)
+}
+
+/// QP creation attributes (`struct rmlx5_ib_qp_init_attr`).
+#[repr(C)]
+pub struct QpInitAttr {
+    send_cq: *const Cq,
+    recv_cq: *const Cq,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    sq_sig_all: u32,
+    reserved: u32,
+}
+
+/// # Safety
+///
+/// `pd`, `attr` and its CQs are live; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_create_qp(
+    pd: *mut Pd,
+    attr: *const QpInitAttr,
+    out: *mut *const Qp,
+) -> c_int {
+    // SAFETY: The caller passes live objects.
+    let (Some(pd), Some(attr)) = (unsafe { pd.as_ref() }, unsafe { attr.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    if attr.send_cq.is_null() || attr.recv_cq.is_null() {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: Live CQs from `rmlx5_ib_create_cq` (their `Arc`s were
+    // leaked into C): take a new reference each without consuming theirs.
+    let (scq, rcq): (Arc<Cq>, Arc<Cq>) = unsafe {
+        (
+            ArcBorrow::from_raw(attr.send_cq).into(),
+            ArcBorrow::from_raw(attr.recv_cq).into(),
+        )
+    };
+    let caps = QpCaps {
+        max_send_wr: attr.max_send_wr,
+        max_recv_wr: attr.max_recv_wr,
+        max_send_sge: attr.max_send_sge,
+        max_recv_sge: attr.max_recv_sge,
+        sq_sig_all: attr.sq_sig_all != 0,
+    };
+    match Qp::new(pd, &scq, &rcq, &caps) {
+        Ok(qp) => {
+            // SAFETY: `out` is writable.
+            unsafe { out.write(Arc::into_raw(qp)) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// # Safety
+///
+/// `qp` must come from `rmlx5_ib_create_qp`.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_destroy_qp(qp: *const Qp) -> c_int {
+    // SAFETY: `qp` is a live QP.
+    let Some(r) = (unsafe { qp.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    match r.destroy() {
+        Ok(()) => {
+            // SAFETY: From `Arc::into_raw`; given up by the caller.
+            drop(unsafe { Arc::from_raw(qp) });
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// # Safety
+///
+/// `qp` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_qp_num(qp: *const Qp) -> u32 {
+    // SAFETY: `qp` is a live QP.
+    unsafe { qp.as_ref() }.map_or(0, |q| q.qpn)
+}
+
+/// # Safety
+///
+/// `qp` and `attr` are live.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_modify_qp(
+    qp: *const Qp,
+    attr: *const QpAttrC,
+    mask: u32,
+) -> c_int {
+    // SAFETY: The caller passes live objects.
+    let (Some(qp), Some(attr)) = (unsafe { qp.as_ref() }, unsafe { attr.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    qp.modify(attr, mask).map_or_else(errno, |()| 0)
+}
+
+/// `struct rmlx5_ib_send_wr`.
+#[repr(C)]
+pub struct SendWrC {
+    next: *const SendWrC,
+    wr_id: u64,
+    sg_list: *const Sge,
+    num_sge: c_int,
+    opcode: u32,
+    send_flags: u32,
+    imm_data: u32,
+    remote_addr: u64,
+    rkey: u32,
+    reserved: u32,
+    compare_add: u64,
+    swap: u64,
+    compare_add_mask: u64,
+    swap_mask: u64,
+}
+
+/// `struct rmlx5_ib_recv_wr`.
+#[repr(C)]
+pub struct RecvWrC {
+    next: *const RecvWrC,
+    wr_id: u64,
+    sg_list: *const Sge,
+    num_sge: c_int,
+}
+
+/// Work requests per post call converted at once.
+const POST_BATCH: usize = 16;
+
+/// # Safety
+///
+/// `sges` must be valid for `n` entries if `n > 0`.
+unsafe fn sge_slice<'a>(sges: *const Sge, n: c_int) -> Result<&'a [Sge]> {
+    let n = usize::try_from(n).map_err(|_| EINVAL)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if sges.is_null() || n > MAX_SGE {
+        return Err(EINVAL);
+    }
+    // SAFETY: Guaranteed by the caller.
+    Ok(unsafe { core::slice::from_raw_parts(sges, n) })
+}
+
+/// # Safety
+///
+/// `qp` is live; `wr` is a valid list; `bad` is writable or null.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_post_send(
+    qp: *const Qp,
+    wr: *const SendWrC,
+    bad: *mut *const SendWrC,
+) -> c_int {
+    // SAFETY: `qp` is a live QP.
+    let Some(qp) = (unsafe { qp.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let mut cur = wr;
+    while !cur.is_null() {
+        let mut reqs = [SendReq::default(); POST_BATCH];
+        let mut ptrs = [ptr::null::<SendWrC>(); POST_BATCH];
+        let mut n = 0;
+        let mut err = None;
+        while n < POST_BATCH && !cur.is_null() {
+            // SAFETY: `cur` is an element of the caller's valid list.
+            let w = unsafe { &*cur };
+            // SAFETY: The WR's SGE list is valid for `num_sge` entries.
+            let sges = match unsafe { sge_slice(w.sg_list, w.num_sge) } {
+                Ok(s) => s,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            };
+            let Some(slot) = reqs.get_mut(n) else {
+                break;
+            };
+            *slot = SendReq {
+                wr_id: w.wr_id,
+                sges,
+                opcode: w.opcode,
+                flags: w.send_flags,
+                imm_data: w.imm_data,
+                remote_addr: w.remote_addr,
+                rkey: w.rkey,
+                compare_add: w.compare_add,
+                swap: w.swap,
+                compare_add_mask: w.compare_add_mask,
+                swap_mask: w.swap_mask,
+            };
+            if let Some(p) = ptrs.get_mut(n) {
+                *p = cur;
+            }
+            n += 1;
+            cur = w.next;
+        }
+        let r = qp.post_send(reqs.get(..n).unwrap_or(&[]));
+        let failed = match (r, err) {
+            (Err((i, e)), _) => Some((ptrs.get(i).copied().unwrap_or(cur), e)),
+            (Ok(()), Some(e)) => Some((cur, e)),
+            (Ok(()), None) => None,
+        };
+        if let Some((p, e)) = failed {
+            if !bad.is_null() {
+                // SAFETY: `bad` is writable.
+                unsafe { bad.write(p) };
+            }
+            return errno(e);
+        }
+    }
+    0
+}
+
+/// # Safety
+///
+/// `qp` is live; `wr` is a valid list; `bad` is writable or null.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_post_recv(
+    qp: *const Qp,
+    wr: *const RecvWrC,
+    bad: *mut *const RecvWrC,
+) -> c_int {
+    // SAFETY: `qp` is a live QP.
+    let Some(qp) = (unsafe { qp.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: `cur` is an element of the caller's valid list.
+        let w = unsafe { &*cur };
+        // SAFETY: The WR's SGE list is valid for `num_sge` entries.
+        let r = unsafe { sge_slice(w.sg_list, w.num_sge) }
+            .and_then(|s| qp.post_recv(&[(w.wr_id, s)]).map_err(|(_, e)| e));
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: `bad` is writable.
+                unsafe { bad.write(cur) };
+            }
+            return errno(e);
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// Sets (or clears, with a null `handler`) the async event handler of a
+/// device.
+#[no_mangle]
+pub extern "C" fn rmlx5_ib_set_event_handler(
+    index: c_int,
+    handler: Option<EventHandlerFn>,
+    ctx: *mut c_void,
+) -> c_int {
+    let r = (|| -> Result {
+        let soft = crate::soft()?;
+        let dev = soft.dev(usize::try_from(index).map_err(|_| ENODEV)?)?;
+        *dev.event_handler.lock() = handler.map(|f| (f, ctx as usize));
+        Ok(())
+    })();
+    r.map_or_else(errno, |()| 0)
 }

@@ -66,6 +66,16 @@ for t in /tests/rmlx5-*-tests; do
     echo "rmlx5-guest: EXIT $name $?"
 done
 
+# The EQ interrupts of the software HCAs, with their counts (the KUnit
+# suites above drove completions through them).
+echo "rmlx5-guest: /proc/interrupts"
+grep -E 'CPU|rmlx5' /proc/interrupts
+if grep rmlx5_comp /proc/interrupts | awk '{ s = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i; t += s } END { exit !(t > 0) }'; then
+    pass eq_interrupts_counted
+else
+    fail eq_interrupts_counted "no rmlx5_comp interrupt was counted"
+fi
+
 if rmmod rmlx5; then
     pass module_unload
 else

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory the software HCA may reach, and the [`Platform`] the model runs on.
+//!
+//! The model names memory by a 64-bit "DMA address". In rmlx5 that is the
+//! kernel virtual address of a buffer the module allocated ([`DmaBuf`]) or
+//! of a kernel ULP's registered memory. The model's accesses go through a
+//! [`DmaRegistry`]: an address is dereferenced only if the whole range lies
+//! inside one registered region, so a stray address from WQE bytes or a
+//! doorbell record becomes a [`DmaFault`] (an error completion), never a
+//! wild access. User memory regions (pinned pages, issue 6) will be added
+//! as another kind of region.
+//!
+//! Every access to a buffer shared with the model is a volatile copy: the
+//! model writes under the fabric lock while consumers read without it, as
+//! a CPU and a device share a DMA buffer.
+
+use kernel::prelude::*;
+
+use crate::hca_model::mem::{
+    DmaFault,
+    DmaMemory,
+    Interrupt,
+    Platform, //
+};
+
+/// A zeroed, 8-byte aligned buffer the model may access once registered.
+///
+/// # Invariants
+///
+/// `ptr` points at `len` bytes owned by `_storage`, which is never touched
+/// through a reference after construction (only through `ptr`).
+pub(crate) struct DmaBuf {
+    ptr: *mut u8,
+    len: usize,
+    _storage: KVec<u64>,
+}
+
+// SAFETY: The buffer is plain memory; concurrent access goes through
+// volatile copies only.
+unsafe impl Send for DmaBuf {}
+// SAFETY: As above: `&DmaBuf` only offers volatile copies.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// Allocates `len` zeroed bytes (rounded up to 8).
+    pub(crate) fn new(len: usize, flags: kernel::alloc::Flags) -> Result<Self> {
+        let words = len.div_ceil(8).max(1);
+        let mut storage = KVec::from_elem(0u64, words, flags)?;
+        let ptr = storage.as_mut_ptr().cast::<u8>();
+        // INVARIANT: `storage` owns `words * 8 >= len` bytes at `ptr`.
+        Ok(Self {
+            ptr,
+            len,
+            _storage: storage,
+        })
+    }
+
+    /// The buffer's DMA address (its kernel virtual address).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn range(&self, off: usize, len: usize) -> Result<*mut u8> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.ptr.wrapping_add(off)),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// Copies bytes out of the buffer at `off`.
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
+        let p = self.range(off, out.len())?;
+        // SAFETY: `range` checked `p..p + out.len()` lies inside the buffer.
+        unsafe { volatile_copy_from(p, out) };
+        Ok(())
+    }
+
+    /// Reads one byte at `off` (an owner byte).
+    pub(crate) fn read_u8(&self, off: usize) -> Result<u8> {
+        let p = self.range(off, 1)?;
+        // SAFETY: `p` lies inside the buffer.
+        Ok(unsafe { p.read_volatile() })
+    }
+
+    /// Copies `data` into the buffer at `off`.
+    pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
+        let p = self.range(off, data.len())?;
+        // SAFETY: `range` checked `p..p + data.len()` lies inside the buffer.
+        unsafe { volatile_copy_to(p, data) };
+        Ok(())
+    }
+
+    /// Sets every byte at `off + k * stride` (for `k` in `0..count`) to `v`.
+    pub(crate) fn fill_strided(&self, off: usize, stride: usize, count: usize, v: u8) -> Result {
+        for k in 0..count {
+            self.write(off + k * stride, &[v])?;
+        }
+        Ok(())
+    }
+}
+
+/// # Safety
+///
+/// `src..src + out.len()` must be valid for reads.
+unsafe fn volatile_copy_from(src: *const u8, out: &mut [u8]) {
+    for (i, b) in out.iter_mut().enumerate() {
+        // SAFETY: `i < out.len()`, inside the range the caller vouches for.
+        *b = unsafe { src.add(i).read_volatile() };
+    }
+}
+
+/// # Safety
+///
+/// `dst..dst + data.len()` must be valid for writes.
+unsafe fn volatile_copy_to(dst: *mut u8, data: &[u8]) {
+    for (i, b) in data.iter().enumerate() {
+        // SAFETY: `i < data.len()`, inside the range the caller vouches for.
+        unsafe { dst.add(i).write_volatile(*b) };
+    }
+}
+
+/// One range of memory the model may access.
+#[derive(Clone, Copy)]
+struct Region {
+    start: u64,
+    len: u64,
+}
+
+/// The ranges of memory the model may access.
+///
+/// # Invariants
+///
+/// Every region is valid for reads and writes for as long as it is in the
+/// registry: module buffers are registered after allocation and removed
+/// (under the fabric lock) before they are freed; kernel ULP memory is
+/// registered by `reg_mr`, whose caller promises it stays valid until
+/// `dereg_mr`.
+pub(crate) struct DmaRegistry {
+    regions: KVec<Region>,
+}
+
+impl DmaRegistry {
+    pub(crate) fn new() -> Self {
+        Self {
+            regions: KVec::new(),
+        }
+    }
+
+    /// Registers a module-owned buffer.
+    pub(crate) fn add_buf(&mut self, buf: &DmaBuf) -> Result {
+        // INVARIANT: `buf` is live; its owner removes it before freeing.
+        self.add_raw(buf.addr(), buf.len() as u64)
+    }
+
+    /// Registers `len` bytes at kernel address `start`.
+    ///
+    /// The caller must keep the memory valid until [`Self::remove`].
+    pub(crate) fn add_raw(&mut self, start: u64, len: u64) -> Result {
+        if len == 0 || start.checked_add(len).is_none() {
+            return Err(EINVAL);
+        }
+        self.regions.push(Region { start, len }, GFP_ATOMIC)?;
+        Ok(())
+    }
+
+    /// Removes the region starting at `start` (one registration of it).
+    pub(crate) fn remove(&mut self, start: u64) {
+        if let Some(i) = self.regions.iter().position(|r| r.start == start) {
+            let _ = self.regions.remove(i);
+        }
+    }
+
+    fn check(&self, addr: u64, len: usize) -> Result<*mut u8, DmaFault> {
+        let len = u64::try_from(len).map_err(|_| DmaFault)?;
+        let end = addr.checked_add(len).ok_or(DmaFault)?;
+        if self
+            .regions
+            .iter()
+            .any(|r| addr >= r.start && end <= r.start + r.len)
+        {
+            Ok(addr as *mut u8)
+        } else {
+            Err(DmaFault)
+        }
+    }
+}
+
+/// The model's view of the machine for one locked section: memory through
+/// the registry, interrupts through the shim's irq_work.
+pub(crate) struct SoftPlatform<'a> {
+    pub(crate) dma: &'a DmaRegistry,
+    /// Interrupt vectors per HCA (hwirq = hca * irqs_per_hca + vector).
+    pub(crate) irqs_per_hca: u32,
+}
+
+impl DmaMemory for SoftPlatform<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        let p = self.dma.check(addr, buf.len())?;
+        // SAFETY: `check` found the range inside a registered region, which
+        // is valid while registered (type invariant of `DmaRegistry`).
+        unsafe { volatile_copy_from(p, buf) };
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+        let p = self.dma.check(addr, data.len())?;
+        // SAFETY: As for `read`.
+        unsafe { volatile_copy_to(p, data) };
+        Ok(())
+    }
+}
+
+impl Platform for SoftPlatform<'_> {
+    fn interrupt(&mut self, irq: Interrupt) {
+        let hwirq = u32::from(irq.hca) * self.irqs_per_hca + u32::from(irq.vector);
+        crate::hca::irq::raise(hwirq);
+    }
+}

@@ -1,0 +1,470 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion queues of kernel ULPs: CQE ring and doorbell record in module
+//! memory, polled by owner bit, armed through the UAR CQ doorbell.
+//!
+//! A CQ created without a completion handler is polling-only: it is never
+//! entered in the dispatch table, cannot be armed, and an EQE naming it is
+//! counted and dropped (the CVE-2025-68209 class of bug cannot happen).
+
+use core::sync::atomic::{
+    AtomicBool,
+    AtomicU32,
+    AtomicU64,
+    Ordering, //
+};
+use kernel::{
+    new_spinlock_irq,
+    prelude::*,
+    sync::{
+        barrier::{
+            dma_mb,
+            Read,
+            Write, //
+        },
+        Arc,
+        SpinLockIrq, //
+    },
+    time::{
+        delay::fsleep,
+        Delta, //
+    },
+};
+
+use super::model_err;
+use crate::hca::{
+    dma::DmaBuf,
+    SoftHca,
+    MAX_QPS, //
+};
+use crate::hca_model::{
+    cq::CqAttr,
+    qp::QPN_BASE, //
+};
+use crate::mlx5_prm::{
+    cqe::{
+        Cqe64,
+        ErrCqe,
+        OpOwn,
+        CQE_SIZE,
+        OP_OWN_OFFSET, //
+    },
+    doorbell::{
+        set_ci_word,
+        ArmCmd,
+        CqArm,
+        UarCqDoorbell,
+        CQ_DBR_ARM_OFFSET,
+        CQ_DBR_SET_CI_OFFSET,
+        CQ_DBR_SIZE,
+        UAR_CQ_DOORBELL_OFFSET, //
+    },
+    opcode::{
+        CqeOpcode,
+        CqeSyndrome,
+        SendOpcode, //
+    },
+    ring,
+};
+
+/// A completion handler: function and context, called in BH context.
+pub(crate) type CompHandler = (unsafe extern "C" fn(*mut Cq, *mut c_void), usize);
+
+use kernel::ffi::c_void;
+
+/// Work completion, laid out as `struct rmlx5_ib_wc` in
+/// `include/rdma/rmlx5_ib.h`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Wc {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// `enum rmlx5_ib_wc_status` (= `enum ib_wc_status`).
+    pub status: u32,
+    /// `enum rmlx5_ib_wc_opcode` (= `enum ib_wc_opcode`).
+    pub opcode: u32,
+    /// Vendor syndrome of an error completion.
+    pub vendor_err: u32,
+    /// Bytes transferred.
+    pub byte_len: u32,
+    /// Local QPN.
+    pub qp_num: u32,
+    /// Immediate data, big-endian as on the wire.
+    pub imm_data: u32,
+    /// `RMLX5_IB_WC_WITH_IMM` (2).
+    pub wc_flags: u32,
+    /// Padding.
+    pub reserved: u32,
+}
+
+// `enum ib_wc_status` values.
+pub(crate) const WC_SUCCESS: u32 = 0;
+const WC_LOC_LEN_ERR: u32 = 1;
+const WC_LOC_QP_OP_ERR: u32 = 2;
+const WC_LOC_PROT_ERR: u32 = 4;
+pub(crate) const WC_WR_FLUSH_ERR: u32 = 5;
+const WC_MW_BIND_ERR: u32 = 6;
+const WC_BAD_RESP_ERR: u32 = 7;
+const WC_LOC_ACCESS_ERR: u32 = 8;
+const WC_REM_INV_REQ_ERR: u32 = 9;
+pub(crate) const WC_REM_ACCESS_ERR: u32 = 10;
+const WC_REM_OP_ERR: u32 = 11;
+const WC_RETRY_EXC_ERR: u32 = 12;
+const WC_RNR_RETRY_EXC_ERR: u32 = 13;
+const WC_REM_ABORT_ERR: u32 = 19;
+const WC_GENERAL_ERR: u32 = 21;
+// `enum ib_wc_opcode` values.
+pub(crate) const WC_SEND: u32 = 0;
+pub(crate) const WC_RDMA_WRITE: u32 = 1;
+pub(crate) const WC_RDMA_READ: u32 = 2;
+pub(crate) const WC_COMP_SWAP: u32 = 3;
+pub(crate) const WC_FETCH_ADD: u32 = 4;
+pub(crate) const WC_MASKED_COMP_SWAP: u32 = 9;
+pub(crate) const WC_MASKED_FETCH_ADD: u32 = 10;
+pub(crate) const WC_RECV: u32 = 128;
+pub(crate) const WC_RECV_RDMA_WITH_IMM: u32 = 129;
+/// `IB_WC_WITH_IMM`.
+pub(crate) const WC_WITH_IMM: u32 = 2;
+
+/// `IB_CQ_SOLICITED`, `IB_CQ_NEXT_COMP`, `IB_CQ_REPORT_MISSED_EVENTS`.
+pub(crate) const CQ_SOLICITED: u32 = 1;
+pub(crate) const CQ_NEXT_COMP: u32 = 2;
+pub(crate) const CQ_REPORT_MISSED_EVENTS: u32 = 4;
+
+/// Consumer state of a CQ.
+struct CqPoll {
+    ci: u32,
+}
+
+/// A completion queue.
+#[pin_data]
+pub struct Cq {
+    soft: Arc<SoftHca>,
+    hca: u16,
+    pub(crate) cqn: u32,
+    log_size: u8,
+    buf: DmaBuf,
+    dbr: DmaBuf,
+    handler: Option<CompHandler>,
+    #[pin]
+    poll: SpinLockIrq<CqPoll>,
+    /// Completion events received (the low 2 bits are the arm `sn`).
+    arm_sn: AtomicU32,
+    /// The dispatcher is calling the handler.
+    busy: AtomicBool,
+    /// Completion events (debugfs).
+    pub(crate) events: AtomicU64,
+    destroyed: AtomicBool,
+}
+
+impl Cq {
+    /// Creates a CQ of at least `entries` CQEs on completion vector
+    /// `vector` (modulo the number of completion EQs). Without a
+    /// `handler` the CQ is polling-only.
+    pub(crate) fn new(
+        soft: &Arc<SoftHca>,
+        hca: u16,
+        entries: u32,
+        vector: u32,
+        handler: Option<CompHandler>,
+    ) -> Result<Arc<Self>> {
+        let dev = soft.dev(usize::from(hca))?;
+        let entries = entries.max(2).checked_next_power_of_two().ok_or(EINVAL)?;
+        let log_size = u8::try_from(entries.trailing_zeros())?;
+        let n = entries as usize;
+        let buf = DmaBuf::new(n.checked_mul(CQE_SIZE).ok_or(EINVAL)?, GFP_KERNEL)?;
+        buf.fill_strided(OP_OWN_OFFSET, CQE_SIZE, n, ring::CQE_INIT_OP_OWN)?;
+        let dbr = DmaBuf::new(CQ_DBR_SIZE, GFP_KERNEL)?;
+        let comp = dev.eqs.len().saturating_sub(1).max(1);
+        let eq = dev
+            .eqs
+            .get(1 + (vector as usize).checked_rem(comp).unwrap_or(0))
+            .ok_or(EINVAL)?;
+        let attr = CqAttr {
+            log_size,
+            buf_addr: buf.addr(),
+            dbr_addr: dbr.addr(),
+            eqn: eq.eqn,
+            uar_addr: dev.uar.addr(),
+        };
+        // The buffers' addresses do not change when they move into the
+        // `Cq`, so the model CQ can be created first.
+        let cqn = {
+            let mut st = soft.state.lock();
+            st.dma.add_buf(&buf)?;
+            if let Err(e) = st.dma.add_buf(&dbr) {
+                st.dma.remove(buf.addr());
+                return Err(e);
+            }
+            let m = st.fabric.hca(hca).ok_or(ENODEV)?;
+            match m.create_cq(&attr) {
+                Ok(cqn) => cqn,
+                Err(e) => {
+                    st.dma.remove(buf.addr());
+                    st.dma.remove(dbr.addr());
+                    return Err(model_err(e));
+                }
+            }
+        };
+        let (buf_addr, dbr_addr) = (buf.addr(), dbr.addr());
+        let r = Arc::pin_init(
+            pin_init!(Self {
+                soft: soft.clone(),
+                hca,
+                cqn,
+                log_size,
+                buf,
+                dbr,
+                handler,
+                poll <- new_spinlock_irq!(CqPoll { ci: 0 }, "rmlx5_cq_poll"),
+                arm_sn: AtomicU32::new(0),
+                busy: AtomicBool::new(false),
+                events: AtomicU64::new(0),
+                destroyed: AtomicBool::new(false),
+            }),
+            GFP_KERNEL,
+        );
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                let mut st = soft.state.lock();
+                if let Some(m) = st.fabric.hca(hca) {
+                    let _ = m.destroy_cq(cqn);
+                }
+                st.dma.remove(buf_addr);
+                st.dma.remove(dbr_addr);
+                return Err(e);
+            }
+        };
+        if r.handler.is_some() {
+            let mut st = soft.state.lock();
+            let t = st.hcas.get_mut(usize::from(hca)).ok_or(ENODEV)?;
+            if let Some(slot) = t.cqs.get_mut(cqn as usize) {
+                *slot = Some(r.clone());
+            }
+        }
+        Ok(r)
+    }
+
+    /// Index of the HCA.
+    pub(crate) fn hca(&self) -> usize {
+        usize::from(self.hca)
+    }
+
+    /// Called by the EQ handler for every completion event of this CQ.
+    pub(crate) fn note_event(&self) {
+        self.arm_sn.fetch_add(1, Ordering::Relaxed);
+        self.events.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_busy(&self, busy: bool) {
+        self.busy.store(busy, Ordering::Release);
+    }
+
+    /// Calls the completion handler (BH context, from the dispatcher).
+    pub(crate) fn call_handler(&self) {
+        if self.destroyed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some((f, ctx)) = self.handler {
+            let this = core::ptr::from_ref(self).cast_mut();
+            // SAFETY: The ULP registered `f` with `ctx` for this CQ; the CQ
+            // is live (we hold a reference) and not destroyed, and destroy
+            // waits for this call to return before the ULP may free `ctx`.
+            unsafe { f(this, ctx as *mut c_void) };
+        }
+    }
+
+    /// Polls up to `wc.len()` completions; returns how many were written.
+    pub(crate) fn poll(&self, wc: &mut [Wc]) -> usize {
+        let mut p = self.poll.lock();
+        let log = u32::from(self.log_size);
+        let mut n = 0;
+        while n < wc.len() {
+            let off = ring::ring_index(p.ci, log) as usize * CQE_SIZE;
+            let Ok(op_own) = self.buf.read_u8(off + OP_OWN_OFFSET) else {
+                break;
+            };
+            if !ring::cqe_sw_owned(op_own, p.ci, log) {
+                break;
+            }
+            dma_mb(Read);
+            let mut b = [0u8; CQE_SIZE];
+            if self.buf.read(off, &mut b).is_err() {
+                break;
+            }
+            p.ci = p.ci.wrapping_add(1);
+            if let Some(w) = self.parse(&b, op_own) {
+                if let Some(slot) = wc.get_mut(n) {
+                    *slot = w;
+                    n += 1;
+                }
+            }
+        }
+        if n != 0 {
+            // Tell the HCA how far we consumed (overrun detection).
+            dma_mb(Write);
+            let _ = self.dbr.write(CQ_DBR_SET_CI_OFFSET, &set_ci_word(p.ci));
+        }
+        n
+    }
+
+    fn parse(&self, b: &[u8; CQE_SIZE], op_own: u8) -> Option<Wc> {
+        let op = OpOwn::decode(op_own).ok()?;
+        let qp = |qpn: u32| -> Option<Arc<super::qp::Qp>> {
+            let slot = qpn.checked_sub(QPN_BASE)? as usize;
+            if slot >= MAX_QPS {
+                return None;
+            }
+            let st = self.soft.state.lock();
+            st.hcas.get(self.hca())?.qps.get(slot)?.clone()
+        };
+        match op.opcode {
+            CqeOpcode::Req => {
+                let c = Cqe64::decode(b).ok()?;
+                let q = qp(c.qpn)?;
+                let wr_id = q.complete_send(c.wqe_counter);
+                let opcode = match SendOpcode::try_from(c.send_opcode).ok()? {
+                    SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => WC_RDMA_WRITE,
+                    SendOpcode::RdmaRead => WC_RDMA_READ,
+                    SendOpcode::AtomicCs => WC_COMP_SWAP,
+                    SendOpcode::AtomicFa => WC_FETCH_ADD,
+                    SendOpcode::AtomicMaskedCs => WC_MASKED_COMP_SWAP,
+                    SendOpcode::AtomicMaskedFa => WC_MASKED_FETCH_ADD,
+                    _ => WC_SEND,
+                };
+                Some(Wc {
+                    wr_id,
+                    status: WC_SUCCESS,
+                    opcode,
+                    byte_len: c.byte_cnt,
+                    qp_num: c.qpn,
+                    ..Wc::default()
+                })
+            }
+            CqeOpcode::RespSend
+            | CqeOpcode::RespSendImm
+            | CqeOpcode::RespSendInv
+            | CqeOpcode::RespWrImm => {
+                let c = Cqe64::decode(b).ok()?;
+                let q = qp(c.qpn)?;
+                let wr_id = q.complete_recv(c.wqe_counter);
+                let (opcode, flags) = match op.opcode {
+                    CqeOpcode::RespWrImm => (WC_RECV_RDMA_WITH_IMM, WC_WITH_IMM),
+                    CqeOpcode::RespSendImm => (WC_RECV, WC_WITH_IMM),
+                    _ => (WC_RECV, 0),
+                };
+                Some(Wc {
+                    wr_id,
+                    status: WC_SUCCESS,
+                    opcode,
+                    byte_len: c.byte_cnt,
+                    qp_num: c.qpn,
+                    imm_data: c.imm_inval_rkey.to_be(),
+                    wc_flags: flags,
+                    ..Wc::default()
+                })
+            }
+            CqeOpcode::ReqErr | CqeOpcode::RespErr => {
+                let e = ErrCqe::decode(b).ok()?;
+                let q = qp(e.qpn)?;
+                let (wr_id, opcode) = if op.opcode == CqeOpcode::ReqErr {
+                    (q.complete_send(e.wqe_counter), WC_SEND)
+                } else {
+                    (q.complete_recv(e.wqe_counter), WC_RECV)
+                };
+                let status = match CqeSyndrome::try_from(e.syndrome) {
+                    Ok(CqeSyndrome::LocalLength) => WC_LOC_LEN_ERR,
+                    Ok(CqeSyndrome::LocalQpOp) => WC_LOC_QP_OP_ERR,
+                    Ok(CqeSyndrome::LocalProt) => WC_LOC_PROT_ERR,
+                    Ok(CqeSyndrome::WrFlush) => WC_WR_FLUSH_ERR,
+                    Ok(CqeSyndrome::MwBind) => WC_MW_BIND_ERR,
+                    Ok(CqeSyndrome::BadResp) => WC_BAD_RESP_ERR,
+                    Ok(CqeSyndrome::LocalAccess) => WC_LOC_ACCESS_ERR,
+                    Ok(CqeSyndrome::RemoteInvalReq) => WC_REM_INV_REQ_ERR,
+                    Ok(CqeSyndrome::RemoteAccess) => WC_REM_ACCESS_ERR,
+                    Ok(CqeSyndrome::RemoteOp) => WC_REM_OP_ERR,
+                    Ok(CqeSyndrome::TransportRetryExc) => WC_RETRY_EXC_ERR,
+                    Ok(CqeSyndrome::RnrRetryExc) => WC_RNR_RETRY_EXC_ERR,
+                    Ok(CqeSyndrome::RemoteAborted) => WC_REM_ABORT_ERR,
+                    Err(_) => WC_GENERAL_ERR,
+                };
+                Some(Wc {
+                    wr_id,
+                    status,
+                    opcode,
+                    vendor_err: u32::from(e.vendor_syndrome),
+                    qp_num: e.qpn,
+                    ..Wc::default()
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Arms the CQ (`CQ_SOLICITED` or `CQ_NEXT_COMP`, optionally with
+    /// `CQ_REPORT_MISSED_EVENTS`). Returns 1 if missed events were asked
+    /// for and a completion is already waiting, else 0.
+    pub(crate) fn req_notify(&self, flags: u32) -> Result<i32> {
+        if self.handler.is_none() {
+            return Err(EINVAL);
+        }
+        let cmd = match flags & (CQ_SOLICITED | CQ_NEXT_COMP) {
+            CQ_SOLICITED => ArmCmd::Solicited,
+            CQ_NEXT_COMP => ArmCmd::Next,
+            _ => return Err(EINVAL),
+        };
+        let p = self.poll.lock();
+        let arm = CqArm {
+            sn: (self.arm_sn.load(Ordering::Relaxed) & 3) as u8,
+            cmd,
+            ci: p.ci & ring::CI_MASK,
+        };
+        let mut word = [0u8; 4];
+        arm.encode(&mut word);
+        self.dbr.write(CQ_DBR_ARM_OFFSET, &word)?;
+        dma_mb(Write);
+        {
+            let dev = self.soft.dev(self.hca())?;
+            let mut st = self.soft.state.lock();
+            let mut db = [0u8; 8];
+            UarCqDoorbell { arm, cqn: self.cqn }.encode(&mut db);
+            dev.uar.write(UAR_CQ_DOORBELL_OFFSET, &db)?;
+            let (fabric, mut pf, _) = st.split();
+            let m = fabric.hca(self.hca).ok_or(ENODEV)?;
+            m.cq_doorbell(&mut pf, dev.uar.addr()).map_err(|_| EIO)?;
+        }
+        if flags & CQ_REPORT_MISSED_EVENTS != 0 {
+            let log = u32::from(self.log_size);
+            let off = ring::ring_index(p.ci, log) as usize * CQE_SIZE;
+            let op_own = self.buf.read_u8(off + OP_OWN_OFFSET)?;
+            return Ok(i32::from(ring::cqe_sw_owned(op_own, p.ci, log)));
+        }
+        Ok(0)
+    }
+
+    /// Destroys the CQ: `EBUSY` while QPs use it. On success no completion
+    /// handler call is running or will start.
+    pub(crate) fn destroy(&self) -> Result {
+        {
+            let mut st = self.soft.state.lock();
+            let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+            m.destroy_cq(self.cqn).map_err(model_err)?;
+            st.dma.remove(self.buf.addr());
+            st.dma.remove(self.dbr.addr());
+            if let Some(t) = st.hcas.get_mut(self.hca()) {
+                if let Some(slot) = t.cqs.get_mut(self.cqn as usize) {
+                    if slot.as_ref().is_some_and(|c| core::ptr::eq(&**c, self)) {
+                        *slot = None;
+                        t.pending.clear_bit(self.cqn as usize);
+                    }
+                }
+            }
+            self.destroyed.store(true, Ordering::Release);
+        }
+        while self.busy.load(Ordering::Acquire) {
+            fsleep(Delta::from_micros(100));
+        }
+        Ok(())
+    }
+}

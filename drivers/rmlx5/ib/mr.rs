@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Protection domains and memory regions over kernel memory.
+
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
+
+use super::model_err;
+use crate::hca::SoftHca;
+use crate::hca_model::mr::{
+    Access,
+    MrAttr, //
+};
+
+/// A protection domain.
+pub struct Pd {
+    pub(crate) soft: Arc<SoftHca>,
+    pub(crate) hca: u16,
+    pub(crate) pdn: u32,
+}
+
+impl Pd {
+    /// Allocates a PD on HCA `hca`.
+    pub(crate) fn new(soft: &Arc<SoftHca>, hca: u16) -> Result<Self> {
+        let pdn = {
+            let mut st = soft.state.lock();
+            let m = st.fabric.hca(hca).ok_or(ENODEV)?;
+            m.alloc_pd().map_err(model_err)?
+        };
+        Ok(Self {
+            soft: soft.clone(),
+            hca,
+            pdn,
+        })
+    }
+
+    /// Frees the PD; `EBUSY` while MRs or QPs use it (the PD is kept).
+    pub(crate) fn destroy(&self) -> Result {
+        let mut st = self.soft.state.lock();
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        m.dealloc_pd(self.pdn).map_err(model_err)
+    }
+}
+
+/// A memory region over kernel memory (`addr` is a kernel virtual address,
+/// also the IOVA the ULP names in SGEs and RDMA addresses).
+pub struct Mr {
+    pub(crate) soft: Arc<SoftHca>,
+    pub(crate) hca: u16,
+    pub(crate) key: u32,
+    addr: u64,
+}
+
+impl Mr {
+    /// Registers `len` bytes at kernel address `addr` with IB access flags
+    /// `access` (LOCAL_WRITE 1, REMOTE_WRITE 2, REMOTE_READ 4,
+    /// REMOTE_ATOMIC 8).
+    ///
+    /// The caller keeps the memory valid until [`Mr::destroy`].
+    pub(crate) fn new(pd: &Pd, addr: u64, len: u64, access: u32) -> Result<Self> {
+        let access = Access::from_bits(access).ok_or(EINVAL)?;
+        let attr = MrAttr {
+            pdn: pd.pdn,
+            iova: addr,
+            length: len,
+            dma_addr: addr,
+            access,
+        };
+        let mut st = pd.soft.state.lock();
+        st.dma.add_raw(addr, len)?;
+        let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
+        match m.create_mr(&attr) {
+            Ok(key) => Ok(Self {
+                soft: pd.soft.clone(),
+                hca: pd.hca,
+                key,
+                addr,
+            }),
+            Err(e) => {
+                st.dma.remove(addr);
+                Err(model_err(e))
+            }
+        }
+    }
+
+    /// Deregisters the MR: later WQEs naming its key fail their key check,
+    /// and the model can no longer reach the memory.
+    pub(crate) fn destroy(&self) -> Result {
+        let mut st = self.soft.state.lock();
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        m.destroy_mr(self.key).map_err(model_err)?;
+        st.dma.remove(self.addr);
+        Ok(())
+    }
+}

@@ -1,0 +1,637 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RC queue pairs of kernel ULPs: SQ and RQ rings and the doorbell record
+//! in module memory; WQEs built in mlx5 format and rung through the UAR
+//! page exactly as a provider does, then executed by the model.
+
+use kernel::{
+    new_spinlock_irq,
+    prelude::*,
+    sync::{
+        barrier::{
+            dma_mb,
+            Write, //
+        },
+        Arc,
+        SpinLockIrq, //
+    },
+};
+
+use super::{
+    cq::Cq,
+    model_err, //
+    mr::Pd,
+};
+use crate::hca::{
+    dma::DmaBuf,
+    SoftHca, //
+};
+use crate::hca_model::{
+    doorbell::SendDoorbell,
+    mr::Access,
+    qp::{
+        ConnAttrs,
+        QpAttr,
+        QpState,
+        RemoteQp,
+        QPN_BASE, //
+    },
+    qp_modify::{
+        AttrMask,
+        QpModify, //
+    },
+};
+use crate::mlx5_prm::{
+    doorbell::{
+        bf_reg_offset,
+        counter_word,
+        send_doorbell,
+        BF_BUF_SIZE,
+        QP_DBR_RECV_OFFSET,
+        QP_DBR_SEND_OFFSET,
+        QP_DBR_SIZE, //
+    },
+    opcode::SendOpcode,
+    recv::write_recv_wqe,
+    wqe::{
+        AtomicSeg,
+        CtrlSeg,
+        DataSeg,
+        MaskedAtomicSeg,
+        RaddrSeg,
+        CE_CQ_UPDATE,
+        CE_ERROR_ONLY,
+        DS_SIZE,
+        FENCE_MODE_FENCE,
+        FENCE_MODE_NONE,
+        MAX_WQE_SIZE,
+        WQEBB_SIZE, //
+    },
+};
+
+// `enum ib_wr_opcode` values.
+pub(crate) const WR_RDMA_WRITE: u32 = 0;
+pub(crate) const WR_RDMA_WRITE_WITH_IMM: u32 = 1;
+pub(crate) const WR_SEND: u32 = 2;
+pub(crate) const WR_SEND_WITH_IMM: u32 = 3;
+pub(crate) const WR_RDMA_READ: u32 = 4;
+pub(crate) const WR_ATOMIC_CMP_AND_SWP: u32 = 5;
+pub(crate) const WR_ATOMIC_FETCH_AND_ADD: u32 = 6;
+pub(crate) const WR_MASKED_ATOMIC_CMP_AND_SWP: u32 = 12;
+pub(crate) const WR_MASKED_ATOMIC_FETCH_AND_ADD: u32 = 13;
+// `enum ib_send_flags` values.
+pub(crate) const SEND_FENCE: u32 = 1;
+pub(crate) const SEND_SIGNALED: u32 = 2;
+pub(crate) const SEND_SOLICITED: u32 = 4;
+
+/// Largest gather/scatter list of a kernel QP.
+pub(crate) const MAX_SGE: usize = 8;
+/// Receive WQE stride: `MAX_SGE` data segments.
+const RQ_STRIDE: u32 = (MAX_SGE * DS_SIZE) as u32;
+
+/// One scatter/gather entry (`struct rmlx5_ib_sge`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Sge {
+    /// Kernel virtual address inside an MR.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The MR's lkey.
+    pub lkey: u32,
+}
+
+/// A send work request in safe form.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct SendReq<'a> {
+    pub(crate) wr_id: u64,
+    pub(crate) sges: &'a [Sge],
+    pub(crate) opcode: u32,
+    pub(crate) flags: u32,
+    /// Immediate data, big-endian as in `ib_send_wr`.
+    pub(crate) imm_data: u32,
+    pub(crate) remote_addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) compare_add: u64,
+    pub(crate) swap: u64,
+    pub(crate) compare_add_mask: u64,
+    pub(crate) swap_mask: u64,
+}
+
+/// Creation attributes of a QP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpCaps {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_recv_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_recv_sge: u32,
+    pub(crate) sq_sig_all: bool,
+}
+
+/// Modify-QP attributes (`struct rmlx5_ib_qp_attr`).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct QpAttrC {
+    /// `enum ib_qp_state`.
+    pub qp_state: u32,
+    /// `enum ib_qp_state` the caller believes the QP is in.
+    pub cur_qp_state: u32,
+    /// `IB_ACCESS_*` remote rights.
+    pub qp_access_flags: u32,
+    /// Path MTU (`enum ib_mtu`).
+    pub path_mtu: u32,
+    /// Remote QPN.
+    pub dest_qp_num: u32,
+    /// Receive PSN.
+    pub rq_psn: u32,
+    /// Send PSN.
+    pub sq_psn: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Remote HCA (the LID of the address vector: rmlx5_<dlid>).
+    pub dlid: u16,
+    /// Port (1).
+    pub port_num: u8,
+    /// Initiator depth.
+    pub max_rd_atomic: u8,
+    /// Responder resources.
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer.
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// Padding.
+    pub reserved: u8,
+}
+
+struct SqState {
+    /// Producer counter in WQEBBs.
+    pi: u16,
+    /// Oldest uncompleted WQEBB.
+    tail: u16,
+    /// BlueFlame register half for the next doorbell.
+    half: u8,
+    /// wr_id and size (WQEBBs) by WQEBB index of the first WQEBB.
+    wrid: KVec<(u64, u8)>,
+}
+
+struct RqState {
+    head: u16,
+    tail: u16,
+    wrid: KVec<u64>,
+}
+
+/// An RC queue pair.
+#[pin_data]
+pub struct Qp {
+    soft: Arc<SoftHca>,
+    hca: u16,
+    pub(crate) qpn: u32,
+    send_cq: Arc<Cq>,
+    recv_cq: Arc<Cq>,
+    sq_wqebbs: u32,
+    rq_wqes: u32,
+    sq_buf: DmaBuf,
+    rq_buf: DmaBuf,
+    dbr: DmaBuf,
+    sig_all: bool,
+    #[pin]
+    sq: SpinLockIrq<SqState>,
+    #[pin]
+    rq: SpinLockIrq<RqState>,
+}
+
+fn pow2(n: u32) -> Result<u32> {
+    n.max(1).checked_next_power_of_two().ok_or(EINVAL)
+}
+
+impl Qp {
+    /// Creates an RC QP in RESET.
+    pub(crate) fn new(
+        pd: &Pd,
+        send_cq: &Arc<Cq>,
+        recv_cq: &Arc<Cq>,
+        caps: &QpCaps,
+    ) -> Result<Arc<Self>> {
+        let soft = &pd.soft;
+        if caps.max_send_sge as usize > MAX_SGE || caps.max_recv_sge as usize > MAX_SGE {
+            return Err(EINVAL);
+        }
+        // A WQE with MAX_SGE data segments and an atomic segment spans at
+        // most 3 WQEBBs; size the SQ so `max_send_wr` of them fit.
+        let sq_wqebbs = pow2(caps.max_send_wr.checked_mul(4).ok_or(EINVAL)?)?;
+        let rq_wqes = pow2(caps.max_recv_wr)?;
+        let dev = soft.dev(usize::from(pd.hca))?;
+        let sq_buf = DmaBuf::new(sq_wqebbs as usize * WQEBB_SIZE, GFP_KERNEL)?;
+        let rq_buf = DmaBuf::new((rq_wqes * RQ_STRIDE) as usize, GFP_KERNEL)?;
+        let dbr = DmaBuf::new(QP_DBR_SIZE, GFP_KERNEL)?;
+        let mut wrid = KVec::with_capacity(sq_wqebbs as usize, GFP_KERNEL)?;
+        for _ in 0..sq_wqebbs {
+            wrid.push((0u64, 1u8), GFP_KERNEL)?;
+        }
+        let mut rwrid = KVec::with_capacity(rq_wqes as usize, GFP_KERNEL)?;
+        for _ in 0..rq_wqes {
+            rwrid.push(0u64, GFP_KERNEL)?;
+        }
+        let attr = QpAttr {
+            pdn: pd.pdn,
+            send_cqn: send_cq.cqn,
+            recv_cqn: recv_cq.cqn,
+            sq_wqebbs,
+            sq_buf_addr: sq_buf.addr(),
+            rq_wqes,
+            rq_stride: RQ_STRIDE,
+            rq_buf_addr: rq_buf.addr(),
+            dbr_addr: dbr.addr(),
+            uar_addr: dev.uar.addr(),
+            bfreg: 0,
+            max_send_sge: MAX_SGE as u32,
+            max_inline_data: 0,
+        };
+        let addrs = [sq_buf.addr(), rq_buf.addr(), dbr.addr()];
+        let qpn = {
+            let mut st = soft.state.lock();
+            let mut r = Ok(());
+            for b in [&sq_buf, &rq_buf, &dbr] {
+                if r.is_ok() {
+                    r = st.dma.add_buf(b);
+                }
+            }
+            let r = r.and_then(|()| {
+                let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
+                m.create_qp(&attr).map_err(model_err)
+            });
+            match r {
+                Ok(qpn) => qpn,
+                Err(e) => {
+                    for a in addrs {
+                        st.dma.remove(a);
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        let r = Arc::pin_init(
+            pin_init!(Self {
+                soft: soft.clone(),
+                hca: pd.hca,
+                qpn,
+                send_cq: send_cq.clone(),
+                recv_cq: recv_cq.clone(),
+                sq_wqebbs,
+                rq_wqes,
+                sq_buf,
+                rq_buf,
+                dbr,
+                sig_all: caps.sq_sig_all,
+                sq <- new_spinlock_irq!(SqState { pi: 0, tail: 0, half: 0, wrid }, "rmlx5_qp_sq"),
+                rq <- new_spinlock_irq!(RqState { head: 0, tail: 0, wrid: rwrid }, "rmlx5_qp_rq"),
+            }),
+            GFP_KERNEL,
+        );
+        let mut st = soft.state.lock();
+        match r {
+            Ok(qp) => {
+                let slot = (qpn - QPN_BASE) as usize;
+                if let Some(t) = st.hcas.get_mut(usize::from(pd.hca)) {
+                    if let Some(s) = t.qps.get_mut(slot) {
+                        *s = Some(qp.clone());
+                    }
+                }
+                Ok(qp)
+            }
+            Err(e) => {
+                if let Some(m) = st.fabric.hca(pd.hca) {
+                    let _ = m.destroy_qp(qpn);
+                }
+                for a in addrs {
+                    st.dma.remove(a);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Destroys the QP: it leaves the model at once (no further CQE), and
+    /// the poll lookup table. Polling its CQ afterwards skips its CQEs.
+    pub(crate) fn destroy(&self) -> Result {
+        let mut st = self.soft.state.lock();
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        m.destroy_qp(self.qpn).map_err(model_err)?;
+        for a in [self.sq_buf.addr(), self.rq_buf.addr(), self.dbr.addr()] {
+            st.dma.remove(a);
+        }
+        if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
+            if let Some(s) = t.qps.get_mut((self.qpn - QPN_BASE) as usize) {
+                *s = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Modifies the QP (IB modify-QP semantics, `IB_QP_*` mask bits).
+    pub(crate) fn modify(&self, a: &QpAttrC, mask: u32) -> Result {
+        let state = QpState::from_raw(a.qp_state).ok_or(EINVAL)?;
+        let cur_state = QpState::from_raw(a.cur_qp_state).unwrap_or_default();
+        let m = QpModify {
+            mask: AttrMask(mask),
+            state,
+            cur_state,
+            attrs: ConnAttrs {
+                access: Access::from_bits(a.qp_access_flags).ok_or(EINVAL)?,
+                pkey_index: a.pkey_index,
+                port: a.port_num,
+                path_mtu: u8::try_from(a.path_mtu).map_err(|_| EINVAL)?,
+                dest: RemoteQp {
+                    hca: a.dlid,
+                    qpn: a.dest_qp_num,
+                },
+                rq_psn: a.rq_psn,
+                sq_psn: a.sq_psn,
+                max_dest_rd_atomic: a.max_dest_rd_atomic,
+                max_rd_atomic: a.max_rd_atomic,
+                min_rnr_timer: a.min_rnr_timer,
+                timeout: a.timeout,
+                retry_cnt: a.retry_cnt,
+                rnr_retry: a.rnr_retry,
+                ..ConnAttrs::default()
+            },
+        };
+        let to_reset = mask & 1 != 0 && state == QpState::Reset;
+        let (mut sq, mut rq) = (self.sq.lock(), self.rq.lock());
+        {
+            let mut st = self.soft.state.lock();
+            let model = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+            model.modify_qp(self.qpn, &m).map_err(model_err)?;
+        }
+        if to_reset {
+            sq.pi = 0;
+            sq.tail = 0;
+            sq.half = 0;
+            rq.head = 0;
+            rq.tail = 0;
+            self.dbr.write(0, &[0u8; QP_DBR_SIZE])?;
+        }
+        drop((sq, rq));
+        // Moving to ERR schedules flush CQEs: let the engine write them.
+        self.soft.run_engine();
+        Ok(())
+    }
+
+    /// Builds one WQE at the SQ producer counter. Returns the control
+    /// segment's first 16 bytes.
+    fn build_wqe(&self, sq: &mut SqState, wr: &SendReq<'_>) -> Result<[u8; 16]> {
+        if wr.sges.len() > MAX_SGE {
+            return Err(EINVAL);
+        }
+        let (opcode, raddr, atomic) = match wr.opcode {
+            WR_SEND => (SendOpcode::Send, false, 0),
+            WR_SEND_WITH_IMM => (SendOpcode::SendImm, false, 0),
+            WR_RDMA_WRITE => (SendOpcode::RdmaWrite, true, 0),
+            WR_RDMA_WRITE_WITH_IMM => (SendOpcode::RdmaWriteImm, true, 0),
+            WR_RDMA_READ => (SendOpcode::RdmaRead, true, 0),
+            WR_ATOMIC_CMP_AND_SWP => (SendOpcode::AtomicCs, true, 1),
+            WR_ATOMIC_FETCH_AND_ADD => (SendOpcode::AtomicFa, true, 1),
+            WR_MASKED_ATOMIC_CMP_AND_SWP => (SendOpcode::AtomicMaskedCs, true, 2),
+            WR_MASKED_ATOMIC_FETCH_AND_ADD => (SendOpcode::AtomicMaskedFa, true, 2),
+            _ => return Err(EINVAL),
+        };
+        let mut w = [0u8; MAX_WQE_SIZE];
+        let mut pos = CtrlSeg::SIZE;
+        let seg16 = |w: &mut [u8; MAX_WQE_SIZE], pos: &mut usize, f: &dyn Fn(&mut [u8; 16])| {
+            let mut b = [0u8; 16];
+            f(&mut b);
+            if let Some(d) = w.get_mut(*pos..*pos + 16) {
+                d.copy_from_slice(&b);
+            }
+            *pos += 16;
+        };
+        if raddr {
+            let r = RaddrSeg {
+                raddr: wr.remote_addr,
+                rkey: wr.rkey,
+            };
+            seg16(&mut w, &mut pos, &|b| r.encode(b));
+        }
+        match (wr.opcode, atomic) {
+            (WR_ATOMIC_CMP_AND_SWP, 1) => {
+                let a = AtomicSeg {
+                    swap_add: wr.swap,
+                    compare: wr.compare_add,
+                };
+                seg16(&mut w, &mut pos, &|b| a.encode(b));
+            }
+            (_, 1) => {
+                let a = AtomicSeg {
+                    swap_add: wr.compare_add,
+                    compare: 0,
+                };
+                seg16(&mut w, &mut pos, &|b| a.encode(b));
+            }
+            (_, 2) => {
+                let a = if wr.opcode == WR_MASKED_ATOMIC_CMP_AND_SWP {
+                    MaskedAtomicSeg {
+                        swap_add: wr.swap,
+                        compare: wr.compare_add,
+                        swap_add_mask: wr.swap_mask,
+                        compare_mask: wr.compare_add_mask,
+                    }
+                } else {
+                    MaskedAtomicSeg {
+                        swap_add: wr.compare_add,
+                        compare: 0,
+                        swap_add_mask: wr.compare_add_mask,
+                        compare_mask: 0,
+                    }
+                };
+                let mut b = [0u8; 32];
+                a.encode(&mut b);
+                if let Some(d) = w.get_mut(pos..pos + 32) {
+                    d.copy_from_slice(&b);
+                }
+                pos += 32;
+            }
+            _ => {}
+        }
+        for s in wr.sges {
+            let d = DataSeg {
+                byte_count: s.length,
+                lkey: s.lkey,
+                addr: s.addr,
+            };
+            seg16(&mut w, &mut pos, &|b| d.encode(b));
+        }
+        let ds = u8::try_from(pos / DS_SIZE).map_err(|_| EINVAL)?;
+        let wqebbs = pos.div_ceil(WQEBB_SIZE);
+        let used = u32::from(sq.pi.wrapping_sub(sq.tail));
+        if used + wqebbs as u32 > self.sq_wqebbs {
+            return Err(ENOMEM);
+        }
+        let signaled = self.sig_all || wr.flags & SEND_SIGNALED != 0;
+        let ctrl = CtrlSeg {
+            opmod: 0,
+            wqe_index: sq.pi,
+            opcode,
+            qpn: self.qpn,
+            ds,
+            signature: 0,
+            fence_mode: if wr.flags & SEND_FENCE != 0 {
+                FENCE_MODE_FENCE
+            } else {
+                FENCE_MODE_NONE
+            },
+            ce: if signaled {
+                CE_CQ_UPDATE
+            } else {
+                CE_ERROR_ONLY
+            },
+            solicited: wr.flags & SEND_SOLICITED != 0,
+            imm: u32::from_be(wr.imm_data),
+        };
+        let mut c = [0u8; 16];
+        ctrl.encode(&mut c);
+        if let Some(d) = w.get_mut(..16) {
+            d.copy_from_slice(&c);
+        }
+        // `sq_wqebbs` is a power of two (type invariant of `Qp`).
+        let n = self.sq_wqebbs as usize;
+        for k in 0..wqebbs {
+            let idx = (usize::from(sq.pi) + k) & (n - 1);
+            let bb = w.get(k * WQEBB_SIZE..(k + 1) * WQEBB_SIZE).ok_or(EINVAL)?;
+            self.sq_buf.write(idx * WQEBB_SIZE, bb)?;
+        }
+        let first = usize::from(sq.pi) & (n - 1);
+        if let Some(e) = sq.wrid.get_mut(first) {
+            *e = (wr.wr_id, wqebbs as u8);
+        }
+        sq.pi = sq.pi.wrapping_add(wqebbs as u16);
+        Ok(c)
+    }
+
+    /// Posts send work requests; on error returns the index of the first
+    /// one not posted.
+    pub(crate) fn post_send(&self, wrs: &[SendReq<'_>]) -> Result<(), (usize, Error)> {
+        let mut sq = self.sq.lock();
+        let mut last = None;
+        let mut err = None;
+        for (i, wr) in wrs.iter().enumerate() {
+            match self.build_wqe(&mut sq, wr) {
+                Ok(c) => last = Some(c),
+                Err(e) => {
+                    err = Some((i, e));
+                    break;
+                }
+            }
+        }
+        if let Some(ctrl) = last {
+            // WQEs before the doorbell record, the record before the
+            // doorbell.
+            dma_mb(Write);
+            let _ = self.dbr.write(QP_DBR_SEND_OFFSET, &counter_word(sq.pi));
+            dma_mb(Write);
+            let half = sq.half;
+            sq.half ^= 1;
+            let r = self.ring_send(&ctrl, half);
+            if let Err(e) = r {
+                pr_warn!("qp {:#x}: send doorbell refused: {:?}\n", self.qpn, e);
+            }
+        }
+        drop(sq);
+        self.soft.run_engine();
+        err.map_or(Ok(()), Err)
+    }
+
+    fn ring_send(&self, ctrl: &[u8; 16], half: u8) -> Result {
+        let dev = self.soft.dev(usize::from(self.hca))?;
+        let off = bf_reg_offset(0).map_err(|_| EINVAL)? + usize::from(half) * BF_BUF_SIZE;
+        let mut st = self.soft.state.lock();
+        dev.uar.write(off, &send_doorbell(ctrl))?;
+        let (fabric, mut p, _) = st.split();
+        let m = fabric.hca(self.hca).ok_or(ENODEV)?;
+        let _ = &mut p;
+        m.send_doorbell(
+            &mut p,
+            &SendDoorbell {
+                qpn: self.qpn,
+                half,
+                blueflame_len: 0,
+            },
+        )
+        .map_err(|_| EIO)
+    }
+
+    /// Posts receive work requests (`(wr_id, sges)`).
+    pub(crate) fn post_recv(&self, wrs: &[(u64, &[Sge])]) -> Result<(), (usize, Error)> {
+        let mut rq = self.rq.lock();
+        let mut err = None;
+        let mut posted = false;
+        for (i, (wr_id, sges)) in wrs.iter().enumerate() {
+            if sges.len() > MAX_SGE {
+                err = Some((i, EINVAL));
+                break;
+            }
+            if u32::from(rq.head.wrapping_sub(rq.tail)) >= self.rq_wqes {
+                err = Some((i, ENOMEM));
+                break;
+            }
+            let mut segs = [DataSeg::TERMINATOR; MAX_SGE];
+            for (d, s) in segs.iter_mut().zip(sges.iter()) {
+                *d = DataSeg {
+                    byte_count: s.length,
+                    lkey: s.lkey,
+                    addr: s.addr,
+                };
+            }
+            let mut slot = [0u8; RQ_STRIDE as usize];
+            let used = segs.get(..sges.len()).unwrap_or(&[]);
+            if write_recv_wqe(&mut slot, used).is_err() {
+                err = Some((i, EINVAL));
+                break;
+            }
+            let idx = (u32::from(rq.head) & (self.rq_wqes - 1)) as usize;
+            if self.rq_buf.write(idx * RQ_STRIDE as usize, &slot).is_err() {
+                err = Some((i, EINVAL));
+                break;
+            }
+            if let Some(e) = rq.wrid.get_mut(idx) {
+                *e = *wr_id;
+            }
+            rq.head = rq.head.wrapping_add(1);
+            posted = true;
+        }
+        if posted {
+            dma_mb(Write);
+            let _ = self.dbr.write(QP_DBR_RECV_OFFSET, &counter_word(rq.head));
+            let mut st = self.soft.state.lock();
+            if let Some(m) = st.fabric.hca(self.hca) {
+                // Only matters in ERR (flush of the new WQEs).
+                let _ = m.recv_doorbell(self.qpn);
+            }
+        }
+        drop(rq);
+        self.soft.run_engine();
+        err.map_or(Ok(()), Err)
+    }
+
+    /// The wr_id of the send WQE at `wqe_counter`, retiring it and every
+    /// unsignaled WQE before it.
+    pub(crate) fn complete_send(&self, wqe_counter: u16) -> u64 {
+        let mut sq = self.sq.lock();
+        let idx = usize::from(wqe_counter) & (self.sq_wqebbs as usize - 1);
+        let (wr_id, n) = sq.wrid.get(idx).copied().unwrap_or((0, 1));
+        sq.tail = wqe_counter.wrapping_add(u16::from(n));
+        wr_id
+    }
+
+    /// The wr_id of the receive WQE at `counter`.
+    pub(crate) fn complete_recv(&self, counter: u16) -> u64 {
+        let mut rq = self.rq.lock();
+        let idx = (u32::from(counter) & (self.rq_wqes - 1)) as usize;
+        rq.tail = counter.wrapping_add(1);
+        rq.wrid.get(idx).copied().unwrap_or(0)
+    }
+}

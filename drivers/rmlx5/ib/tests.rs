@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit suites of the core and the verbs: they run at module load, on the
+//! module's own software HCAs, so interrupts, the EQ handler and the BH
+//! dispatcher are the real ones.
+
+use core::sync::atomic::{
+    AtomicU32,
+    Ordering, //
+};
+use kernel::{
+    ffi::c_void,
+    prelude::*,
+    sync::Arc,
+    time::{
+        delay::fsleep,
+        Delta, //
+    },
+};
+
+use super::{
+    cq::*,
+    mr::{
+        Mr,
+        Pd, //
+    },
+    qp::*,
+};
+use crate::hca::SoftHca;
+
+/// Completion handler of the tests: counts calls in the `AtomicU32` that
+/// `ctx` points at.
+///
+/// # Safety
+///
+/// `ctx` points at an `AtomicU32` that outlives the CQ.
+unsafe extern "C" fn count_handler(_cq: *mut Cq, ctx: *mut c_void) {
+    // SAFETY: The tests pass a pointer to an `AtomicU32` that outlives the
+    // CQ (destroy waits for running handlers).
+    let n = unsafe { &*ctx.cast::<AtomicU32>() };
+    n.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Two connected RC QPs on rmlx5_0 and rmlx5_1 with their memory.
+struct Pair {
+    pds: [Pd; 2],
+    mrs: [Mr; 2],
+    cqs: [Arc<Cq>; 2],
+    qps: [Arc<Qp>; 2],
+    bufs: [KVec<u8>; 2],
+}
+
+const BUF: usize = 4096;
+
+fn connect(qp: &Qp, dlid: u16, dest: u32) -> Result {
+    let mut a = QpAttrC {
+        qp_state: 1,
+        qp_access_flags: 0xe,
+        port_num: 1,
+        ..Default::default()
+    };
+    qp.modify(&a, 1 | 8 | 16 | 32)?;
+    a.qp_state = 2;
+    a.path_mtu = 5;
+    a.dlid = dlid;
+    a.dest_qp_num = dest;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    qp.modify(
+        &a,
+        1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15),
+    )?;
+    a.qp_state = 3;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    qp.modify(
+        &a,
+        1 | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | (1 << 13),
+    )
+}
+
+impl Pair {
+    fn new(soft: &Arc<SoftHca>, counters: Option<&[AtomicU32; 2]>) -> Result<Self> {
+        let mk = |h: u16| -> Result<(Pd, Arc<Cq>)> {
+            let pd = Pd::new(soft, h)?;
+            let handler = counters.map(|c| {
+                let p: *const AtomicU32 = &c[usize::from(h)];
+                (count_handler as CompHandlerFnT, p as usize)
+            });
+            let cq = Cq::new(soft, h, 256, 0, handler)?;
+            Ok((pd, cq))
+        };
+        let (pd0, cq0) = mk(0)?;
+        let (pd1, cq1) = mk(1)?;
+        let mut b0 = KVec::from_elem(0u8, BUF, GFP_KERNEL)?;
+        let mut b1 = KVec::from_elem(0u8, BUF, GFP_KERNEL)?;
+        let mr0 = Mr::new(&pd0, b0.as_mut_ptr() as u64, BUF as u64, 0xf)?;
+        let mr1 = Mr::new(&pd1, b1.as_mut_ptr() as u64, BUF as u64, 0xf)?;
+        let caps = QpCaps {
+            max_send_wr: 32,
+            max_recv_wr: 32,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            sq_sig_all: true,
+        };
+        let q0 = Qp::new(&pd0, &cq0, &cq0, &caps)?;
+        let q1 = Qp::new(&pd1, &cq1, &cq1, &caps)?;
+        connect(&q0, 1, q1.qpn)?;
+        connect(&q1, 0, q0.qpn)?;
+        Ok(Self {
+            pds: [pd0, pd1],
+            mrs: [mr0, mr1],
+            cqs: [cq0, cq1],
+            qps: [q0, q1],
+            bufs: [b0, b1],
+        })
+    }
+
+    fn addr(&self, i: usize, off: usize) -> u64 {
+        self.bufs[i].as_ptr() as u64 + off as u64
+    }
+
+    fn sge(&self, i: usize, off: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.addr(i, off),
+            length: len,
+            lkey: self.mrs[i].key,
+        }
+    }
+
+    fn destroy(self) -> Result {
+        for q in &self.qps {
+            q.destroy()?;
+        }
+        for c in &self.cqs {
+            c.destroy()?;
+        }
+        for m in &self.mrs {
+            m.destroy()?;
+        }
+        for p in &self.pds {
+            p.destroy()?;
+        }
+        Ok(())
+    }
+}
+
+type CompHandlerFnT = unsafe extern "C" fn(*mut Cq, *mut c_void);
+
+/// Polls `cq` until `n` completions arrived or about 2 s passed.
+fn poll_n(cq: &Cq, n: usize) -> Result<KVec<Wc>> {
+    let mut out = KVec::new();
+    for _ in 0..20000 {
+        let mut wc = [Wc::default(); 8];
+        let got = cq.poll(&mut wc);
+        for w in wc.iter().take(got) {
+            out.push(*w, GFP_KERNEL)?;
+        }
+        if out.len() >= n {
+            return Ok(out);
+        }
+        fsleep(Delta::from_micros(100));
+    }
+    Err(ETIMEDOUT)
+}
+
+fn wait_for(c: &AtomicU32, n: u32) -> bool {
+    for _ in 0..20000 {
+        if c.load(Ordering::Acquire) >= n {
+            return true;
+        }
+        fsleep(Delta::from_micros(100));
+    }
+    false
+}
+
+#[kunit_tests(rmlx5_verbs)]
+mod verbs {
+    use super::*;
+
+    #[test]
+    fn send_recv_polling() -> Result {
+        let soft = crate::soft()?;
+        let p = Pair::new(&soft, None)?;
+        let r = p.sge(1, 0, 64);
+        let rr = [r];
+        p.qps[1].post_recv(&[(7, &rr)]).map_err(|(_, e)| e)?;
+        // SAFETY-free: fill the source through the KVec before posting.
+        let s = p.sge(0, 128, 64);
+        let ss = [s];
+        let src = s.addr as *mut u8;
+        for i in 0..64u8 {
+            // SAFETY: `src` points into `bufs[0]`, 64 bytes from offset 128.
+            unsafe { src.add(usize::from(i)).write_volatile(i ^ 0x5a) };
+        }
+        p.qps[0]
+            .post_send(&[SendReq {
+                wr_id: 99,
+                sges: &ss,
+                opcode: WR_SEND,
+                flags: SEND_SIGNALED,
+                ..Default::default()
+            }])
+            .map_err(|(_, e)| e)?;
+        let w0 = poll_n(&p.cqs[0], 1)?;
+        let w1 = poll_n(&p.cqs[1], 1)?;
+        assert_eq!(w0[0].status, WC_SUCCESS);
+        assert_eq!(w0[0].wr_id, 99);
+        assert_eq!(w0[0].opcode, WC_SEND);
+        assert_eq!(w1[0].status, WC_SUCCESS);
+        assert_eq!(w1[0].wr_id, 7);
+        assert_eq!(w1[0].opcode, WC_RECV);
+        assert_eq!(w1[0].byte_len, 64);
+        for i in 0..64u8 {
+            assert_eq!(p.bufs[1][usize::from(i)], i ^ 0x5a);
+        }
+        p.destroy()
+    }
+
+    #[test]
+    fn write_read_atomics() -> Result {
+        let soft = crate::soft()?;
+        let p = Pair::new(&soft, None)?;
+        let dst = p.addr(1, 512);
+        let s = p.sge(0, 0, 16);
+        let src = s.addr as *mut u8;
+        for i in 0..16usize {
+            // SAFETY: 16 bytes inside `bufs[0]`.
+            unsafe { src.add(i).write_volatile(0xa0 + i as u8) };
+        }
+        let rkey = p.mrs[1].key;
+        let wr = |opcode, sges, remote_addr, id| SendReq {
+            wr_id: id,
+            sges,
+            opcode,
+            flags: SEND_SIGNALED,
+            remote_addr,
+            rkey,
+            ..Default::default()
+        };
+        let ss = [s];
+        p.qps[0]
+            .post_send(&[wr(WR_RDMA_WRITE, &ss, dst, 1)])
+            .map_err(|(_, e)| e)?;
+        let w = poll_n(&p.cqs[0], 1)?;
+        assert_eq!(w[0].status, WC_SUCCESS);
+        assert_eq!(w[0].opcode, WC_RDMA_WRITE);
+        assert_eq!(p.bufs[1][512 + 3], 0xa3);
+
+        let back = [p.sge(0, 1024, 16)];
+        p.qps[0]
+            .post_send(&[wr(WR_RDMA_READ, &back, dst, 2)])
+            .map_err(|(_, e)| e)?;
+        let w = poll_n(&p.cqs[0], 1)?;
+        assert_eq!(w[0].status, WC_SUCCESS);
+        assert_eq!(w[0].opcode, WC_RDMA_READ);
+        assert_eq!(p.bufs[0][1024 + 15], 0xaf);
+
+        // FAA then CAS on an 8-byte counter at offset 2048 of the peer.
+        let ctr = p.addr(1, 2048);
+        let old = [p.sge(0, 3072, 8)];
+        let mut faa = wr(WR_ATOMIC_FETCH_AND_ADD, &old, ctr, 3);
+        faa.compare_add = 5;
+        p.qps[0].post_send(&[faa]).map_err(|(_, e)| e)?;
+        let w = poll_n(&p.cqs[0], 1)?;
+        assert_eq!(w[0].status, WC_SUCCESS);
+        assert_eq!(w[0].opcode, WC_FETCH_ADD);
+        let mut cas = wr(WR_ATOMIC_CMP_AND_SWP, &old, ctr, 4);
+        cas.compare_add = 5;
+        cas.swap = 42;
+        p.qps[0].post_send(&[cas]).map_err(|(_, e)| e)?;
+        let w = poll_n(&p.cqs[0], 1)?;
+        assert_eq!(w[0].status, WC_SUCCESS);
+        let v = u64::from_ne_bytes(p.bufs[1][2048..2056].try_into().map_err(|_| EINVAL)?);
+        assert_eq!(v, 42);
+        let o = u64::from_ne_bytes(p.bufs[0][3072..3080].try_into().map_err(|_| EINVAL)?);
+        assert_eq!(o, 5);
+        p.destroy()
+    }
+
+    #[test]
+    fn handler_mode_and_coalescing() -> Result {
+        let soft = crate::soft()?;
+        let counters = [AtomicU32::new(0), AtomicU32::new(0)];
+        let p = Pair::new(&soft, Some(&counters))?;
+        // Arm, then several sends: the first CQE fires the (one-shot) arm,
+        // the rest coalesce into the same dispatch or none.
+        assert_eq!(p.cqs[0].req_notify(CQ_NEXT_COMP)?, 0);
+        let s = p.sge(0, 0, 8);
+        let reqs = [SendReq {
+            wr_id: 1,
+            sges: &[],
+            opcode: WR_RDMA_WRITE,
+            flags: SEND_SIGNALED,
+            remote_addr: p.addr(1, 0),
+            rkey: p.mrs[1].key,
+            ..Default::default()
+        }; 8];
+        let _ = s;
+        p.qps[0].post_send(&reqs).map_err(|(_, e)| e)?;
+        assert!(wait_for(&counters[0], 1));
+        let w = poll_n(&p.cqs[0], 8)?;
+        assert_eq!(w.len(), 8);
+        fsleep(Delta::from_millis(20));
+        assert_eq!(counters[0].load(Ordering::Acquire), 1);
+        // Poll-arm-poll: arming with missed-event reporting on an empty CQ
+        // reports nothing; a new completion fires the handler again.
+        assert_eq!(
+            p.cqs[0].req_notify(CQ_NEXT_COMP | CQ_REPORT_MISSED_EVENTS)?,
+            0
+        );
+        p.qps[0].post_send(&reqs[..1]).map_err(|(_, e)| e)?;
+        assert!(wait_for(&counters[0], 2));
+        let _ = poll_n(&p.cqs[0], 1)?;
+        p.destroy()
+    }
+
+    #[test]
+    fn polling_only_cq_cannot_be_armed() -> Result {
+        let soft = crate::soft()?;
+        let cq = Cq::new(&soft, 0, 16, 0, None)?;
+        assert_eq!(cq.req_notify(CQ_NEXT_COMP), Err(EINVAL));
+        cq.destroy()
+    }
+
+    #[test]
+    fn flush_on_error_and_cq_busy() -> Result {
+        let soft = crate::soft()?;
+        let p = Pair::new(&soft, None)?;
+        let r = p.sge(1, 0, 64);
+        let rr = [r];
+        p.qps[1]
+            .post_recv(&[(1, &rr), (2, &rr)])
+            .map_err(|(_, e)| e)?;
+        // A CQ with QPs attached cannot be destroyed.
+        assert_eq!(p.cqs[1].destroy(), Err(EBUSY));
+        let err = QpAttrC {
+            qp_state: 6,
+            ..Default::default()
+        };
+        p.qps[1].modify(&err, 1)?;
+        let w = poll_n(&p.cqs[1], 2)?;
+        assert_eq!(w[0].status, WC_WR_FLUSH_ERR);
+        assert_eq!(w[0].wr_id, 1);
+        assert_eq!(w[1].wr_id, 2);
+        p.destroy()
+    }
+}

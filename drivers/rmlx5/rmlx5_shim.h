@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Functions of rmlx5_shim.c called from the Rust crate. */
+#ifndef _RMLX5_SHIM_H
+#define _RMLX5_SHIM_H
+
+struct work_struct;
+
+int rmlx5_shim_create(unsigned int nr_hcas, unsigned int irqs_per_hca);
+void rmlx5_shim_destroy(void);
+void rmlx5_shim_raise_irq(unsigned int hwirq);
+int rmlx5_shim_hca_of_irq(unsigned int virq);
+void rmlx5_shim_flush_work(struct work_struct *work);
+
+#endif
