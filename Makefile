@@ -22,7 +22,7 @@ ifeq ($(origin KDIR), undefined)
 KDIR = $(shell bash $(TOP)/scripts/kernel.sh)
 endif
 
-.PHONY: all setup kernel module module-check guest-programs check demo clean rustfmt
+.PHONY: all setup kernel module module-check ulp guest-programs check demo clean rustfmt
 
 all: module
 
@@ -35,8 +35,21 @@ kernel:
 $(MO):
 	@mkdir -p $(MO)
 
+ULP_MO := $(BUILD)/ulp
+
 module: | $(MO)
 	$(MAKE) -C $(KDIR) M=$(TOP) MO=$(MO) LLVM=$(LLVM) modules
+	@mkdir -p $(ULP_MO)
+	$(MAKE) -C $(KDIR) M=$(TOP)/samples/rmlx5_ulp MO=$(ULP_MO) LLVM=$(LLVM) \
+		KBUILD_EXTRA_SYMBOLS=$(MO)/Module.symvers modules
+
+# The sample kernel ULP (samples/rmlx5_ulp) links against rmlx5's exported
+# symbols, so it needs rmlx5's Module.symvers.
+ulp: | $(MO)
+	@mkdir -p $(ULP_MO)
+	@out=$$($(MAKE) -s -C $(KDIR) M=$(TOP)/samples/rmlx5_ulp MO=$(ULP_MO) LLVM=$(LLVM) \
+		KBUILD_EXTRA_SYMBOLS=$(MO)/Module.symvers modules 2>&1); rc=$$?; echo "$$out"; \
+	if [ $$rc -ne 0 ] || echo "$$out" | grep -qiE 'warning|error'; then echo "ulp: build failed or warned"; exit 1; fi
 
 # What make check builds: the module warning-free (warnings are errors
 # here), clean under clippy, and rustfmt-clean (.rustfmt.toml is the
@@ -49,7 +62,8 @@ module-check: | $(MO)
 	if echo "$$out" | grep -qiE 'warning|error'; then echo "module: build printed warnings"; exit 1; fi; \
 	rustfmt --check --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs \
 		|| { echo "module: not rustfmt-clean (run make rustfmt)"; exit 1; }; \
-	echo "module: $(MO)/rmlx5.ko built clean"
+	$(MAKE) -s KDIR=$$kdir ulp || exit 1; \
+	echo "module: $(MO)/rmlx5.ko and $(ULP_MO)/rmlx5_ulp.ko built clean"
 
 rustfmt:
 	@rustfmt --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs

@@ -44,6 +44,12 @@ def build_initramfs(args, workdir):
     shutil.copy(os.path.join(HERE, "guest/init.sh"), os.path.join(root, "init"))
     shutil.copy(os.path.join(HERE, "guest/demo.sh"), os.path.join(root, "tests/demo.sh"))
     shutil.copy(args.module, os.path.join(root, "lib/modules/rmlx5.ko"))
+    # The sample kernel ULP (samples/rmlx5_ulp), built next to the module
+    # by `make module`; /init loads it after rmlx5.ko.
+    ulp = args.ulp or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.module))),
+                                   "ulp", "rmlx5_ulp.ko")
+    if os.path.exists(ulp):
+        shutil.copy(ulp, os.path.join(root, "lib/modules/rmlx5_ulp.ko"))
     for prog in args.programs:
         shutil.copy(prog, os.path.join(root, "tests", os.path.basename(prog)))
     for path in ("init", "tests/demo.sh"):
@@ -134,6 +140,7 @@ def main():
     ap.add_argument("--kernel", required=True, help="bzImage")
     ap.add_argument("--ksrc", required=True, help="kernel source tree (for kunit.py)")
     ap.add_argument("--module", required=True, help="rmlx5.ko")
+    ap.add_argument("--ulp", default="", help="rmlx5_ulp.ko (default: ../ulp/ next to --module)")
     ap.add_argument("--busybox", default="/bin/busybox")
     ap.add_argument("--program", dest="programs", action="append", default=[],
                     help="static guest test program (repeatable)")

@@ -66,6 +66,15 @@ for t in /tests/rmlx5-*-tests; do
     echo "rmlx5-guest: EXIT $name $?"
 done
 
+# The sample kernel ULP runs its verbs tests at load and prints markers.
+if [ -f /lib/modules/rmlx5_ulp.ko ] && [ -z "$filter" -o "${filter#ulp}" != "$filter" ]; then
+    if insmod /lib/modules/rmlx5_ulp.ko; then
+        rmmod rmlx5_ulp || fail ulp_unload "rmmod rmlx5_ulp failed"
+    else
+        fail ulp_load "insmod rmlx5_ulp exited $?"
+    fi
+fi
+
 # The EQ interrupts of the software HCAs, with their counts (the KUnit
 # suites above drove completions through them).
 echo "rmlx5-guest: /proc/interrupts"

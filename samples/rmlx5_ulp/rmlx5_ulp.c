@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rmlx5_ulp: a sample kernel ULP of rmlx5.ko and its end-to-end test.
+ *
+ * At load it connects an RC QP on rmlx5_0 to one on rmlx5_1 and runs every
+ * verb through the exported API (include/rdma/rmlx5_ib.h), in polling and
+ * completion-handler modes, checks the data, then error completions and
+ * flushes, and tears everything down. Each case prints
+ * "rmlx5-test: PASS name" or "rmlx5-test: FAIL name: why" for make check.
+ */
+#include <linux/completion.h>
+#include <linux/delay.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <rdma/rmlx5_ib.h>
+
+#define BUF_SIZE 8192
+#define ACCESS_ALL 0xf
+
+struct side {
+	struct rmlx5_ib_pd *pd;
+	struct rmlx5_ib_mr *mr;
+	u32 key;
+	struct rmlx5_ib_cq *cq;
+	struct rmlx5_ib_qp *qp;
+	u8 *buf;
+	struct completion done;
+	atomic_t handler_calls;
+};
+
+static struct side s[2];
+static int failures;
+
+#define PASS(name) pr_info("rmlx5-test: PASS ulp_%s\n", name)
+#define FAIL(name, fmt, ...) do { \
+	failures++; \
+	pr_info("rmlx5-test: FAIL ulp_%s: " fmt "\n", name, ##__VA_ARGS__); \
+} while (0)
+
+static void comp_handler(struct rmlx5_ib_cq *cq, void *ctx)
+{
+	struct side *sd = ctx;
+
+	atomic_inc(&sd->handler_calls);
+	complete(&sd->done);
+}
+
+/* Polls one completion within ~2 s. */
+static int poll_one(struct side *sd, struct rmlx5_ib_wc *wc)
+{
+	int i, n;
+
+	for (i = 0; i < 2000; i++) {
+		n = rmlx5_ib_poll_cq(sd->cq, 1, wc);
+		if (n)
+			return n < 0 ? n : 0;
+		usleep_range(500, 1000);
+	}
+	return -ETIMEDOUT;
+}
+
+static int connect_qp(struct rmlx5_ib_qp *qp, u16 dlid, u32 dqpn)
+{
+	struct rmlx5_ib_qp_attr a = {
+		.qp_state = RMLX5_IB_QPS_INIT,
+		.qp_access_flags = RMLX5_IB_ACCESS_REMOTE_WRITE |
+			RMLX5_IB_ACCESS_REMOTE_READ | RMLX5_IB_ACCESS_REMOTE_ATOMIC,
+		.port_num = 1,
+	};
+	int err;
+
+	err = rmlx5_ib_modify_qp(qp, &a, RMLX5_IB_QP_STATE |
+				 RMLX5_IB_QP_ACCESS_FLAGS |
+				 RMLX5_IB_QP_PKEY_INDEX | RMLX5_IB_QP_PORT);
+	if (err)
+		return err;
+	a.qp_state = RMLX5_IB_QPS_RTR;
+	a.path_mtu = 5;
+	a.dlid = dlid;
+	a.dest_qp_num = dqpn;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 12;
+	err = rmlx5_ib_modify_qp(qp, &a, RMLX5_IB_QP_STATE | RMLX5_IB_QP_AV |
+				 RMLX5_IB_QP_PATH_MTU | RMLX5_IB_QP_DEST_QPN |
+				 RMLX5_IB_QP_RQ_PSN |
+				 RMLX5_IB_QP_MAX_DEST_RD_ATOMIC |
+				 RMLX5_IB_QP_MIN_RNR_TIMER);
+	if (err)
+		return err;
+	a.qp_state = RMLX5_IB_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 4;
+	return rmlx5_ib_modify_qp(qp, &a, RMLX5_IB_QP_STATE |
+				  RMLX5_IB_QP_TIMEOUT | RMLX5_IB_QP_RETRY_CNT |
+				  RMLX5_IB_QP_RNR_RETRY | RMLX5_IB_QP_SQ_PSN |
+				  RMLX5_IB_QP_MAX_QP_RD_ATOMIC);
+}
+
+static int setup(bool handlers)
+{
+	struct rmlx5_ib_qp_init_attr qa = {
+		.max_send_wr = 64, .max_recv_wr = 64,
+		.max_send_sge = 2, .max_recv_sge = 2, .sq_sig_all = 1,
+	};
+	int i, err;
+
+	for (i = 0; i < 2; i++) {
+		struct side *sd = &s[i];
+
+		memset(sd, 0, sizeof(*sd));
+		init_completion(&sd->done);
+		sd->buf = kzalloc(BUF_SIZE, GFP_KERNEL);
+		if (!sd->buf)
+			return -ENOMEM;
+		err = rmlx5_ib_alloc_pd(i, &sd->pd);
+		if (err)
+			return err;
+		err = rmlx5_ib_reg_mr(sd->pd, sd->buf, BUF_SIZE, ACCESS_ALL,
+				      &sd->mr, &sd->key);
+		if (err)
+			return err;
+		err = rmlx5_ib_create_cq(i, handlers ? comp_handler : NULL, sd,
+					 256, i, &sd->cq);
+		if (err)
+			return err;
+		qa.send_cq = sd->cq;
+		qa.recv_cq = sd->cq;
+		err = rmlx5_ib_create_qp(sd->pd, &qa, &sd->qp);
+		if (err)
+			return err;
+	}
+	err = connect_qp(s[0].qp, 1, rmlx5_ib_qp_num(s[1].qp));
+	if (err)
+		return err;
+	return connect_qp(s[1].qp, 0, rmlx5_ib_qp_num(s[0].qp));
+}
+
+static void teardown(void)
+{
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		struct side *sd = &s[i];
+
+		if (sd->qp && rmlx5_ib_destroy_qp(sd->qp))
+			FAIL("teardown", "destroy_qp");
+		if (sd->cq && rmlx5_ib_destroy_cq(sd->cq))
+			FAIL("teardown", "destroy_cq");
+		if (sd->mr && rmlx5_ib_dereg_mr(sd->mr))
+			FAIL("teardown", "dereg_mr");
+		if (sd->pd && rmlx5_ib_dealloc_pd(sd->pd))
+			FAIL("teardown", "dealloc_pd");
+		kfree(sd->buf);
+		memset(sd, 0, sizeof(*sd));
+	}
+}
+
+static int post_recv(int i, u64 id, u32 off, u32 len)
+{
+	struct rmlx5_ib_sge sge = {
+		.addr = (u64)(uintptr_t)(s[i].buf + off), .length = len,
+		.lkey = s[i].key,
+	};
+	struct rmlx5_ib_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 };
+
+	return rmlx5_ib_post_recv(s[i].qp, &wr, NULL);
+}
+
+/* Posts one WR from side 0 whose local SGE is buf[off..off+len). */
+static int post0(struct rmlx5_ib_send_wr *wr, u32 off, u32 len)
+{
+	struct rmlx5_ib_sge sge = {
+		.addr = (u64)(uintptr_t)(s[0].buf + off), .length = len,
+		.lkey = s[0].key,
+	};
+
+	wr->sg_list = len ? &sge : NULL;
+	wr->num_sge = len ? 1 : 0;
+	wr->send_flags |= RMLX5_IB_SEND_SIGNALED;
+	return rmlx5_ib_post_send(s[0].qp, wr, NULL);
+}
+
+static u64 remote(u32 off)
+{
+	return (u64)(uintptr_t)(s[1].buf + off);
+}
+
+static bool expect(const char *name, struct side *sd, u32 status, u32 opcode,
+		   u64 wr_id)
+{
+	struct rmlx5_ib_wc wc;
+	int err = poll_one(sd, &wc);
+
+	if (err) {
+		FAIL(name, "poll: %d", err);
+		return false;
+	}
+	if (wc.status != status || wc.opcode != opcode || wc.wr_id != wr_id) {
+		FAIL(name, "wc status %u opcode %u wr_id %llu", wc.status,
+		     wc.opcode, wc.wr_id);
+		return false;
+	}
+	return true;
+}
+
+static void run_verbs(const char *mode)
+{
+	struct rmlx5_ib_send_wr wr;
+	char name[48];
+	u64 *ctr = (u64 *)(s[1].buf + 4096);
+	u64 *old = (u64 *)(s[0].buf + 4096);
+	int i;
+
+	/* SEND / RECV */
+	snprintf(name, sizeof(name), "send_recv_%s", mode);
+	for (i = 0; i < 64; i++)
+		s[0].buf[i] = i * 3;
+	post_recv(1, 10, 0, 64);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = RMLX5_IB_WR_SEND;
+	wr.wr_id = 1;
+	if (!post0(&wr, 0, 64) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_SEND, 1) &&
+	    expect(name, &s[1], 0, RMLX5_IB_WC_RECV, 10)) {
+		if (memcmp(s[0].buf, s[1].buf, 64))
+			FAIL(name, "data mismatch");
+		else
+			PASS(name);
+	}
+
+	/* SEND_IMM */
+	snprintf(name, sizeof(name), "send_imm_%s", mode);
+	post_recv(1, 11, 256, 64);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = RMLX5_IB_WR_SEND_WITH_IMM;
+	wr.wr_id = 2;
+	wr.imm_data = cpu_to_be32(0x12345678);
+	if (!post0(&wr, 0, 16) && expect(name, &s[0], 0, RMLX5_IB_WC_SEND, 2)) {
+		struct rmlx5_ib_wc wc;
+
+		if (poll_one(&s[1], &wc) || wc.opcode != RMLX5_IB_WC_RECV ||
+		    !(wc.wc_flags & RMLX5_IB_WC_WITH_IMM) ||
+		    wc.imm_data != cpu_to_be32(0x12345678))
+			FAIL(name, "recv wc imm %x flags %u", be32_to_cpu(wc.imm_data),
+			     wc.wc_flags);
+		else
+			PASS(name);
+	}
+
+	/* WRITE */
+	snprintf(name, sizeof(name), "write_%s", mode);
+	memset(s[0].buf + 512, 0xab, 128);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = RMLX5_IB_WR_RDMA_WRITE;
+	wr.wr_id = 3;
+	wr.remote_addr = remote(1024);
+	wr.rkey = s[1].key;
+	if (!post0(&wr, 512, 128) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_RDMA_WRITE, 3)) {
+		if (memcmp(s[0].buf + 512, s[1].buf + 1024, 128))
+			FAIL(name, "data mismatch");
+		else
+			PASS(name);
+	}
+
+	/* WRITE_IMM */
+	snprintf(name, sizeof(name), "write_imm_%s", mode);
+	post_recv(1, 12, 0, 0);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = RMLX5_IB_WR_RDMA_WRITE_WITH_IMM;
+	wr.wr_id = 4;
+	wr.imm_data = cpu_to_be32(7);
+	wr.remote_addr = remote(2048);
+	wr.rkey = s[1].key;
+	if (!post0(&wr, 512, 32) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_RDMA_WRITE, 4) &&
+	    expect(name, &s[1], 0, RMLX5_IB_WC_RECV_RDMA_WITH_IMM, 12)) {
+		if (memcmp(s[0].buf + 512, s[1].buf + 2048, 32))
+			FAIL(name, "data mismatch");
+		else
+			PASS(name);
+	}
+
+	/* READ */
+	snprintf(name, sizeof(name), "read_%s", mode);
+	memset(s[1].buf + 3072, 0x5c, 64);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = RMLX5_IB_WR_RDMA_READ;
+	wr.wr_id = 5;
+	wr.remote_addr = remote(3072);
+	wr.rkey = s[1].key;
+	if (!post0(&wr, 3072, 64) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_RDMA_READ, 5)) {
+		if (memcmp(s[0].buf + 3072, s[1].buf + 3072, 64))
+			FAIL(name, "data mismatch");
+		else
+			PASS(name);
+	}
+
+	/* FAA, CAS, masked CAS, masked FAA on a counter at peer buf+4096. */
+	*ctr = 100;
+	snprintf(name, sizeof(name), "faa_%s", mode);
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = RMLX5_IB_WR_ATOMIC_FETCH_AND_ADD;
+	wr.wr_id = 6;
+	wr.remote_addr = remote(4096);
+	wr.rkey = s[1].key;
+	wr.compare_add = 5;
+	if (!post0(&wr, 4096, 8) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_FETCH_ADD, 6)) {
+		if (*old != 100 || READ_ONCE(*ctr) != 105)
+			FAIL(name, "old %llu new %llu", *old, *ctr);
+		else
+			PASS(name);
+	}
+	snprintf(name, sizeof(name), "cas_%s", mode);
+	wr.opcode = RMLX5_IB_WR_ATOMIC_CMP_AND_SWP;
+	wr.wr_id = 7;
+	wr.compare_add = 105;
+	wr.swap = 0x1111222233334444ULL;
+	wr.send_flags = 0;
+	if (!post0(&wr, 4096, 8) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_COMP_SWAP, 7)) {
+		if (*old != 105 || READ_ONCE(*ctr) != 0x1111222233334444ULL)
+			FAIL(name, "old %llx new %llx", *old, *ctr);
+		else
+			PASS(name);
+	}
+	snprintf(name, sizeof(name), "masked_cas_%s", mode);
+	wr.opcode = RMLX5_IB_WR_MASKED_ATOMIC_CMP_AND_SWP;
+	wr.wr_id = 8;
+	wr.compare_add = 0x4444;	/* low 16 bits must be 0x4444 */
+	wr.compare_add_mask = 0xffff;
+	wr.swap = 0xabcd0000;		/* replace bits 31:16 */
+	wr.swap_mask = 0xffff0000;
+	wr.send_flags = 0;
+	if (!post0(&wr, 4096, 8) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_MASKED_COMP_SWAP, 8)) {
+		if (*old != 0x1111222233334444ULL ||
+		    READ_ONCE(*ctr) != 0x11112222abcd4444ULL)
+			FAIL(name, "old %llx new %llx", *old, *ctr);
+		else
+			PASS(name);
+	}
+	snprintf(name, sizeof(name), "masked_faa_%s", mode);
+	*ctr = 0x00ff00ff;
+	wr.opcode = RMLX5_IB_WR_MASKED_ATOMIC_FETCH_AND_ADD;
+	wr.wr_id = 9;
+	wr.compare_add = 0x00010001;	/* add 1 to two 16-bit fields */
+	wr.compare_add_mask = 0x80008000; /* field boundaries (MSBs) */
+	wr.swap = 0;
+	wr.swap_mask = 0;
+	wr.send_flags = 0;
+	if (!post0(&wr, 4096, 8) &&
+	    expect(name, &s[0], 0, RMLX5_IB_WC_MASKED_FETCH_ADD, 9)) {
+		if (*old != 0x00ff00ff || READ_ONCE(*ctr) != 0x01000100)
+			FAIL(name, "old %llx new %llx", *old, *ctr);
+		else
+			PASS(name);
+	}
+}
+
+static void run_handler_mode(void)
+{
+	struct rmlx5_ib_send_wr wr = {};
+	int calls;
+
+	if (rmlx5_ib_req_notify_cq(s[0].cq, RMLX5_IB_CQ_NEXT_COMP) < 0) {
+		FAIL("handler_notify", "req_notify failed");
+		return;
+	}
+	reinit_completion(&s[0].done);
+	wr.opcode = RMLX5_IB_WR_RDMA_WRITE;
+	wr.wr_id = 20;
+	wr.remote_addr = remote(0);
+	wr.rkey = s[1].key;
+	if (post0(&wr, 0, 8)) {
+		FAIL("handler_notify", "post");
+		return;
+	}
+	if (!wait_for_completion_timeout(&s[0].done, 2 * HZ)) {
+		FAIL("handler_notify", "handler not called");
+		return;
+	}
+	calls = atomic_read(&s[0].handler_calls);
+	if (expect("handler_notify", &s[0], 0, RMLX5_IB_WC_RDMA_WRITE, 20))
+		PASS("handler_notify");
+	/* Not re-armed: another completion must not call the handler. */
+	wr.wr_id = 21;
+	post0(&wr, 0, 8);
+	expect("handler_one_shot", &s[0], 0, RMLX5_IB_WC_RDMA_WRITE, 21);
+	msleep(20);
+	if (atomic_read(&s[0].handler_calls) != calls)
+		FAIL("handler_one_shot", "handler called without arm");
+	else
+		PASS("handler_one_shot");
+}
+
+static void run_errors(void)
+{
+	struct rmlx5_ib_send_wr wr = {};
+
+	/* A WRITE with a wrong rkey fails remotely; the QP goes to ERR and
+	 * the receive posted on the peer... stays; ours is flushed. */
+	post_recv(0, 30, 0, 16);
+	wr.opcode = RMLX5_IB_WR_RDMA_WRITE;
+	wr.wr_id = 31;
+	wr.remote_addr = remote(0);
+	wr.rkey = s[1].key ^ 0xff;
+	if (post0(&wr, 0, 8)) {
+		FAIL("error_rem_access", "post");
+		return;
+	}
+	{
+		struct rmlx5_ib_wc wc[2];
+		int got = 0, i;
+
+		for (i = 0; i < 2000 && got < 2; i++) {
+			got += rmlx5_ib_poll_cq(s[0].cq, 2 - got, wc + got);
+			if (got < 2)
+				usleep_range(500, 1000);
+		}
+		if (got < 1 || wc[0].status == RMLX5_IB_WC_SUCCESS)
+			FAIL("error_rem_access", "got %d status %u", got,
+			     got ? wc[0].status : 0);
+		else
+			PASS("error_rem_access");
+		if (got < 2 || wc[1].status != RMLX5_IB_WC_WR_FLUSH_ERR ||
+		    wc[1].wr_id != 30)
+			FAIL("error_flush", "got %d status %u wr_id %llu", got,
+			     got > 1 ? wc[1].status : 0,
+			     got > 1 ? wc[1].wr_id : 0);
+		else
+			PASS("error_flush");
+	}
+	if (rmlx5_ib_destroy_cq(s[0].cq) != -EBUSY)
+		FAIL("destroy_cq_busy", "destroy_cq with a QP did not fail");
+	else
+		PASS("destroy_cq_busy");
+}
+
+static int __init rmlx5_ulp_init(void)
+{
+	struct rmlx5_ib_device_attr attr;
+	int err;
+
+	if (rmlx5_ib_num_devices() < 2 || rmlx5_ib_query_device(0, &attr) ||
+	    attr.atomic_cap != 1) {
+		FAIL("setup", "need two rmlx5 devices with atomics");
+		return 0;
+	}
+	err = setup(false);
+	if (err) {
+		FAIL("setup_polling", "%d", err);
+	} else {
+		PASS("setup_polling");
+		run_verbs("polling");
+		run_errors();
+	}
+	teardown();
+	err = setup(true);
+	if (err) {
+		FAIL("setup_handler", "%d", err);
+	} else {
+		PASS("setup_handler");
+		run_handler_mode();
+		run_verbs("handler");
+	}
+	teardown();
+	if (!failures)
+		PASS("teardown");
+	return 0;
+}
+
+static void __exit rmlx5_ulp_exit(void)
+{
+}
+
+module_init(rmlx5_ulp_init);
+module_exit(rmlx5_ulp_exit);
+MODULE_DESCRIPTION("Sample kernel ULP of rmlx5 and its end-to-end test");
+MODULE_LICENSE("GPL");
