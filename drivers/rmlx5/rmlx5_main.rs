@@ -19,6 +19,7 @@ use kernel::{
     },
 };
 
+mod debugfs;
 mod device;
 mod hca;
 pub mod ib;
@@ -124,6 +125,7 @@ struct Rmlx5Module {
     _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
     _intc: hca::irq::Intc,
     _hcas: device::HcaSet,
+    _debugfs: debugfs::Debugfs,
     _soft: SoftGuard,
 }
 
@@ -142,11 +144,13 @@ impl kernel::Module for Rmlx5Module {
         let r = (|| -> Result<Self> {
             let hcas = device::HcaSet::new(count)?;
             let intc = hca::irq::Intc::new(u32::try_from(count)?, u32::try_from(comp + 1)?)?;
+            let dbg = debugfs::Debugfs::new(&crate::soft()?)?;
             let drv = KBox::pin_init(driver::Registration::new(c"rmlx5", module), GFP_KERNEL)?;
             Ok(Self {
                 _driver: drv,
                 _intc: intc,
                 _hcas: hcas,
+                _debugfs: dbg,
                 _soft: SoftGuard,
             })
         })();

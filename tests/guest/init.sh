@@ -85,6 +85,17 @@ else
     fail eq_interrupts_counted "no rmlx5_comp interrupt was counted"
 fi
 
+# debugfs snapshot of rmlx5_0 (EQs, CQs, QPs, counters).
+for f in eqs cqs qps stats; do
+    echo "rmlx5-guest: debugfs rmlx5_0/$f"
+    cat /sys/kernel/debug/rmlx5/rmlx5_0/$f
+done
+if [ -r /sys/kernel/debug/rmlx5/rmlx5_0/eqs ]; then
+    pass debugfs_present
+else
+    fail debugfs_present "no /sys/kernel/debug/rmlx5/rmlx5_0/eqs"
+fi
+
 if rmmod rmlx5; then
     pass module_unload
 else

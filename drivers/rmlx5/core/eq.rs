@@ -121,19 +121,25 @@ impl Eq {
 
     /// Reads the EQE at consumer index `ci` if software owns it.
     pub(crate) fn next_eqe(&self, ci: u32) -> Option<Eqe> {
-        let log = u32::from(self.log_size);
-        let off = ring::ring_index(ci, log) as usize * EQE_SIZE;
-        let owner = self.buf.read_u8(off + OWNER_OFFSET).ok()?;
-        if !ring::eqe_valid(owner, ci, log) {
-            return None;
-        }
-        // The owner byte is checked before the body is read: the model
-        // writes the body first and the owner byte last.
-        dma_mb(Read);
-        let mut b = [0u8; EQE_SIZE];
-        self.buf.read(off, &mut b).ok()?;
-        Eqe::decode(&b).ok()
+        read_eqe(&self.buf, self.log_size, ci)
     }
+}
+
+/// Reads the EQE at consumer index `ci` of the ring in `buf` (of
+/// `1 << log_size` EQEs) if software owns it.
+pub(crate) fn read_eqe(buf: &DmaBuf, log_size: u8, ci: u32) -> Option<Eqe> {
+    let log = u32::from(log_size);
+    let off = ring::ring_index(ci, log) as usize * EQE_SIZE;
+    let owner = buf.read_u8(off + OWNER_OFFSET).ok()?;
+    if !ring::eqe_valid(owner, ci, log) {
+        return None;
+    }
+    // The owner byte is checked before the body is read: the model writes
+    // the body first and the owner byte last.
+    dma_mb(Read);
+    let mut b = [0u8; EQE_SIZE];
+    buf.read(off, &mut b).ok()?;
+    Eqe::decode(&b).ok()
 }
 
 /// Writes the EQ doorbell (consumer index, arm) on the UAR page and lets
@@ -221,4 +227,69 @@ pub(crate) fn eq_interrupt(soft: &Arc<SoftHca>, hca: usize, vector: usize) -> Re
         soft.kick_dispatch();
     }
     r.map(|()| consumed != 0)
+}
+
+#[kunit_tests(rmlx5_eq)]
+mod tests {
+    use super::*;
+    use crate::mlx5_prm::opcode::EventType;
+
+    /// Writes an EQE the way the model does: body, then owner byte.
+    fn produce(buf: &DmaBuf, log: u8, pi: u32, cqn: u32) -> Result {
+        let eqe = Eqe {
+            event_type: EventType::Comp,
+            sub_type: 0,
+            data: EqeData::Comp { cqn },
+            signature: 0,
+            owner: ring::owner_bit(pi, u32::from(log)),
+        };
+        let mut b = [0u8; EQE_SIZE];
+        eqe.encode(&mut b);
+        let off = ring::ring_index(pi, u32::from(log)) as usize * EQE_SIZE;
+        buf.write(off, &b[..OWNER_OFFSET])?;
+        buf.write(off + OWNER_OFFSET, &b[OWNER_OFFSET..])
+    }
+
+    #[test]
+    fn owner_and_ci_across_wraps() -> Result {
+        let log = 3u8;
+        let n = 1usize << log;
+        let buf = DmaBuf::new(n * EQE_SIZE, GFP_KERNEL)?;
+        buf.fill_strided(OWNER_OFFSET, EQE_SIZE, n, ring::EQE_INIT_OWNER)?;
+        // A fresh ring holds nothing.
+        assert!(read_eqe(&buf, log, 0).is_none());
+        let mut ci = 0u32;
+        // Ten passes, producer up to the full ring ahead of the consumer.
+        for pi in 0..(10 * n as u32) {
+            produce(&buf, log, pi, pi)?;
+            if pi % 3 == 2 {
+                while let Some(e) = read_eqe(&buf, log, ci) {
+                    assert_eq!(e.data, EqeData::Comp { cqn: ci });
+                    ci += 1;
+                }
+                assert_eq!(ci, pi + 1);
+                // Entries of the previous pass are not read as new.
+                assert!(read_eqe(&buf, log, ci).is_none());
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn ci_wraps_at_24_bits() -> Result {
+        let log = 2u8;
+        let n = 1usize << log;
+        let buf = DmaBuf::new(n * EQE_SIZE, GFP_KERNEL)?;
+        // Producer and consumer near the 24-bit wrap of the doorbell CI.
+        let start = ring::CI_MASK - 1;
+        for k in 0..4u32 {
+            produce(&buf, log, start.wrapping_add(k), k)?;
+        }
+        for k in 0..4u32 {
+            let e = read_eqe(&buf, log, start.wrapping_add(k)).ok_or(EINVAL)?;
+            assert_eq!(e.data, EqeData::Comp { cqn: k });
+        }
+        assert_eq!(ring::ci24(start.wrapping_add(2)), 0);
+        Ok(())
+    }
 }

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! debugfs: `/sys/kernel/debug/rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}`.
+//!
+//! Each file prints a snapshot taken under the fabric lock (formatting
+//! into the seq_file buffer does not sleep).
+
+use core::{
+    fmt,
+    sync::atomic::Ordering, //
+};
+use kernel::{
+    debugfs::{
+        Dir,
+        File, //
+    },
+    prelude::*,
+    str::CString,
+    sync::Arc,
+};
+
+use crate::hca::{
+    SoftHca,
+    MAX_CQS,
+    MAX_QPS, //
+};
+use crate::hca_model::qp::QPN_BASE;
+
+/// What each file of one HCA refers to.
+pub(crate) struct HcaRef {
+    soft: Arc<SoftHca>,
+    hca: usize,
+}
+
+fn eqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let Ok(dev) = r.soft.dev(r.hca) else {
+        return Ok(());
+    };
+    writeln!(
+        f,
+        "eqn vector irq ci armed eqes irqs model_pi model_ci interrupts overruns"
+    )?;
+    for eq in dev.eqs.iter() {
+        let info = r
+            .soft
+            .state
+            .lock()
+            .fabric
+            .hca(dev.index)
+            .and_then(|m| m.query_eq(eq.eqn));
+        let Some(i) = info else {
+            continue;
+        };
+        writeln!(
+            f,
+            "{} {} {} {} {} {} {} {} {} {} {}",
+            eq.eqn,
+            eq.vector,
+            eq.irq.load(Ordering::Relaxed),
+            eq.ci.load(Ordering::Relaxed),
+            u8::from(i.armed),
+            eq.eqes.load(Ordering::Relaxed),
+            eq.irqs.load(Ordering::Relaxed),
+            i.producer_index,
+            i.consumer_index,
+            i.interrupts,
+            i.overruns
+        )?;
+    }
+    Ok(())
+}
+
+fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "cqn pi ci armed solicited sn error events handler")?;
+    let mut st = r.soft.state.lock();
+    let index = r.hca as u16;
+    for cqn in 0..MAX_CQS as u32 {
+        let Some(i) = st.fabric.hca(index).and_then(|m| m.query_cq(cqn)) else {
+            continue;
+        };
+        let handler = st
+            .hcas
+            .get(r.hca)
+            .and_then(|t| t.cqs.get(cqn as usize))
+            .is_some_and(|c| c.is_some());
+        writeln!(
+            f,
+            "{} {} {} {} {} {} {} {} {}",
+            i.cqn,
+            i.producer_index,
+            i.consumer_index,
+            u8::from(i.armed.is_some()),
+            u8::from(i.armed.is_some_and(|(s, _)| s)),
+            i.arm_sn,
+            u8::from(i.error),
+            i.events,
+            u8::from(handler)
+        )?;
+    }
+    Ok(())
+}
+
+fn qps(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "qpn state dest_hca dest_qpn sq_pi sq_ci rq_ci")?;
+    let mut st = r.soft.state.lock();
+    let index = r.hca as u16;
+    for slot in 0..MAX_QPS as u32 {
+        let Some(i) = st
+            .fabric
+            .hca(index)
+            .and_then(|m| m.query_qp(QPN_BASE + slot))
+        else {
+            continue;
+        };
+        writeln!(
+            f,
+            "{:#x} {:?} {} {:#x} {} {} {}",
+            i.qpn, i.state, i.conn.dest.hca, i.conn.dest.qpn, i.sq_pi, i.sq_ci, i.rq_ci
+        )?;
+    }
+    Ok(())
+}
+
+fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let mut st = r.soft.state.lock();
+    if let Some(t) = st.hcas.get(r.hca) {
+        writeln!(f, "stray_eqes {}", t.stray_eqes)?;
+        writeln!(f, "async_events_dropped {}", t.events_dropped)?;
+    }
+    writeln!(
+        f,
+        "dispatch_runs {}",
+        r.soft.dispatch_runs.load(Ordering::Relaxed)
+    )?;
+    writeln!(
+        f,
+        "handler_calls {}",
+        r.soft.handler_calls.load(Ordering::Relaxed)
+    )?;
+    if let Some(m) = st.fabric.hca(r.hca as u16) {
+        writeln!(f, "model {:?}", m.stats())?;
+    }
+    Ok(())
+}
+
+/// The module's debugfs tree; files are removed before their directories.
+pub(crate) struct Debugfs {
+    _files: KVec<Pin<KBox<File<HcaRef>>>>,
+    _dirs: KVec<Dir>,
+    _root: Dir,
+}
+
+impl Debugfs {
+    /// Creates `rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}` for every HCA.
+    pub(crate) fn new(soft: &Arc<SoftHca>) -> Result<Self> {
+        let root = Dir::new(c"rmlx5");
+        let mut dirs = KVec::new();
+        let mut files = KVec::new();
+        for hca in 0..soft.devs.len() {
+            let name = CString::try_from_fmt(fmt!("rmlx5_{}", hca))?;
+            let dir = root.subdir(&name);
+            let data = || {
+                Ok::<_, Error>(HcaRef {
+                    soft: soft.clone(),
+                    hca,
+                })
+            };
+            for file in [
+                KBox::pin_init(dir.read_callback_file(c"eqs", data(), &eqs), GFP_KERNEL)?,
+                KBox::pin_init(dir.read_callback_file(c"cqs", data(), &cqs), GFP_KERNEL)?,
+                KBox::pin_init(dir.read_callback_file(c"qps", data(), &qps), GFP_KERNEL)?,
+                KBox::pin_init(dir.read_callback_file(c"stats", data(), &stats), GFP_KERNEL)?,
+            ] {
+                files.push(file, GFP_KERNEL)?;
+            }
+            dirs.push(dir, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            _files: files,
+            _dirs: dirs,
+            _root: root,
+        })
+    }
+}
