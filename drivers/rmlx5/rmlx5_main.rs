@@ -119,10 +119,12 @@ pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
 }
 
 /// The loaded module. Fields drop in order: the platform driver first (its
-/// unbind frees the EQ interrupts), then the interrupt controller and the
-/// platform devices, then the HCAs' device nodes.
+/// unbind frees the EQ interrupts), the works are stopped, then the
+/// interrupt controller and the platform devices, the HCAs' device nodes,
+/// debugfs, and last the software HCA itself.
 struct Rmlx5Module {
     _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
+    _quiesce: Quiesce,
     _intc: hca::irq::Intc,
     _hcas: device::HcaSet,
     _debugfs: debugfs::Debugfs,
@@ -148,6 +150,7 @@ impl kernel::Module for Rmlx5Module {
             let drv = KBox::pin_init(driver::Registration::new(c"rmlx5", module), GFP_KERNEL)?;
             Ok(Self {
                 _driver: drv,
+                _quiesce: Quiesce,
                 _intc: intc,
                 _hcas: hcas,
                 _debugfs: dbg,
@@ -174,6 +177,19 @@ fn release_soft() {
         // SAFETY: `p` is the `Arc::into_raw` pointer stored by `init`.
         let soft = unsafe { Arc::from_raw(p) };
         soft.shutdown();
+    }
+}
+
+/// Stops the dispatch and engine works once the EQ interrupts are freed
+/// and before the interrupt controller goes, so nothing can queue an
+/// irq_work into a freed controller.
+struct Quiesce;
+
+impl Drop for Quiesce {
+    fn drop(&mut self) {
+        if let Ok(soft) = soft() {
+            soft.shutdown();
+        }
     }
 }
 

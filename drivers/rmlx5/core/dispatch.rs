@@ -30,6 +30,9 @@
 //! At most [`DISPATCH_BUDGET`] handler calls or [`DISPATCH_TIME_US`] per
 //! run; then the work requeues itself and returns, so softirq time stays
 //! bounded. Nothing here allocates or sleeps.
+//!
+//! Lock order: the fabric lock is released before the handler slot
+//! (`HcaDev::event_handler`) is locked and before any ULP callback runs.
 
 use core::sync::atomic::Ordering;
 use kernel::{

@@ -25,6 +25,7 @@ use crate::hca_model::mem::{
 };
 
 /// A zeroed, 8-byte aligned buffer the model may access once registered.
+/// Its owner removes it from the registry before dropping it.
 ///
 /// # Invariants
 ///

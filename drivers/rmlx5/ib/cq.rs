@@ -6,6 +6,10 @@
 //! A CQ created without a completion handler is polling-only: it is never
 //! entered in the dispatch table, cannot be armed, and an EQE naming it is
 //! counted and dropped (the CVE-2025-68209 class of bug cannot happen).
+//!
+//! Lock order: `Cq::poll`, then `Qp::sq`/`Qp::rq` (wr_id lookup), then the
+//! fabric lock (`SoftHca::state`); the fabric lock is never held while
+//! taking another.
 
 use core::sync::atomic::{
     AtomicBool,
@@ -137,6 +141,13 @@ struct CqPoll {
 }
 
 /// A completion queue.
+///
+/// # Invariants
+///
+/// `buf` holds `1 << log_size` CQEs; `buf` and `dbr` are in the DMA
+/// registry from creation until `destroy` succeeds. `busy` is set only by
+/// the dispatcher under the fabric lock while the CQ is in its HCA's CQN
+/// table, and cleared when the handler returns.
 #[pin_data]
 pub struct Cq {
     soft: Arc<SoftHca>,

@@ -3,6 +3,11 @@
 //! RC queue pairs of kernel ULPs: SQ and RQ rings and the doorbell record
 //! in module memory; WQEs built in mlx5 format and rung through the UAR
 //! page exactly as a provider does, then executed by the model.
+//!
+//! Lock order: `Qp::sq` before `Qp::rq` (modify takes both), either before
+//! the fabric lock (`SoftHca::state`). `complete_send`/`complete_recv` are
+//! called by `Cq::poll` with `Cq::poll` held, so `Cq::poll` comes before
+//! `Qp::sq`/`Qp::rq`.
 
 use kernel::{
     new_spinlock_irq,
@@ -186,6 +191,12 @@ struct RqState {
 }
 
 /// An RC queue pair.
+///
+/// # Invariants
+///
+/// `sq_wqebbs` and `rq_wqes` are non-zero powers of two (ring indices are
+/// masked with `n - 1`); `qpn >= QPN_BASE`; the three buffers are in the
+/// DMA registry from creation until `destroy` succeeds.
 #[pin_data]
 pub struct Qp {
     soft: Arc<SoftHca>,
