@@ -137,6 +137,11 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         "handler_calls {}",
         r.soft.handler_calls.load(Ordering::Relaxed)
     )?;
+    // The model's clock (shared by every HCA): now, the deadline the retry
+    // timer is armed for, and how often it fired.
+    writeln!(f, "clock_now_ns {}", st.fabric.now())?;
+    writeln!(f, "clock_timer_at_ns {:?}", st.timer_at)?;
+    writeln!(f, "clock_timer_fires {}", st.timer_fires)?;
     if let Some(m) = st.fabric.hca(r.hca as u16) {
         writeln!(f, "model {:?}", m.stats())?;
     }

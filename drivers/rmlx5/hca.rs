@@ -12,8 +12,22 @@
 //! rmlx5_1). Hold times are bounded by the engine budget
 //! ([`ENGINE_BUDGET`]) and the EQ budget. Lock order in the whole module:
 //! an object's own lock (`Cq::poll`, `Qp::sq`, `Qp::rq`) may be held while
-//! taking `state`; `state` is never held while taking another lock. Nothing
-//! under `state` allocates except `GFP_ATOMIC` pushes of the DMA registry.
+//! taking `state`; `state` is never held while taking another lock (the
+//! hrtimer base lock taken inside `hrtimer_start` is the kernel's, a leaf
+//! that never calls back into rmlx5 while held). Nothing under `state`
+//! allocates except `GFP_ATOMIC` pushes of the DMA registry.
+//!
+//! # The model's clock
+//!
+//! Every engine run first sets the fabric's time to the monotonic clock
+//! (nanoseconds since the `SoftHca` was created), then, when a QP waits for
+//! an RNR or transport retry, arms the `clock` hrtimer (soft mode, so its
+//! callback runs in softirq context) at [`Fabric::next_deadline`]. The
+//! callback runs one engine budget (which re-arms the timer for the next
+//! deadline) and hands any remaining work to the engine work item. The
+//! timer is started and its deadline recorded only under `state`, and
+//! [`SoftHca::shutdown`] sets `shutting_down` under `state` before it
+//! cancels the timer, so nothing can start it again afterwards.
 
 pub(crate) mod dma;
 pub(crate) mod irq;
@@ -30,6 +44,19 @@ use kernel::{
     sync::{
         Arc,
         SpinLockIrq, //
+    },
+    time::{
+        hrtimer::{
+            AbsoluteSoftMode,
+            HasHrTimer,
+            HrTimer,
+            HrTimerCallback,
+            HrTimerCallbackContext,
+            HrTimerRestart, //
+        },
+        Delta,
+        Instant,
+        Monotonic, //
     },
     workqueue::{
         self,
@@ -214,6 +241,10 @@ pub(crate) struct Locked {
     /// Driver tables, one per HCA.
     pub(crate) hcas: KVec<HcaTables>,
     irqs_per_hca: u32,
+    /// The model time the clock timer is armed for, if it is armed.
+    pub(crate) timer_at: Option<u64>,
+    /// Clock timer expiries (debugfs, tests).
+    pub(crate) timer_fires: u64,
 }
 
 impl Locked {
@@ -236,9 +267,11 @@ impl Locked {
         )
     }
 
-    /// Runs the engine for one budget. Returns whether work remains.
-    pub(crate) fn run_engine(&mut self) -> bool {
+    /// Sets the model time to `now` and runs the engine for one budget.
+    /// Returns whether work remains.
+    fn run_engine_at(&mut self, now: u64) -> bool {
         let (fabric, mut p, _) = self.split();
+        fabric.set_time(now);
         fabric.run(&mut p, ENGINE_BUDGET).more
     }
 }
@@ -258,7 +291,12 @@ pub(crate) struct HcaDev {
 }
 
 /// The software HCAs of the module.
-#[pin_data]
+///
+/// # Invariants
+///
+/// The `clock` timer is armed only while `shutting_down` is clear; it is
+/// cancelled by [`SoftHca::shutdown`] and again when the `SoftHca` drops.
+#[pin_data(PinnedDrop)]
 pub(crate) struct SoftHca {
     /// The fabric, the DMA registry and the driver tables.
     #[pin]
@@ -278,11 +316,54 @@ pub(crate) struct SoftHca {
     /// BH dispatch runs and CQ handler calls (debugfs, tests).
     pub(crate) dispatch_runs: AtomicU64,
     pub(crate) handler_calls: AtomicU64,
+    /// Origin of the model's clock.
+    epoch: Instant<Monotonic>,
+    /// Fires at the earliest RNR or transport retry deadline.
+    #[pin]
+    clock: HrTimer<SoftHca>,
 }
 
 kernel::impl_has_work! {
     impl HasWork<Self, 1> for SoftHca { self.dispatch_work }
     impl HasWork<Self, 2> for SoftHca { self.engine_work }
+}
+
+#[pinned_drop]
+impl PinnedDrop for SoftHca {
+    fn drop(self: Pin<&mut Self>) {
+        // `shutdown` normally cancelled it already; this keeps the timer
+        // from outliving the fabric on every path.
+        self.cancel_clock();
+    }
+}
+
+kernel::impl_has_hr_timer! {
+    impl HasHrTimer<Self> for SoftHca {
+        mode: AbsoluteSoftMode<Monotonic>,
+        field: self.clock,
+    }
+}
+
+impl HrTimerCallback for SoftHca {
+    type Pointer<'a> = Pin<&'a Self>;
+
+    fn run(this: Pin<&Self>, _ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
+        // Softirq context. `engine_locked` starts the timer again for the
+        // next deadline if a QP still waits; a timer started from its own
+        // callback stays queued whatever the callback returns.
+        let more = {
+            let mut st = this.state.lock();
+            st.timer_at = None;
+            st.timer_fires += 1;
+            !this.shutting_down.load(Ordering::Acquire) && this.engine_locked(&mut st)
+        };
+        if more {
+            if let Ok(soft) = crate::soft() {
+                soft.kick_engine();
+            }
+        }
+        HrTimerRestart::NoRestart
+    }
 }
 
 impl SoftHca {
@@ -325,6 +406,8 @@ impl SoftHca {
             dma,
             hcas: tables,
             irqs_per_hca,
+            timer_at: None,
+            timer_fires: 0,
         };
         Arc::pin_init(
             pin_init!(Self {
@@ -336,6 +419,8 @@ impl SoftHca {
                 shutting_down: AtomicBool::new(false),
                 dispatch_runs: AtomicU64::new(0),
                 handler_calls: AtomicU64::new(0),
+                epoch: Instant::now(),
+                clock <- HrTimer::new(),
             }),
             GFP_KERNEL,
         )
@@ -361,19 +446,80 @@ impl SoftHca {
         }
     }
 
+    /// The model time now: monotonic nanoseconds since `epoch`.
+    fn model_now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(0)
+    }
+
+    /// Runs the engine for one budget at the current time under the lock
+    /// `st`, then arms the clock timer for the earliest retry deadline.
+    /// Returns whether work remains that can run now.
+    pub(crate) fn engine_locked(&self, st: &mut Locked) -> bool {
+        let more = st.run_engine_at(self.model_now());
+        self.arm_clock(st);
+        more
+    }
+
+    /// Starts the clock timer at the fabric's next deadline unless it is
+    /// already armed for that time or earlier. Called with `state` held.
+    fn arm_clock(&self, st: &mut Locked) {
+        if self.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        // `u64::MAX` is an infinite transport timeout: nothing to arm.
+        let Some(deadline) = st.fabric.next_deadline().filter(|&d| d != u64::MAX) else {
+            return;
+        };
+        if st.timer_at.is_some_and(|at| at <= deadline) {
+            return;
+        }
+        let Ok(ns) = i64::try_from(deadline) else {
+            return;
+        };
+        st.timer_at = Some(deadline);
+        let this: *const Self = self;
+        // SAFETY: `self` lives in an `Arc` that is dropped only after
+        // `shutdown` (or `PinnedDrop`) cancelled the timer, and the timer is
+        // started only under `state` while `shutting_down` is clear, so the
+        // timer never outlives `self`.
+        unsafe {
+            <Self as HasHrTimer<Self>>::start(this, self.epoch + Delta::from_nanos(ns));
+        }
+    }
+
     /// Runs the engine once under the lock and continues from the engine
     /// work if the budget ran out.
     pub(crate) fn run_engine(self: &Arc<Self>) {
-        let more = self.state.lock().run_engine();
+        let more = {
+            let mut st = self.state.lock();
+            self.engine_locked(&mut st)
+        };
         if more {
             self.kick_engine();
         }
     }
 
-    /// Stops the works and waits for them; called once at unload, after the
-    /// interrupt handlers are gone.
+    /// Cancels the clock timer, waiting for a running callback.
+    fn cancel_clock(&self) {
+        let this: *const Self = self;
+        // SAFETY: `this` points to a valid `SoftHca`, so the timer pointer
+        // is valid and the timer was initialised by `HrTimer::new`.
+        unsafe {
+            let t = <Self as HasHrTimer<Self>>::c_timer_ptr(this);
+            kernel::bindings::hrtimer_cancel(t.cast_mut());
+        }
+    }
+
+    /// Stops the clock timer and the works and waits for them; called once
+    /// at unload, after the interrupt handlers are gone.
     pub(crate) fn shutdown(&self) {
-        self.shutting_down.store(true, Ordering::Release);
+        {
+            // Under `state`, so no engine run can start the timer after the
+            // cancel below.
+            let _st = self.state.lock();
+            self.shutting_down.store(true, Ordering::Release);
+        }
+        self.cancel_clock();
         // SAFETY: The pointers are to initialised fields of `self`.
         let works = unsafe {
             [

@@ -5,8 +5,9 @@
  * At load it connects an RC QP on rmlx5_0 to one on rmlx5_1 and runs every
  * verb through the exported API (include/rdma/rmlx5_ib.h), in polling and
  * completion-handler modes, checks the data, then error completions and
- * flushes, and tears everything down. Each case prints
- * "rmlx5-test: PASS name" or "rmlx5-test: FAIL name: why" for make check.
+ * flushes, RNR and transport retries, and tears everything down. Each case
+ * prints "rmlx5-test: PASS name" or "rmlx5-test: FAIL name: why" for make
+ * check.
  */
 #include <linux/completion.h>
 #include <linux/delay.h>
@@ -60,7 +61,34 @@ static int poll_one(struct side *sd, struct rmlx5_ib_wc *wc)
 	return -ETIMEDOUT;
 }
 
-static int connect_qp(struct rmlx5_ib_qp *qp, u16 dlid, u32 dqpn)
+/* Retry attributes of a connection (IB encodings). */
+struct conn {
+	u8 min_rnr_timer;
+	u8 timeout;
+	u8 retry_cnt;
+	u8 rnr_retry;
+};
+
+static const struct conn conn_default = {
+	.min_rnr_timer = 12, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+};
+
+static int qp_to_init(struct rmlx5_ib_qp *qp)
+{
+	struct rmlx5_ib_qp_attr a = {
+		.qp_state = RMLX5_IB_QPS_INIT,
+		.qp_access_flags = RMLX5_IB_ACCESS_REMOTE_WRITE |
+			RMLX5_IB_ACCESS_REMOTE_READ | RMLX5_IB_ACCESS_REMOTE_ATOMIC,
+		.port_num = 1,
+	};
+
+	return rmlx5_ib_modify_qp(qp, &a, RMLX5_IB_QP_STATE |
+				  RMLX5_IB_QP_ACCESS_FLAGS |
+				  RMLX5_IB_QP_PKEY_INDEX | RMLX5_IB_QP_PORT);
+}
+
+static int connect_qp(struct rmlx5_ib_qp *qp, u16 dlid, u32 dqpn,
+		      const struct conn *c)
 {
 	struct rmlx5_ib_qp_attr a = {
 		.qp_state = RMLX5_IB_QPS_INIT,
@@ -80,7 +108,7 @@ static int connect_qp(struct rmlx5_ib_qp *qp, u16 dlid, u32 dqpn)
 	a.dlid = dlid;
 	a.dest_qp_num = dqpn;
 	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
+	a.min_rnr_timer = c->min_rnr_timer;
 	err = rmlx5_ib_modify_qp(qp, &a, RMLX5_IB_QP_STATE | RMLX5_IB_QP_AV |
 				 RMLX5_IB_QP_PATH_MTU | RMLX5_IB_QP_DEST_QPN |
 				 RMLX5_IB_QP_RQ_PSN |
@@ -89,9 +117,9 @@ static int connect_qp(struct rmlx5_ib_qp *qp, u16 dlid, u32 dqpn)
 	if (err)
 		return err;
 	a.qp_state = RMLX5_IB_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
+	a.timeout = c->timeout;
+	a.retry_cnt = c->retry_cnt;
+	a.rnr_retry = c->rnr_retry;
 	a.max_rd_atomic = 4;
 	return rmlx5_ib_modify_qp(qp, &a, RMLX5_IB_QP_STATE |
 				  RMLX5_IB_QP_TIMEOUT | RMLX5_IB_QP_RETRY_CNT |
@@ -99,7 +127,11 @@ static int connect_qp(struct rmlx5_ib_qp *qp, u16 dlid, u32 dqpn)
 				  RMLX5_IB_QP_MAX_QP_RD_ATOMIC);
 }
 
-static int setup(bool handlers)
+/*
+ * Creates both sides and connects them with retry attributes @c; with
+ * @peer_rtr false side 1 stays in INIT, so side 0 is never answered.
+ */
+static int setup_conn(bool handlers, const struct conn *c, bool peer_rtr)
 {
 	struct rmlx5_ib_qp_init_attr qa = {
 		.max_send_wr = 64, .max_recv_wr = 64,
@@ -132,10 +164,17 @@ static int setup(bool handlers)
 		if (err)
 			return err;
 	}
-	err = connect_qp(s[0].qp, 1, rmlx5_ib_qp_num(s[1].qp));
+	err = connect_qp(s[0].qp, 1, rmlx5_ib_qp_num(s[1].qp), c);
 	if (err)
 		return err;
-	return connect_qp(s[1].qp, 0, rmlx5_ib_qp_num(s[0].qp));
+	if (!peer_rtr)
+		return qp_to_init(s[1].qp);
+	return connect_qp(s[1].qp, 0, rmlx5_ib_qp_num(s[0].qp), c);
+}
+
+static int setup(bool handlers)
+{
+	return setup_conn(handlers, &conn_default, true);
 }
 
 static void teardown(void)
@@ -442,6 +481,108 @@ static void run_errors(void)
 		PASS("destroy_cq_busy");
 }
 
+/* Polls two completions of side 0 within ~2 s; returns how many came. */
+static int poll_two(struct rmlx5_ib_wc *wc)
+{
+	int got = 0, i, n;
+
+	for (i = 0; i < 2000 && got < 2; i++) {
+		n = rmlx5_ib_poll_cq(s[0].cq, 2 - got, wc + got);
+		if (n < 0)
+			return n;
+		got += n;
+		if (got < 2)
+			usleep_range(500, 1000);
+	}
+	return got;
+}
+
+/* Posts two SENDs (wr_id 1 and 2) from side 0 and expects @status for the
+ * first and a flush for the second. */
+static void expect_retry_failure(const char *name, u32 status)
+{
+	struct rmlx5_ib_send_wr wr = { .opcode = RMLX5_IB_WR_SEND };
+	struct rmlx5_ib_wc wc[2];
+	int got;
+
+	wr.wr_id = 1;
+	if (post0(&wr, 0, 32)) {
+		FAIL(name, "post");
+		return;
+	}
+	wr.wr_id = 2;
+	wr.send_flags = 0;
+	if (post0(&wr, 0, 32)) {
+		FAIL(name, "post");
+		return;
+	}
+	got = poll_two(wc);
+	if (got < 2 || wc[0].wr_id != 1 || wc[0].status != status ||
+	    wc[1].wr_id != 2 || wc[1].status != RMLX5_IB_WC_WR_FLUSH_ERR)
+		FAIL(name, "got %d: wr_id %llu status %u, wr_id %llu status %u",
+		     got, got > 0 ? wc[0].wr_id : 0, got > 0 ? wc[0].status : 0,
+		     got > 1 ? wc[1].wr_id : 0, got > 1 ? wc[1].status : 0);
+	else
+		PASS(name);
+}
+
+/*
+ * The model's clock (an hrtimer in rmlx5) drives RNR and transport retries:
+ * a SEND without a receive waits forever with rnr_retry 7 and completes
+ * once a receive is posted; with rnr_retry 2 it fails with RNR_RETRY_EXC;
+ * towards a peer that is not RTR it fails with RETRY_EXC.
+ */
+static void run_retries(void)
+{
+	/* RNR timer code 14: 1.28 ms; ACK timeout 10: 4.2 ms. */
+	const struct conn forever = {
+		.min_rnr_timer = 14, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7,
+	};
+	const struct conn rnr2 = {
+		.min_rnr_timer = 14, .timeout = 14, .retry_cnt = 7, .rnr_retry = 2,
+	};
+	const struct conn ack2 = {
+		.min_rnr_timer = 14, .timeout = 10, .retry_cnt = 2, .rnr_retry = 7,
+	};
+	struct rmlx5_ib_send_wr wr = { .opcode = RMLX5_IB_WR_SEND, .wr_id = 40 };
+	struct rmlx5_ib_wc wc;
+	int err;
+
+	err = setup_conn(false, &forever, true);
+	if (err) {
+		FAIL("rnr_retry_forever", "setup %d", err);
+	} else if (post0(&wr, 0, 32)) {
+		FAIL("rnr_retry_forever", "post");
+	} else {
+		/* Many RNR timer periods without a receive: no completion. */
+		msleep(20);
+		if (rmlx5_ib_poll_cq(s[0].cq, 1, &wc) != 0)
+			FAIL("rnr_retry_forever", "completed without a receive");
+		else if (post_recv(1, 41, 0, 64))
+			FAIL("rnr_retry_forever", "post_recv");
+		else if (expect("rnr_retry_forever", &s[0], 0, RMLX5_IB_WC_SEND, 40) &&
+			 expect("rnr_retry_forever", &s[1], 0, RMLX5_IB_WC_RECV, 41))
+			PASS("rnr_retry_forever");
+	}
+	teardown();
+
+	err = setup_conn(false, &rnr2, true);
+	if (err)
+		FAIL("rnr_retry_exceeded", "setup %d", err);
+	else
+		expect_retry_failure("rnr_retry_exceeded",
+				     RMLX5_IB_WC_RNR_RETRY_EXC_ERR);
+	teardown();
+
+	err = setup_conn(false, &ack2, false);
+	if (err)
+		FAIL("transport_retry_exceeded", "setup %d", err);
+	else
+		expect_retry_failure("transport_retry_exceeded",
+				     RMLX5_IB_WC_RETRY_EXC_ERR);
+	teardown();
+}
+
 static int __init rmlx5_ulp_init(void)
 {
 	struct rmlx5_ib_device_attr attr;
@@ -470,6 +611,7 @@ static int __init rmlx5_ulp_init(void)
 		run_verbs("handler");
 	}
 	teardown();
+	run_retries();
 	if (!failures)
 		PASS("teardown");
 	return 0;

@@ -154,7 +154,11 @@ impl WorkItem<2> for SoftHca {
             if this.shutting_down.load(Ordering::Acquire) {
                 return;
             }
-            if !this.state.lock().run_engine() {
+            let more = {
+                let mut st = this.state.lock();
+                this.engine_locked(&mut st)
+            };
+            if !more {
                 return;
             }
         }

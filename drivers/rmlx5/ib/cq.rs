@@ -113,8 +113,8 @@ const WC_LOC_ACCESS_ERR: u32 = 8;
 const WC_REM_INV_REQ_ERR: u32 = 9;
 pub(crate) const WC_REM_ACCESS_ERR: u32 = 10;
 const WC_REM_OP_ERR: u32 = 11;
-const WC_RETRY_EXC_ERR: u32 = 12;
-const WC_RNR_RETRY_EXC_ERR: u32 = 13;
+pub(crate) const WC_RETRY_EXC_ERR: u32 = 12;
+pub(crate) const WC_RNR_RETRY_EXC_ERR: u32 = 13;
 const WC_REM_ABORT_ERR: u32 = 19;
 const WC_GENERAL_ERR: u32 = 21;
 // `enum ib_wc_opcode` values.

@@ -42,17 +42,52 @@ unsafe extern "C" fn count_handler(_cq: *mut Cq, ctx: *mut c_void) {
 }
 
 /// Two connected RC QPs on rmlx5_0 and rmlx5_1 with their memory.
-struct Pair {
-    pds: [Pd; 2],
-    mrs: [Mr; 2],
-    cqs: [Arc<Cq>; 2],
-    qps: [Arc<Qp>; 2],
-    bufs: [KVec<u8>; 2],
+pub(super) struct Pair {
+    pub(super) pds: [Pd; 2],
+    pub(super) mrs: [Mr; 2],
+    pub(super) cqs: [Arc<Cq>; 2],
+    pub(super) qps: [Arc<Qp>; 2],
+    pub(super) bufs: [KVec<u8>; 2],
 }
 
 const BUF: usize = 4096;
 
-fn connect(qp: &Qp, dlid: u16, dest: u32) -> Result {
+/// The retry attributes of a connection (IB encodings).
+#[derive(Clone, Copy)]
+pub(super) struct Retry {
+    /// Responder's RNR NAK timer code.
+    pub(super) min_rnr_timer: u8,
+    /// Local ACK timeout exponent.
+    pub(super) timeout: u8,
+    /// Transport retries.
+    pub(super) retry_cnt: u8,
+    /// RNR retries (7 = forever).
+    pub(super) rnr_retry: u8,
+}
+
+impl Retry {
+    /// What the other tests use: 0.64 ms RNR timer, 67 ms ACK timeout,
+    /// 7 retries of each kind.
+    pub(super) const DEFAULT: Self = Self {
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+    };
+}
+
+/// Takes `qp` to INIT.
+fn to_init(qp: &Qp) -> Result {
+    let a = QpAttrC {
+        qp_state: 1,
+        qp_access_flags: 0xe,
+        port_num: 1,
+        ..Default::default()
+    };
+    qp.modify(&a, 1 | 8 | 16 | 32)
+}
+
+fn connect_with(qp: &Qp, dlid: u16, dest: u32, r: Retry) -> Result {
     let mut a = QpAttrC {
         qp_state: 1,
         qp_access_flags: 0xe,
@@ -65,15 +100,15 @@ fn connect(qp: &Qp, dlid: u16, dest: u32) -> Result {
     a.dlid = dlid;
     a.dest_qp_num = dest;
     a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 12;
+    a.min_rnr_timer = r.min_rnr_timer;
     qp.modify(
         &a,
         1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15),
     )?;
     a.qp_state = 3;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
+    a.timeout = r.timeout;
+    a.retry_cnt = r.retry_cnt;
+    a.rnr_retry = r.rnr_retry;
     a.max_rd_atomic = 4;
     qp.modify(
         &a,
@@ -83,6 +118,17 @@ fn connect(qp: &Qp, dlid: u16, dest: u32) -> Result {
 
 impl Pair {
     fn new(soft: &Arc<SoftHca>, counters: Option<&[AtomicU32; 2]>) -> Result<Self> {
+        Self::new_with(soft, counters, Retry::DEFAULT, true)
+    }
+
+    /// A pair connected with retry attributes `r`; with `peer_rtr` false
+    /// QP 1 stays in INIT, so QP 0's requests are never answered.
+    pub(super) fn new_with(
+        soft: &Arc<SoftHca>,
+        counters: Option<&[AtomicU32; 2]>,
+        r: Retry,
+        peer_rtr: bool,
+    ) -> Result<Self> {
         let mk = |h: u16| -> Result<(Pd, Arc<Cq>)> {
             let pd = Pd::new(soft, h)?;
             let handler = counters.map(|c| {
@@ -107,8 +153,12 @@ impl Pair {
         };
         let q0 = Qp::new(&pd0, &cq0, &cq0, &caps)?;
         let q1 = Qp::new(&pd1, &cq1, &cq1, &caps)?;
-        connect(&q0, 1, q1.qpn)?;
-        connect(&q1, 0, q0.qpn)?;
+        connect_with(&q0, 1, q1.qpn, r)?;
+        if peer_rtr {
+            connect_with(&q1, 0, q0.qpn, r)?;
+        } else {
+            to_init(&q1)?;
+        }
         Ok(Self {
             pds: [pd0, pd1],
             mrs: [mr0, mr1],
@@ -122,7 +172,7 @@ impl Pair {
         self.bufs[i].as_ptr() as u64 + off as u64
     }
 
-    fn sge(&self, i: usize, off: usize, len: u32) -> Sge {
+    pub(super) fn sge(&self, i: usize, off: usize, len: u32) -> Sge {
         Sge {
             addr: self.addr(i, off),
             length: len,
@@ -130,7 +180,7 @@ impl Pair {
         }
     }
 
-    fn destroy(self) -> Result {
+    pub(super) fn destroy(self) -> Result {
         for q in &self.qps {
             q.destroy()?;
         }
@@ -150,7 +200,7 @@ impl Pair {
 type CompHandlerFnT = unsafe extern "C" fn(*mut Cq, *mut c_void);
 
 /// Polls `cq` until `n` completions arrived or about 2 s passed.
-fn poll_n(cq: &Cq, n: usize) -> Result<KVec<Wc>> {
+pub(super) fn poll_n(cq: &Cq, n: usize) -> Result<KVec<Wc>> {
     let mut out = KVec::new();
     for _ in 0..20000 {
         let mut wc = [Wc::default(); 8];
