@@ -122,6 +122,8 @@ fn qps(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 }
 
 fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    // The registry mutex comes before the fabric lock (ulp/objects.rs).
+    let ulp_objects = r.soft.ulp_objects.lock().len();
     let mut st = r.soft.state.lock();
     if let Some(t) = st.hcas.get(r.hca) {
         writeln!(f, "stray_eqes {}", t.stray_eqes)?;
@@ -142,6 +144,7 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "clock_now_ns {}", st.fabric.now())?;
     writeln!(f, "clock_timer_at_ns {:?}", st.timer_at)?;
     writeln!(f, "clock_timer_fires {}", st.timer_fires)?;
+    writeln!(f, "ulp_objects {}", ulp_objects)?;
     if let Some(m) = st.fabric.hca(r.hca as u16) {
         writeln!(f, "model {:?}", m.stats())?;
     }

@@ -12,7 +12,8 @@
 //! rmlx5_1). Hold times are bounded by the engine budget
 //! ([`ENGINE_BUDGET`]) and the EQ budget. Lock order in the whole module:
 //! an object's own lock (`Cq::poll`, `Qp::sq`, `Qp::rq`) may be held while
-//! taking `state`; `state` is never held while taking another lock (the
+//! taking `state`, and `ulp_objects` (a mutex) before either of them;
+//! `state` is never held while taking another lock (the
 //! hrtimer base lock taken inside `hrtimer_start` is the kernel's, a leaf
 //! that never calls back into rmlx5 while held). Nothing under `state`
 //! allocates except `GFP_ATOMIC` pushes of the DMA registry.
@@ -39,10 +40,11 @@ use core::sync::atomic::{
 };
 use kernel::{
     bitmap::BitmapVec,
-    new_spinlock_irq, new_work,
+    new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         Arc,
+        Mutex,
         SpinLockIrq, //
     },
     time::{
@@ -85,6 +87,7 @@ use crate::ib::{
 };
 use crate::mlx5_core::eq::Eq;
 use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
+use crate::ulp::objects::UlpObjects;
 use dma::{
     DmaBuf,
     DmaRegistry,
@@ -316,6 +319,10 @@ pub(crate) struct SoftHca {
     /// BH dispatch runs and CQ handler calls (debugfs, tests).
     pub(crate) dispatch_runs: AtomicU64,
     pub(crate) handler_calls: AtomicU64,
+    /// Objects handed to kernel ULPs, reclaimed at unload (see
+    /// `ulp/objects.rs`).
+    #[pin]
+    pub(crate) ulp_objects: Mutex<UlpObjects>,
     /// Origin of the model's clock.
     epoch: Instant<Monotonic>,
     /// Fires at the earliest RNR or transport retry deadline.
@@ -419,6 +426,7 @@ impl SoftHca {
                 shutting_down: AtomicBool::new(false),
                 dispatch_runs: AtomicU64::new(0),
                 handler_calls: AtomicU64::new(0),
+                ulp_objects <- new_mutex!(UlpObjects::new(), "rmlx5_ulp_objects"),
                 epoch: Instant::now(),
                 clock <- HrTimer::new(),
             }),

@@ -118,11 +118,13 @@ pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
     Ok(unsafe { ArcBorrow::from_raw(p) }.into())
 }
 
-/// The loaded module. Fields drop in order: the platform driver first (its
-/// unbind frees the EQ interrupts), the works are stopped, then the
+/// The loaded module. Fields drop in order: objects kernel ULPs left
+/// behind are reclaimed while everything still runs, the platform driver
+/// (its unbind frees the EQ interrupts), the works are stopped, then the
 /// interrupt controller and the platform devices, the HCAs' device nodes,
 /// debugfs, and last the software HCA itself.
 struct Rmlx5Module {
+    _reclaim: ReclaimUlpObjects,
     _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
     _quiesce: Quiesce,
     _intc: hca::irq::Intc,
@@ -149,6 +151,7 @@ impl kernel::Module for Rmlx5Module {
             let dbg = debugfs::Debugfs::new(&crate::soft()?)?;
             let drv = KBox::pin_init(driver::Registration::new(c"rmlx5", module), GFP_KERNEL)?;
             Ok(Self {
+                _reclaim: ReclaimUlpObjects,
                 _driver: drv,
                 _quiesce: Quiesce,
                 _intc: intc,
@@ -177,6 +180,18 @@ fn release_soft() {
         // SAFETY: `p` is the `Arc::into_raw` pointer stored by `init`.
         let soft = unsafe { Arc::from_raw(p) };
         soft.shutdown();
+    }
+}
+
+/// Destroys the PDs, MRs, CQs and QPs kernel ULPs did not destroy before
+/// they unloaded (see `ulp/objects.rs`).
+struct ReclaimUlpObjects;
+
+impl Drop for ReclaimUlpObjects {
+    fn drop(&mut self) {
+        if let Ok(soft) = soft() {
+            ulp::objects::reclaim(&soft);
+        }
     }
 }
 

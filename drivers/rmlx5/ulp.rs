@@ -9,7 +9,11 @@
 //! as `Arc::into_raw` pointers (PD and MR as `KBox::into_raw`), and taken
 //! back by their destroy function only when destroy succeeds. The ULP
 //! module depends on rmlx5's symbols, so it is unloaded first: the
-//! software HCA outlives every call.
+//! software HCA outlives every call. Every object handed out is recorded
+//! (`objects.rs`) until destroyed, so destroy refuses unknown pointers and
+//! rmlx5's unload reclaims what a ULP leaked.
+
+pub(crate) mod objects;
 
 use core::ptr;
 use kernel::{
@@ -24,7 +28,10 @@ use kernel::{
     },
 };
 
-use crate::hca::AsyncEvent;
+use crate::hca::{
+    AsyncEvent,
+    SoftHca, //
+};
 use crate::ib::{
     cq::{
         Cq,
@@ -43,6 +50,7 @@ use crate::ib::{
         MAX_SGE, //
     },
 };
+use objects::Handle;
 
 /// An async event handler: `(device index, event type, element, context)`.
 pub(crate) type EventHandlerFn = unsafe extern "C" fn(c_int, u32, u32, *mut c_void);
@@ -62,6 +70,37 @@ pub(crate) fn call_event_handler(f: EventHandlerFn, hca: usize, ev: AsyncEvent, 
 
 fn errno(e: Error) -> c_int {
     e.to_errno()
+}
+
+/// Records a new object; if that fails, undoes its creation with
+/// `undo` (which destroys and frees it) and returns the error.
+fn record(soft: &SoftHca, h: Handle, undo: impl FnOnce()) -> Result {
+    let r = soft.ulp_objects.lock().add(h);
+    if r.is_err() {
+        undo();
+    }
+    r
+}
+
+/// Destroys a recorded object: `EINVAL` if `h` is not recorded, else
+/// `destroy`'s result; on success `h` is forgotten and `free` releases it.
+fn destroy_recorded(h: Handle, destroy: impl FnOnce() -> Result, free: impl FnOnce()) -> c_int {
+    let Ok(soft) = crate::soft() else {
+        return ENODEV.to_errno();
+    };
+    let mut reg = soft.ulp_objects.lock();
+    if !reg.contains(h) {
+        return EINVAL.to_errno();
+    }
+    match destroy() {
+        Ok(()) => {
+            reg.remove(h);
+            drop(reg);
+            free();
+            0
+        }
+        Err(e) => errno(e),
+    }
 }
 
 /// Device attributes (`struct rmlx5_ib_device_attr`).
@@ -150,8 +189,13 @@ pub unsafe extern "C" fn rmlx5_ib_alloc_pd(index: c_int, out: *mut *mut Pd) -> c
         let soft = crate::soft()?;
         let hca = u16::try_from(index).map_err(|_| ENODEV)?;
         soft.dev(usize::from(hca))?;
-        let pd = KBox::new(Pd::new(&soft, hca)?, GFP_KERNEL)?;
-        Ok(KBox::into_raw(pd))
+        let pd = KBox::into_raw(KBox::new(Pd::new(&soft, hca)?, GFP_KERNEL)?);
+        record(&soft, Handle::Pd(pd as usize), || {
+            // SAFETY: `pd` is the `KBox` just leaked, known to nobody else.
+            let pd = unsafe { KBox::from_raw(pd) };
+            let _ = pd.destroy();
+        })?;
+        Ok(pd)
     })();
     match r {
         Ok(p) => {
@@ -168,19 +212,15 @@ pub unsafe extern "C" fn rmlx5_ib_alloc_pd(index: c_int, out: *mut *mut Pd) -> c
 /// `pd` must come from `rmlx5_ib_alloc_pd` and not be used after success.
 #[no_mangle]
 pub unsafe extern "C" fn rmlx5_ib_dealloc_pd(pd: *mut Pd) -> c_int {
-    // SAFETY: `pd` is a live PD from `rmlx5_ib_alloc_pd`.
-    let Some(r) = (unsafe { pd.as_ref() }) else {
-        return EINVAL.to_errno();
-    };
-    match r.destroy() {
-        Ok(()) => {
-            // SAFETY: `pd` came from `KBox::into_raw`; destroy succeeded
-            // and the caller gives it up.
-            drop(unsafe { KBox::from_raw(pd) });
-            0
-        }
-        Err(e) => errno(e),
-    }
+    destroy_recorded(
+        Handle::Pd(pd as usize),
+        // SAFETY: `pd` is recorded, so it is a live PD from
+        // `rmlx5_ib_alloc_pd`.
+        || unsafe { &*pd }.destroy(),
+        // SAFETY: `pd` came from `KBox::into_raw`; destroy succeeded and
+        // the caller gives it up.
+        || drop(unsafe { KBox::from_raw(pd) }),
+    )
 }
 
 /// # Safety
@@ -203,10 +243,15 @@ pub unsafe extern "C" fn rmlx5_ib_reg_mr(
     let r = (|| -> Result<*mut Mr> {
         let mr = Mr::new(pd, addr as u64, len, access)?;
         let k = mr.key;
-        let b = KBox::new(mr, GFP_KERNEL)?;
+        let b = KBox::into_raw(KBox::new(mr, GFP_KERNEL)?);
+        record(&pd.soft, Handle::Mr(b as usize), || {
+            // SAFETY: `b` is the `KBox` just leaked, known to nobody else.
+            let mr = unsafe { KBox::from_raw(b) };
+            let _ = mr.destroy();
+        })?;
         // SAFETY: `key` is writable.
         unsafe { key.write(k) };
-        Ok(KBox::into_raw(b))
+        Ok(b)
     })();
     match r {
         Ok(p) => {
@@ -223,18 +268,13 @@ pub unsafe extern "C" fn rmlx5_ib_reg_mr(
 /// `mr` must come from `rmlx5_ib_reg_mr`.
 #[no_mangle]
 pub unsafe extern "C" fn rmlx5_ib_dereg_mr(mr: *mut Mr) -> c_int {
-    // SAFETY: `mr` is a live MR.
-    let Some(r) = (unsafe { mr.as_ref() }) else {
-        return EINVAL.to_errno();
-    };
-    match r.destroy() {
-        Ok(()) => {
-            // SAFETY: From `KBox::into_raw`; given up by the caller.
-            drop(unsafe { KBox::from_raw(mr) });
-            0
-        }
-        Err(e) => errno(e),
-    }
+    destroy_recorded(
+        Handle::Mr(mr as usize),
+        // SAFETY: `mr` is recorded, so it is a live MR.
+        || unsafe { &*mr }.destroy(),
+        // SAFETY: From `KBox::into_raw`; given up by the caller.
+        || drop(unsafe { KBox::from_raw(mr) }),
+    )
 }
 
 /// A completion handler as C sees it.
@@ -256,13 +296,18 @@ pub unsafe extern "C" fn rmlx5_ib_create_cq(
     let r = (|| -> Result<Arc<Cq>> {
         let soft = crate::soft()?;
         let hca = u16::try_from(index).map_err(|_| ENODEV)?;
-        Cq::new(
+        let cq = Cq::new(
             &soft,
             hca,
             entries,
             comp_vector,
             handler.map(|f| (f, ctx as usize)),
-        )
+        )?;
+        let undo = cq.clone();
+        record(&soft, Handle::Cq(Arc::as_ptr(&cq) as usize), move || {
+            let _ = undo.destroy();
+        })?;
+        Ok(cq)
     })();
     match r {
         Ok(cq) => {
@@ -279,18 +324,13 @@ pub unsafe extern "C" fn rmlx5_ib_create_cq(
 /// `cq` must come from `rmlx5_ib_create_cq`.
 #[no_mangle]
 pub unsafe extern "C" fn rmlx5_ib_destroy_cq(cq: *const Cq) -> c_int {
-    // SAFETY: `cq` is a live CQ.
-    let Some(r) = (unsafe { cq.as_ref() }) else {
-        return EINVAL.to_errno();
-    };
-    match r.destroy() {
-        Ok(()) => {
-            // SAFETY: From `Arc::into_raw`; the caller gives it up.
-            drop(unsafe { Arc::from_raw(cq) });
-            0
-        }
-        Err(e) => errno(e),
-    }
+    destroy_recorded(
+        Handle::Cq(cq as usize),
+        // SAFETY: `cq` is recorded, so it is a live CQ.
+        || unsafe { &*cq }.destroy(),
+        // SAFETY: From `Arc::into_raw`; the caller gives it up.
+        || drop(unsafe { Arc::from_raw(cq) }),
+    )
 }
 
 /// # Safety
@@ -369,7 +409,14 @@ pub unsafe extern "C" fn rmlx5_ib_create_qp(
         max_recv_sge: attr.max_recv_sge,
         sq_sig_all: attr.sq_sig_all != 0,
     };
-    match Qp::new(pd, &scq, &rcq, &caps) {
+    let r = Qp::new(pd, &scq, &rcq, &caps).and_then(|qp| {
+        let undo = qp.clone();
+        record(&pd.soft, Handle::Qp(Arc::as_ptr(&qp) as usize), move || {
+            let _ = undo.destroy();
+        })?;
+        Ok(qp)
+    });
+    match r {
         Ok(qp) => {
             // SAFETY: `out` is writable.
             unsafe { out.write(Arc::into_raw(qp)) };
@@ -384,18 +431,13 @@ pub unsafe extern "C" fn rmlx5_ib_create_qp(
 /// `qp` must come from `rmlx5_ib_create_qp`.
 #[no_mangle]
 pub unsafe extern "C" fn rmlx5_ib_destroy_qp(qp: *const Qp) -> c_int {
-    // SAFETY: `qp` is a live QP.
-    let Some(r) = (unsafe { qp.as_ref() }) else {
-        return EINVAL.to_errno();
-    };
-    match r.destroy() {
-        Ok(()) => {
-            // SAFETY: From `Arc::into_raw`; given up by the caller.
-            drop(unsafe { Arc::from_raw(qp) });
-            0
-        }
-        Err(e) => errno(e),
-    }
+    destroy_recorded(
+        Handle::Qp(qp as usize),
+        // SAFETY: `qp` is recorded, so it is a live QP.
+        || unsafe { &*qp }.destroy(),
+        // SAFETY: From `Arc::into_raw`; given up by the caller.
+        || drop(unsafe { Arc::from_raw(qp) }),
+    )
 }
 
 /// # Safety

@@ -8,6 +8,11 @@
  * flushes, RNR and transport retries, and tears everything down. Each case
  * prints "rmlx5-test: PASS name" or "rmlx5-test: FAIL name: why" for make
  * check.
+ *
+ * With leak=1 it instead creates a connected pair (PDs, MRs, CQs with
+ * handlers, QPs) and unloads without destroying them, freeing only its own
+ * buffers: rmlx5 must reclaim the objects at its own unload, without leaks
+ * or warnings (the guest checks its "reclaimed" message and kmemleak).
  */
 #include <linux/completion.h>
 #include <linux/delay.h>
@@ -32,6 +37,10 @@ struct side {
 
 static struct side s[2];
 static int failures;
+
+static bool leak;
+module_param(leak, bool, 0444);
+MODULE_PARM_DESC(leak, "create objects and unload without destroying them");
 
 #define PASS(name) pr_info("rmlx5-test: PASS ulp_%s\n", name)
 #define FAIL(name, fmt, ...) do { \
@@ -593,6 +602,16 @@ static int __init rmlx5_ulp_init(void)
 		FAIL("setup", "need two rmlx5 devices with atomics");
 		return 0;
 	}
+	if (leak) {
+		/* No work is left posted: the buffers are freed at exit while
+		 * the MRs over them stay registered until rmlx5 unloads. */
+		err = setup(true);
+		if (err)
+			FAIL("leak_created", "setup %d", err);
+		else
+			PASS("leak_created");
+		return 0;
+	}
 	err = setup(false);
 	if (err) {
 		FAIL("setup_polling", "%d", err);
@@ -619,6 +638,11 @@ static int __init rmlx5_ulp_init(void)
 
 static void __exit rmlx5_ulp_exit(void)
 {
+	int i;
+
+	/* In leak mode the rmlx5 objects are deliberately left behind. */
+	for (i = 0; leak && i < 2; i++)
+		kfree(s[i].buf);
 }
 
 module_init(rmlx5_ulp_init);

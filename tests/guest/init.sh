@@ -73,6 +73,14 @@ if [ -f /lib/modules/rmlx5_ulp.ko ] && [ -z "$filter" -o "${filter#ulp}" != "$fi
     else
         fail ulp_load "insmod rmlx5_ulp exited $?"
     fi
+    # Again in leak mode: it unloads without destroying its objects, which
+    # rmlx5 must reclaim at its own unload (checked below, with kmemleak).
+    if insmod /lib/modules/rmlx5_ulp.ko leak=1; then
+        rmmod rmlx5_ulp || fail ulp_leak_unload "rmmod rmlx5_ulp failed"
+        ulp_leaked=1
+    else
+        fail ulp_leak_load "insmod rmlx5_ulp leak=1 exited $?"
+    fi
 fi
 
 # The EQ interrupts of the software HCAs, with their counts (the KUnit
@@ -100,6 +108,14 @@ if rmmod rmlx5; then
     pass module_unload
 else
     fail module_unload "rmmod exited $?"
+fi
+# 2 PDs, 2 MRs, 2 CQs and 2 QPs left by the leak-mode ULP.
+if [ -n "${ulp_leaked:-}" ]; then
+    if dmesg | grep -q 'rmlx5: reclaimed 8 object(s) left by kernel ULPs (0 could not'; then
+        pass ulp_leak_reclaimed
+    else
+        fail ulp_leak_reclaimed "rmlx5 did not report reclaiming 8 objects"
+    fi
 fi
 if ls /dev/rmlx5_uverbs* >/dev/null 2>&1; then
     fail devnodes_removed "device nodes still present after rmmod"

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The objects kernel ULPs hold, so that rmlx5 can reclaim what a ULP
+//! leaves behind when rmlx5 unloads.
+//!
+//! # The rule
+//!
+//! Every PD, MR, CQ and QP handed to C is recorded in
+//! [`SoftHca::ulp_objects`] from creation until its destroy succeeds; a
+//! destroy call for a pointer that is not recorded fails with `EINVAL`
+//! instead of touching it. A ULP module cannot outlive rmlx5 (it uses
+//! rmlx5's symbols), but it can unload without destroying its objects.
+//! When rmlx5 unloads, before anything else goes, it destroys whatever is
+//! still recorded in dependency order (QPs, then CQs, MRs, PDs), frees it,
+//! and says how many it reclaimed. The memory under a leaked MR is the
+//! ULP's: it must stay valid while a leaked QP may still use it, that is,
+//! a ULP must not leave work posted on QPs whose memory it frees, and must
+//! not leave a CQ armed whose completion handler lives in its module text.
+//!
+//! Creation and destroy calls sleep (they take the registry mutex; CQ
+//! destroy waits for a running handler): process context only.
+//!
+//! Lock order: the registry mutex is taken before any object lock and
+//! before the fabric lock, never while holding them.
+
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
+
+use crate::hca::SoftHca;
+use crate::ib::{
+    cq::Cq,
+    mr::{
+        Mr,
+        Pd, //
+    },
+    qp::Qp,
+};
+
+/// An object handed to a ULP: its kind and the address C holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Handle {
+    /// A `KBox<Pd>` from `KBox::into_raw`.
+    Pd(usize),
+    /// A `KBox<Mr>` from `KBox::into_raw`.
+    Mr(usize),
+    /// An `Arc<Cq>` from `Arc::into_raw`.
+    Cq(usize),
+    /// An `Arc<Qp>` from `Arc::into_raw`.
+    Qp(usize),
+}
+
+impl Handle {
+    /// Destroy order: what may use an object is destroyed before it.
+    fn rank(self) -> u8 {
+        match self {
+            Handle::Qp(_) => 0,
+            Handle::Cq(_) => 1,
+            Handle::Mr(_) => 2,
+            Handle::Pd(_) => 3,
+        }
+    }
+}
+
+/// The objects ULPs currently hold (under `SoftHca::ulp_objects`).
+pub(crate) struct UlpObjects {
+    live: KVec<Handle>,
+}
+
+impl UlpObjects {
+    /// An empty registry.
+    pub(crate) const fn new() -> Self {
+        Self { live: KVec::new() }
+    }
+
+    /// Records `h`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the record cannot grow.
+    pub(crate) fn add(&mut self, h: Handle) -> Result {
+        self.live.push(h, GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Whether `h` is recorded.
+    pub(crate) fn contains(&self, h: Handle) -> bool {
+        self.live.contains(&h)
+    }
+
+    /// Forgets `h` (after its destroy succeeded).
+    pub(crate) fn remove(&mut self, h: Handle) {
+        if let Some(i) = self.live.iter().position(|&x| x == h) {
+            // Order does not matter: move the last entry into the hole.
+            let last = self.live.len() - 1;
+            self.live.swap(i, last);
+            self.live.pop();
+        }
+    }
+
+    /// Number of recorded objects.
+    pub(crate) fn len(&self) -> usize {
+        self.live.len()
+    }
+}
+
+/// Destroys and frees the object behind `h`; returns whether it could be
+/// destroyed (if not, it is left allocated: the model may still use it).
+///
+/// # Safety
+///
+/// `h` was recorded by the ULP API and is removed from the registry by the
+/// caller; nothing else uses its pointer any more.
+unsafe fn reclaim_one(h: Handle) -> bool {
+    match h {
+        Handle::Qp(p) => {
+            let p = p as *const Qp;
+            // SAFETY: A recorded QP pointer from `Arc::into_raw`.
+            let ok = unsafe { &*p }.destroy().is_ok();
+            if ok {
+                // SAFETY: As above; its reference is given back once.
+                drop(unsafe { Arc::from_raw(p) });
+            }
+            ok
+        }
+        Handle::Cq(p) => {
+            let p = p as *const Cq;
+            // SAFETY: A recorded CQ pointer from `Arc::into_raw`.
+            let ok = unsafe { &*p }.destroy().is_ok();
+            if ok {
+                // SAFETY: As above; its reference is given back once.
+                drop(unsafe { Arc::from_raw(p) });
+            }
+            ok
+        }
+        Handle::Mr(p) => {
+            let p = p as *mut Mr;
+            // SAFETY: A recorded MR pointer from `KBox::into_raw`.
+            let ok = unsafe { &*p }.destroy().is_ok();
+            if ok {
+                // SAFETY: As above; freed once.
+                drop(unsafe { KBox::from_raw(p) });
+            }
+            ok
+        }
+        Handle::Pd(p) => {
+            let p = p as *mut Pd;
+            // SAFETY: A recorded PD pointer from `KBox::into_raw`.
+            let ok = unsafe { &*p }.destroy().is_ok();
+            if ok {
+                // SAFETY: As above; freed once.
+                drop(unsafe { KBox::from_raw(p) });
+            }
+            ok
+        }
+    }
+}
+
+/// Destroys every object a ULP left behind (module unload, process
+/// context, with interrupts and dispatch still running). Returns how many
+/// were reclaimed.
+pub(crate) fn reclaim(soft: &SoftHca) -> usize {
+    let mut reg = soft.ulp_objects.lock();
+    let mut live = core::mem::take(&mut reg.live);
+    live.sort_unstable_by_key(|h| h.rank());
+    let total = live.len();
+    let mut failed = 0usize;
+    for h in live.iter().copied() {
+        // SAFETY: `h` was recorded by the ULP API and is no longer in the
+        // registry; the ULP modules are gone, so nobody else uses it.
+        if !unsafe { reclaim_one(h) } {
+            failed += 1;
+        }
+    }
+    if total != 0 {
+        pr_info!(
+            "reclaimed {} object(s) left by kernel ULPs ({} could not be destroyed)\n",
+            total - failed,
+            failed
+        );
+    }
+    total - failed
+}
