@@ -18,6 +18,8 @@ pub(crate) fn model_err(e: crate::hca_model::error::Error) -> kernel::error::Err
     }
 }
 #[cfg(CONFIG_KUNIT)]
+mod race_tests;
+#[cfg(CONFIG_KUNIT)]
 mod tests;
 #[cfg(CONFIG_KUNIT)]
 mod timer_tests;
