@@ -74,7 +74,7 @@ def run_qemu(args, initramfs, log_path):
     if args.params:
         append.append("rmlx5.params=" + ",".join(args.params.split()))
     cmd = [args.qemu, "-nodefaults", "-no-reboot", "-display", "none",
-           "-machine", "q35", "-cpu", "host" if args.accel == "kvm" else "max", "-smp", str(args.cpus), "-m", args.memory,
+           "-machine", "q35", "-cpu", "host" if args.accel == "kvm" else "max,la57=off", "-smp", str(args.cpus), "-m", args.memory,
            "-accel", args.accel, "-kernel", args.kernel, "-initrd", initramfs,
            "-append", " ".join(append), "-serial", f"file:{log_path}"]
     start = time.monotonic()
