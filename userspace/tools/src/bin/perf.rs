@@ -1,5 +1,318 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! rmlx5-perf (placeholder).
+//! rmlx5-perf: latency and bandwidth tests modelled on perftest
+//! (ib_send_lat, ib_write_lat, ib_read_lat, ib_write_bw, ib_send_bw), both
+//! ends in this process, output laid out like perftest's.
+//!
+//! Usage: `rmlx5-perf --test send_lat|write_lat|read_lat|write_bw|send_bw
+//! [--size 64] [--iters 1000] [--post-list 1] [--cq-mod 1] [--events]
+//! [--device 0] [--peer-device 1] [--model]`.
 
-fn main() {}
+use std::time::Instant;
+
+use rmlx5::{QpInit, RecvWr, SendFlags, SendOp, SendWr, Wc, WcOpcode};
+use rmlx5_tools::{connect, end, fixed3, pick, usec, wait_one, Args, End};
+
+const LINE: &str =
+    "---------------------------------------------------------------------------------------";
+
+struct Cfg {
+    test: String,
+    size: usize,
+    iters: u64,
+    post_list: u64,
+    cq_mod: u64,
+    events: bool,
+}
+
+fn header(c: &Cfg, a: &End, b: &End, title: &str) {
+    println!("{}", LINE);
+    println!("                    {}", title);
+    println!(
+        " Dual-port       : OFF\t\tDevice         : {}",
+        a.ctx.name()
+    );
+    println!(" Number of qps   : 1\t\tTransport type : IB");
+    println!(" Connection type : RC\t\tUsing SRQ      : OFF");
+    println!(
+        " TX depth        : {}\t\tPost List      : {}",
+        a.qp.max_send_wr(),
+        c.post_list
+    );
+    println!(
+        " CQ Moderation   : {}\t\tMtu            : 4096[B]",
+        c.cq_mod
+    );
+    println!(
+        " Max inline data : {}[B]\t\tData ex. method : Ethernet-free (in process)",
+        a.qp.max_inline_data()
+    );
+    println!(
+        " Completion      : {}",
+        if c.events { "events" } else { "polling" }
+    );
+    println!("{}", LINE);
+    for (n, e) in [("local", a), ("remote", b)] {
+        let ep = e.qp.endpoint();
+        println!(
+            " {} address: LID {:#06x} QPN {:#06x} PSN 0x000000 ({})",
+            n,
+            ep.lid,
+            ep.qpn,
+            e.ctx.name()
+        );
+    }
+    println!("{}", LINE);
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Waits for one completion of each of `kinds` on `e` (in any order; the
+/// caller knows nothing else is outstanding there).
+fn wait_for(e: &End, kinds: &[WcOpcode]) -> Result<(), String> {
+    let mut need = kinds.to_vec();
+    let mut wcs = Vec::new();
+    while !need.is_empty() {
+        wcs.clear();
+        wait_one(e, &mut wcs)?;
+        for w in &wcs {
+            if let Some(i) = need.iter().position(|k| *k == w.opcode) {
+                need.remove(i);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn latency(c: &Cfg, a: &End, b: &End) -> Result<(), String> {
+    let title = match c.test.as_str() {
+        "send_lat" => "Send Latency Test",
+        "write_lat" => "RDMA_Write Latency Test",
+        _ => "RDMA_Read Latency Test",
+    };
+    header(c, a, b, title);
+    let sa = [a.mr.sge(0, c.size).map_err(err)?];
+    let sb = [b.mr.sge(0, c.size).map_err(err)?];
+    let inline = c.size <= a.qp.max_inline_data() as usize;
+    let payload = vec![0xabu8; c.size];
+    let remote = b.mr.remote(0).map_err(err)?;
+    let mut samples = Vec::with_capacity(c.iters as usize);
+    if c.test == "send_lat" {
+        a.qp.post_recv(&[RecvWr::new(0, &sa)]).map_err(err)?;
+        b.qp.post_recv(&[RecvWr::new(0, &sb)]).map_err(err)?;
+    }
+    if c.events {
+        a.cq.req_notify(false).map_err(err)?;
+        b.cq.req_notify(false).map_err(err)?;
+    }
+    for i in 0..c.iters {
+        let t = Instant::now();
+        match c.test.as_str() {
+            "send_lat" => {
+                // Ping-pong of SENDs; half the round trip, as perftest.
+                let wr = if inline {
+                    SendWr::inline(i, SendOp::Send, &payload)
+                } else {
+                    SendWr::new(i, SendOp::Send, &sa)
+                };
+                a.qp.post_send(&[wr]).map_err(err)?;
+                wait_for(b, &[WcOpcode::Recv])?;
+                b.qp.post_recv(&[RecvWr::new(i, &sb)]).map_err(err)?;
+                let back = if inline {
+                    SendWr::inline(i, SendOp::Send, &payload)
+                } else {
+                    SendWr::new(i, SendOp::Send, &sb)
+                };
+                b.qp.post_send(&[back]).map_err(err)?;
+                wait_for(a, &[WcOpcode::Recv, WcOpcode::Send])?;
+                samples.push(t.elapsed().as_nanos() / 2);
+                a.qp.post_recv(&[RecvWr::new(i, &sa)]).map_err(err)?;
+                wait_for(b, &[WcOpcode::Send])?;
+            }
+            "write_lat" => {
+                let wr = if inline {
+                    SendWr::inline(i, SendOp::Write(remote), &payload)
+                } else {
+                    SendWr::new(i, SendOp::Write(remote), &sa)
+                };
+                a.qp.post_send(&[wr]).map_err(err)?;
+                wait_for(a, &[WcOpcode::RdmaWrite])?;
+                samples.push(t.elapsed().as_nanos());
+            }
+            _ => {
+                a.qp.post_send(&[SendWr::new(i, SendOp::Read(remote), &sa)])
+                    .map_err(err)?;
+                wait_for(a, &[WcOpcode::RdmaRead])?;
+                samples.push(t.elapsed().as_nanos());
+            }
+        }
+    }
+    samples.sort_unstable();
+    let n = samples.len();
+    let sum: u128 = samples.iter().sum();
+    let avg = sum / n as u128;
+    let var = samples.iter().map(|s| s.abs_diff(avg).pow(2)).sum::<u128>() / n as u128;
+    let stdev = (1..).find(|x: &u128| x * x > var).unwrap_or(1) - 1;
+    let pct = |p1000: usize| samples[(n - 1) * p1000 / 1000];
+    println!(
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+    );
+    println!(
+        " {:<6} {:<11}    {:<11}    {:<11}  {:<15}    {:<11}    {:<13}   {:<20}   {:<22}",
+        c.size,
+        c.iters,
+        usec(samples[0]),
+        usec(samples[n - 1]),
+        usec(pct(500)),
+        usec(avg),
+        usec(stdev),
+        usec(pct(990)),
+        usec(pct(999))
+    );
+    println!("{}", LINE);
+    Ok(())
+}
+
+fn bandwidth(c: &Cfg, a: &End, b: &End) -> Result<(), String> {
+    let send = c.test == "send_bw";
+    header(
+        c,
+        a,
+        b,
+        if send {
+            "Send BW Test"
+        } else {
+            "RDMA_Write BW Test"
+        },
+    );
+    let sa = [a.mr.sge(0, c.size).map_err(err)?];
+    let sb = [b.mr.sge(0, c.size).map_err(err)?];
+    let remote = b.mr.remote(0).map_err(err)?;
+    let depth = u64::from(a.qp.max_send_wr());
+    let list = c.post_list.clamp(1, depth);
+    let cq_mod = c.cq_mod.clamp(1, depth);
+    let mut wc = [Wc::default(); 64];
+    let (mut posted, mut completed, mut recvd) = (0u64, 0u64, 0u64);
+    let mut rposted = 0u64;
+    let mut peak_ns = u128::MAX;
+    let start = Instant::now();
+    let mut last = Instant::now();
+    while completed < c.iters {
+        if send {
+            // Keep the receiver stocked.
+            while rposted < c.iters && rposted - recvd < depth / 2 {
+                b.qp.post_recv(&[RecvWr::new(rposted, &sb)]).map_err(err)?;
+                rposted += 1;
+            }
+        }
+        if posted < c.iters && posted - completed + list <= depth {
+            let n = list.min(c.iters - posted);
+            let wrs: Vec<SendWr<'_>> = (0..n)
+                .map(|k| {
+                    let id = posted + k;
+                    // Selective signaling: one CQE per cq_mod WRs.
+                    let flags = if (id + 1) % cq_mod == 0 || id + 1 == c.iters {
+                        SendFlags::SIGNALED
+                    } else {
+                        SendFlags::NONE
+                    };
+                    let op = if send {
+                        SendOp::Send
+                    } else {
+                        SendOp::Write(remote)
+                    };
+                    SendWr::new(id, op, &sa).with_flags(flags)
+                })
+                .collect();
+            match a.qp.post_send(&wrs) {
+                Ok(()) => posted += n,
+                Err(e) => {
+                    posted += e.index as u64;
+                    if e.error != rmlx5::Error::QueueFull {
+                        return Err(err(e));
+                    }
+                }
+            }
+        }
+        let k = a.cq.poll(&mut wc).map_err(err)?;
+        for w in &wc[..k] {
+            if !w.is_ok() {
+                return Err(format!("completion failed: {}", w.status.as_str()));
+            }
+            let done = w.wr_id + 1;
+            let burst = done - completed;
+            let ns = last.elapsed().as_nanos();
+            if burst > 0 {
+                peak_ns = peak_ns.min(ns / u128::from(burst));
+            }
+            last = Instant::now();
+            completed = done;
+        }
+        if send {
+            let k = b.cq.poll(&mut wc).map_err(err)?;
+            recvd += k as u64;
+        }
+    }
+    let ns = start.elapsed().as_nanos().max(1);
+    let bytes = u128::from(c.iters) * c.size as u128;
+    println!(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]");
+    let peak = if peak_ns == u128::MAX || peak_ns == 0 {
+        "n/a".to_string()
+    } else {
+        fixed3(c.size as u128 * 1000, peak_ns)
+    };
+    println!(
+        " {:<10} {:<14} {:<18} {:<20} {}",
+        c.size,
+        c.iters,
+        peak,
+        fixed3(bytes * 1000, ns),
+        fixed3(u128::from(c.iters) * 1000, ns)
+    );
+    println!("{}", LINE);
+    Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let args = Args::parse(&["events", "model"])?;
+    let c = Cfg {
+        test: args.str("test", "write_lat"),
+        size: usize::try_from(args.num("size", 64)?).map_err(err)?,
+        iters: args.num("iters", 1000)?.max(1),
+        post_list: args.num("post-list", 1)?.max(1),
+        cq_mod: args.num("cq-mod", 1)?.max(1),
+        events: args.flag("events"),
+    };
+    let devs = rmlx5_tools::devices(args.flag("model"))?;
+    let da = pick(&devs, args.num("device", 0)?)?;
+    let db = pick(
+        &devs,
+        args.num("peer-device", if devs.len() > 1 { 1 } else { 0 })?,
+    )?;
+    let init = QpInit {
+        max_send_wr: 128,
+        max_recv_wr: 128,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 220,
+        ..QpInit::default()
+    };
+    let events = c.events && c.test.ends_with("_lat");
+    let a = end(&da, events, c.size.max(8), &init)?;
+    let b = end(&db, events, c.size.max(8), &init)?;
+    connect(&a, &b)?;
+    match c.test.as_str() {
+        "send_lat" | "write_lat" | "read_lat" => latency(&c, &a, &b),
+        "write_bw" | "send_bw" => bandwidth(&c, &a, &b),
+        t => Err(format!("unknown test {}", t)),
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("rmlx5-perf: {}", e);
+        std::process::exit(1);
+    }
+}
