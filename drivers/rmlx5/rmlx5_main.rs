@@ -79,6 +79,17 @@ pub mod hca_model {
     pub mod wqe;
 }
 
+/// The user/kernel ABI (`rust/rmlx5-abi`), compiled from the same source
+/// files as the user-space crate.
+#[path = "../../rust/rmlx5-abi/src"]
+pub mod rmlx5_abi {
+    pub mod check;
+    pub mod ioctl;
+    pub mod mmap;
+    pub mod uapi;
+    pub mod wire;
+}
+
 module! {
     type: Rmlx5Module,
     name: "rmlx5",

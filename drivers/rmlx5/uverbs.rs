@@ -2,10 +2,14 @@
 
 //! The user-space entry point: `/dev/rmlx5_uverbs<n>`.
 //!
-//! Opening the node creates a user context (`Ucontext`); every object a
+//! Opening the node creates a user context ([`Ucontext`]); every object a
 //! process creates later belongs to it and is destroyed when the file is
-//! released. Commands arrive as ioctls; a command the module does not know
-//! gets `ENOTTY`, as for any character device.
+//! released. Commands arrive as ioctls (`rmlx5-abi`); a command the module
+//! does not know gets `ENOTTY`, as for any character device. Queue
+//! buffers, doorbell records and the UAR page are mapped with `mmap`;
+//! completion channels and the async-event file are `[infinibandevent]`
+//! anonymous files. `Documentation/uverbs.md` describes the ABI and the
+//! rules for closing and unmapping.
 
 use kernel::{
     fs::File,
@@ -13,38 +17,47 @@ use kernel::{
         MiscDevice,
         MiscDeviceRegistration, //
     },
+    mm::virt::VmaNew,
     prelude::*,
 };
 
 use crate::device::Hca;
 
-/// Per-open state of a user-space device node.
-pub(crate) struct Ucontext {
-    /// The HCA this context was opened on.
-    hca_index: u32,
-}
+mod cmd;
+mod commands;
+mod context;
+mod event;
+mod event_file;
+mod objects;
+mod pages;
+mod table;
+#[cfg(CONFIG_KUNIT)]
+mod tests;
+
+pub(crate) use context::Ucontext;
 
 #[vtable]
 impl MiscDevice for Ucontext {
-    type Ptr = KBox<Self>;
+    type Ptr = Pin<KBox<Self>>;
 
-    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
+    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
         let hca = Hca::from_uverbs(misc);
         pr_debug!("ucontext opened on rmlx5_{}\n", hca.index());
-        Ok(KBox::new(
-            Self {
-                hca_index: hca.index(),
-            },
-            GFP_KERNEL,
-        )?)
+        Ucontext::new(hca.index())
     }
 
-    fn release(ctx: KBox<Self>, _file: &File) {
+    fn release(ctx: Pin<KBox<Self>>, _file: &File) {
         pr_debug!("ucontext closed on rmlx5_{}\n", ctx.hca_index);
+        // Dropping the context tears everything down (context.rs).
+        drop(ctx);
     }
 
-    fn ioctl(ctx: &Self, _file: &File, cmd: u32, _arg: usize) -> Result<isize> {
-        pr_debug!("rmlx5_{}: unknown ioctl {:#x}\n", ctx.hca_index, cmd);
-        Err(ENOTTY)
+    fn ioctl(ctx: Pin<&Self>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        let command = cmd::command(cmd)?;
+        commands::run(&ctx, command, &cmd::Arg::new(arg))
+    }
+
+    fn mmap(ctx: Pin<&Self>, _file: &File, vma: &VmaNew) -> Result {
+        ctx.mmap(vma)
     }
 }

@@ -8,6 +8,8 @@
 
 use std::panic::{self, AssertUnwindSafe};
 
+pub mod raw;
+
 /// Outcome of one guest test.
 pub type TestResult = Result<(), String>;
 

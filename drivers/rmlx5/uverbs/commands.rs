@@ -1,0 +1,435 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The commands: each decodes its argument ([`Arg::read`]), runs its
+//! `check()`, acts on the context, and answers ([`Arg::write`]).
+//!
+//! An object becomes visible to other commands when it enters its table;
+//! if the answer then cannot be written, the object is removed again
+//! (unless another command already started using its handle, in which
+//! case it stays and the context's teardown destroys it).
+
+use core::sync::atomic::Ordering;
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
+
+use super::{
+    cmd::{
+        invalid,
+        Arg,
+        LIMITS, //
+    },
+    context::{
+        next_num,
+        Ucontext,
+        MAX_CHANNELS, //
+    },
+    event::{
+        EventQueue,
+        QueueKind, //
+    },
+    event_file::{
+        queue_of_fd,
+        PendingFd, //
+    },
+    objects::{
+        bfreg_of,
+        qp_geometry,
+        Ucq,
+        Umr,
+        Upd,
+        Uqp, //
+    },
+    pages::PinnedPages,
+};
+use crate::mlx5_prm::cqe::CQE_SIZE;
+use crate::rmlx5_abi::{
+    ioctl::Command,
+    mmap::{
+        encode,
+        Kind, //
+    },
+    uapi::*,
+};
+
+/// Runs one command for `ctx`.
+pub(crate) fn run(ctx: &Ucontext, command: Command, arg: &Arg) -> Result<isize> {
+    match command {
+        Command::QueryDevice => query_device(ctx, arg),
+        Command::QueryPort => query_port(ctx, arg),
+        Command::AllocPd => alloc_pd(ctx, arg),
+        Command::DeallocPd => dealloc_pd(ctx, arg),
+        Command::RegMr => reg_mr(ctx, arg),
+        Command::DeregMr => dereg_mr(ctx, arg),
+        Command::CreateCompChannel => create_comp_channel(ctx, arg),
+        Command::CreateCq => create_cq(ctx, arg),
+        Command::DestroyCq => destroy_cq(ctx, arg),
+        Command::CreateQp => create_qp(ctx, arg),
+        Command::ModifyQp => modify_qp(ctx, arg),
+        Command::QueryQp => query_qp(ctx, arg),
+        Command::DestroyQp => destroy_qp(ctx, arg),
+        Command::Kick => kick(ctx, arg),
+        Command::GetAsyncFd => get_async_fd(ctx, arg),
+    }
+}
+
+fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: QueryDevice = arg.read()?;
+    a.check().map_err(invalid)?;
+    let idx = u64::from(ctx.hca_index);
+    a.fw_ver = (1 << 32) | (6 << 16);
+    a.node_guid = 0x0002_c903_0000_0000 | idx;
+    a.sys_image_guid = a.node_guid;
+    a.max_mr_size = LIMITS.max_mr_size;
+    a.page_size_cap = 1 << 12;
+    a.vendor_id = 0x02c9;
+    a.vendor_part_id = 4119;
+    a.hw_ver = 0;
+    a.max_qp = MAX_OBJECTS_U32;
+    a.max_qp_wr = LIMITS.max_qp_wr;
+    a.max_sge = LIMITS.max_sge;
+    a.max_cq = MAX_OBJECTS_U32;
+    a.max_cqe = LIMITS.max_cqe;
+    a.max_mr = MAX_OBJECTS_U32;
+    a.max_pd = MAX_OBJECTS_U32;
+    a.max_qp_rd_atom = LIMITS.max_qp_rd_atom;
+    a.max_qp_init_rd_atom = LIMITS.max_qp_init_rd_atom;
+    a.atomic_cap = ATOMIC_HCA;
+    a.num_comp_vectors = LIMITS.num_comp_vectors;
+    a.max_inline_data = LIMITS.max_inline_data;
+    a.phys_port_cnt = 1;
+    a.bf_reg_size = crate::mlx5_prm::doorbell::BF_BUF_SIZE as u32;
+    a.uar_size = crate::mlx5_prm::doorbell::UAR_PAGE_SIZE as u32;
+    a.device_index = ctx.hca_index;
+    arg.write(&a)?;
+    Ok(0)
+}
+
+const MAX_OBJECTS_U32: u32 = super::context::MAX_OBJECTS as u32;
+
+fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: QueryPort = arg.read()?;
+    a.check().map_err(invalid)?;
+    a.state = PORT_ACTIVE;
+    a.max_mtu = MTU_4096;
+    a.active_mtu = MTU_4096;
+    a.lid = ctx.hca_index + 1;
+    a.sm_lid = 1;
+    a.gid_tbl_len = 1;
+    // IBV_WIDTH_4X, IBV_SPEED_EDR.
+    a.active_width = 2;
+    a.active_speed = 32;
+    a.link_layer = LINK_LAYER_INFINIBAND;
+    arg.write(&a)?;
+    Ok(0)
+}
+
+fn alloc_pd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: AllocPd = arg.read()?;
+    a.check().map_err(invalid)?;
+    let pd = Arc::new(Upd { pdn: next_num() }, GFP_KERNEL)?;
+    a.pdn = pd.pdn;
+    a.pd_handle = ctx.objects.lock().pds.insert(pd.clone())?;
+    if let Err(e) = arg.write(&a) {
+        let mut o = ctx.objects.lock();
+        if o.pds.is(a.pd_handle, &pd) {
+            let _ = o.pds.remove(a.pd_handle);
+        }
+        return Err(e);
+    }
+    Ok(0)
+}
+
+fn read_destroy(arg: &Arg) -> Result<Destroy> {
+    let a: Destroy = arg.read()?;
+    a.check().map_err(invalid)?;
+    Ok(a)
+}
+
+fn dealloc_pd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let a = read_destroy(arg)?;
+    let pd = ctx.objects.lock().pds.remove(a.handle)?;
+    drop(pd);
+    arg.write(&a)?;
+    Ok(0)
+}
+
+fn reg_mr(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: RegMr = arg.read()?;
+    a.check(&LIMITS).map_err(invalid)?;
+    // Look the PD up first, pin without the lock (pinning takes the
+    // process's mmap_lock), then check the PD is still the same one.
+    let pd = ctx.objects.lock().pds.obj(a.pd_handle)?;
+    let writable =
+        a.access & (ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
+    let pages = PinnedPages::pin(a.addr, a.length, writable)?;
+    let key = (next_num() << 8) | 0x5a;
+    let mr = Arc::new(
+        Umr {
+            pages,
+            pd_handle: a.pd_handle,
+            iova: a.iova,
+            access: a.access,
+            lkey: key,
+            rkey: key,
+        },
+        GFP_KERNEL,
+    )?;
+    a.lkey = key;
+    a.rkey = key;
+    {
+        let mut o = ctx.objects.lock();
+        if !o.pds.is(a.pd_handle, &pd) {
+            return Err(EINVAL);
+        }
+        a.mr_handle = o.mrs.insert(mr.clone())?;
+        o.pds.hold(a.pd_handle)?;
+    }
+    if let Err(e) = arg.write(&a) {
+        let mut o = ctx.objects.lock();
+        if o.mrs.is(a.mr_handle, &mr) && o.mrs.remove(a.mr_handle).is_ok() {
+            o.pds.unhold(a.pd_handle);
+        }
+        return Err(e);
+    }
+    Ok(0)
+}
+
+fn dereg_mr(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let a = read_destroy(arg)?;
+    let mr = {
+        let mut o = ctx.objects.lock();
+        let mr = o.mrs.remove(a.handle)?;
+        o.pds.unhold(mr.pd_handle);
+        mr
+    };
+    // Unpinning and uncharging happen here, outside the lock.
+    drop(mr);
+    arg.write(&a)?;
+    Ok(0)
+}
+
+fn create_comp_channel(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: CreateCompChannel = arg.read()?;
+    a.check().map_err(invalid)?;
+    let queue = EventQueue::new(QueueKind::Comp)?;
+    {
+        let mut o = ctx.objects.lock();
+        // Forget channels whose file is gone and that no CQ uses.
+        o.channels.retain(|q| !q.is_unused());
+        if o.channels.len() >= MAX_CHANNELS {
+            return Err(EMFILE);
+        }
+        o.channels.push(queue.clone(), GFP_KERNEL)?;
+    }
+    let pending = PendingFd::new(queue)?;
+    a.fd = i32::try_from(pending.fd())?;
+    // Dropping `pending` on failure releases the fd and the file; the
+    // closed queue is pruned later.
+    arg.write(&a)?;
+    pending.install();
+    Ok(0)
+}
+
+fn get_async_fd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: GetAsyncFd = arg.read()?;
+    a.check().map_err(invalid)?;
+    if ctx.async_fd_taken.swap(true, Ordering::AcqRel) {
+        return Err(EEXIST);
+    }
+    let pending = match PendingFd::new(ctx.async_queue.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            ctx.async_fd_taken.store(false, Ordering::Release);
+            return Err(e);
+        }
+    };
+    a.fd = i32::try_from(pending.fd())?;
+    // On failure the file's release closes the async queue: a process that
+    // cannot take its answer loses its async events (documented).
+    arg.write(&a)?;
+    pending.install();
+    Ok(0)
+}
+
+fn create_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: CreateCq = arg.read()?;
+    let cqe_cnt = a.check(&LIMITS).map_err(invalid)?;
+    let channel = match a.channel_fd {
+        -1 => None,
+        fd => {
+            let q = queue_of_fd(u32::try_from(fd).map_err(|_| EINVAL)?)?;
+            // Only this context's completion channels: not the async
+            // file, not another context's channel.
+            let o = ctx.objects.lock();
+            if q.kind() != QueueKind::Comp || !o.channels.iter().any(|c| Arc::ptr_eq(c, &q)) {
+                return Err(EINVAL);
+            }
+            Some(q)
+        }
+    };
+    let cq = Arc::new(
+        Ucq::new(
+            next_num(),
+            cqe_cnt,
+            a.user_handle,
+            channel,
+            ctx.async_queue.clone(),
+        )?,
+        GFP_KERNEL,
+    )?;
+    a.cqn = cq.cqn;
+    a.cqe_cnt = cq.cqe_cnt;
+    a.cqe_size = CQE_SIZE as u32;
+    a.buf_size = cq.buf.len() as u64;
+    a.cq_handle = ctx.objects.lock().cqs.insert(cq.clone())?;
+    a.buf_mmap_offset = encode(Kind::CqBuf, a.cq_handle).ok_or(EINVAL)?;
+    a.dbr_mmap_offset = encode(Kind::CqDbr, a.cq_handle).ok_or(EINVAL)?;
+    if let Err(e) = arg.write(&a) {
+        let mut o = ctx.objects.lock();
+        if o.cqs.is(a.cq_handle, &cq) {
+            let _ = o.cqs.remove(a.cq_handle);
+        }
+        return Err(e);
+    }
+    Ok(0)
+}
+
+fn destroy_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a = read_destroy(arg)?;
+    let cq = ctx.objects.lock().cqs.remove(a.handle)?;
+    a.comp_events_reported = cq.comp_events_reported();
+    a.async_events_reported = cq.async_events_reported();
+    // Detaching from the channel removes the CQ's unread event.
+    drop(cq);
+    arg.write(&a)?;
+    Ok(0)
+}
+
+fn create_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: CreateQp = arg.read()?;
+    a.check(&LIMITS).map_err(invalid)?;
+    let geom = qp_geometry(&a, &LIMITS)?;
+    let mut o = ctx.objects.lock();
+    o.pds.get(a.pd_handle)?;
+    o.cqs.get(a.send_cq_handle)?;
+    o.cqs.get(a.recv_cq_handle)?;
+    let handle = o.qps.next_handle()?;
+    let (bfreg, bf_offset, bf_size) = bfreg_of(handle)?;
+    let qp = Arc::new(
+        Uqp::new(
+            next_num(),
+            a.user_handle,
+            a.pd_handle,
+            a.send_cq_handle,
+            a.recv_cq_handle,
+            geom,
+            bfreg,
+            ctx.async_queue.clone(),
+        )?,
+        GFP_KERNEL,
+    )?;
+    a.qp_handle = o.qps.insert(qp.clone())?;
+    o.pds.hold(a.pd_handle)?;
+    o.cqs.hold(a.send_cq_handle)?;
+    o.cqs.hold(a.recv_cq_handle)?;
+    drop(o);
+    a.qpn = qp.qpn;
+    a.sq_wqe_cnt = geom.sq_wqe_cnt;
+    a.sq_wqe_shift = 6;
+    a.rq_wqe_cnt = geom.rq_wqe_cnt;
+    a.rq_wqe_shift = geom.rq_wqe_shift;
+    a.max_send_wr_out = geom.max_send_wr;
+    a.max_recv_wr_out = geom.max_recv_wr;
+    a.max_send_sge_out = geom.max_send_sge;
+    a.max_recv_sge_out = geom.max_recv_sge;
+    a.max_inline_data_out = geom.max_inline_data;
+    a.bf_size = bf_size;
+    a.bf_offset = bf_offset;
+    a.rq_buf_offset = 0;
+    a.sq_buf_offset = geom.sq_buf_offset;
+    a.buf_size = qp.buf.len() as u64;
+    a.buf_mmap_offset = encode(Kind::QpBuf, a.qp_handle).ok_or(EINVAL)?;
+    a.dbr_mmap_offset = encode(Kind::QpDbr, a.qp_handle).ok_or(EINVAL)?;
+    a.uar_mmap_offset = encode(Kind::Uar, 0).ok_or(EINVAL)?;
+    if let Err(e) = arg.write(&a) {
+        let mut o = ctx.objects.lock();
+        if o.qps.is(a.qp_handle, &qp) {
+            unlink_qp(&mut o, a.qp_handle);
+        }
+        return Err(e);
+    }
+    Ok(0)
+}
+
+/// Removes a QP from its table and releases its holds on PD and CQs.
+fn unlink_qp(o: &mut super::context::Objects, handle: u32) -> Option<Arc<Uqp>> {
+    let qp = o.qps.remove(handle).ok()?;
+    o.pds.unhold(qp.pd_handle);
+    o.cqs.unhold(qp.send_cq_handle);
+    o.cqs.unhold(qp.recv_cq_handle);
+    Some(qp)
+}
+
+fn destroy_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a = read_destroy(arg)?;
+    let qp = {
+        let mut o = ctx.objects.lock();
+        o.qps.get(a.handle)?;
+        unlink_qp(&mut o, a.handle).ok_or(EINVAL)?
+    };
+    a.async_events_reported = qp.async_events_reported();
+    drop(qp);
+    arg.write(&a)?;
+    Ok(0)
+}
+
+fn modify_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let a: ModifyQp = arg.read()?;
+    a.check(&LIMITS).map_err(invalid)?;
+    ctx.objects.lock().qps.get(a.qp_handle)?;
+    // The QP state machine is the HCA's (verbs layer, issue 5).
+    Err(EOPNOTSUPP)
+}
+
+fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let mut a: QueryQp = arg.read()?;
+    a.check().map_err(invalid)?;
+    let qp = ctx.objects.lock().qps.obj(a.qp_handle)?;
+    let g = qp.geom;
+    a.qp_state = QPS_RESET;
+    a.port_num = 1;
+    a.max_send_wr = g.max_send_wr;
+    a.max_recv_wr = g.max_recv_wr;
+    a.max_send_sge = g.max_send_sge;
+    a.max_recv_sge = g.max_recv_sge;
+    a.max_inline_data = g.max_inline_data;
+    arg.write(&a)?;
+    Ok(0)
+}
+
+fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let a: Kick = arg.read()?;
+    a.check().map_err(invalid)?;
+    let o = ctx.objects.lock();
+    match a.kind {
+        KICK_CQ_ARM => {
+            o.cqs.get(a.handle)?;
+        }
+        KICK_RECV => {
+            o.qps.get(a.handle)?;
+        }
+        _ => {
+            let qp = o.qps.obj(a.handle)?;
+            let (_, bf_offset, bf_size) = bfreg_of(u32::from(qp.bfreg))?;
+            // The doorbell or BlueFlame copy must be in this QP's
+            // register, in one of its two halves.
+            if a.uar_offset != bf_offset && a.uar_offset != bf_offset + bf_size {
+                return Err(EINVAL);
+            }
+        }
+    }
+    // Executing the doorbell is the software HCA's (issue 5).
+    Err(EOPNOTSUPP)
+}

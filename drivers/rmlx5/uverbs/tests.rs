@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KUnit tests of the uverbs layer's parts that need no process: handle
+//! tables, event queues, QP geometry and shared pages.
+
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
+
+use super::{
+    cmd::LIMITS,
+    event::{
+        EventQueue,
+        EventSlot,
+        QueueKind, //
+    },
+    objects::qp_geometry,
+    pages::PageBuf,
+    table::Table,
+};
+use crate::rmlx5_abi::uapi::{
+    AsyncEvent,
+    CmdHdr,
+    CreateQp,
+    EVENT_QP_FATAL,
+    QPT_RC, //
+};
+use crate::rmlx5_abi::wire::Wire;
+
+#[kunit_tests(rmlx5_uverbs)]
+mod uverbs_kunit {
+    use super::*;
+
+    #[test]
+    fn table_handles_are_local_and_reused() -> Result {
+        let mut t: Table<u32> = Table::new(3);
+        assert_eq!(t.get(0).err(), Some(EINVAL));
+        let a = t.insert(Arc::new(10, GFP_KERNEL)?)?;
+        let b = t.insert(Arc::new(20, GFP_KERNEL)?)?;
+        assert_eq!((a, b), (1, 2));
+        assert_eq!(*t.obj(b)?, 20);
+        t.hold(a)?;
+        assert_eq!(t.remove(a).err(), Some(EBUSY));
+        t.unhold(a);
+        assert_eq!(*t.remove(a)?, 10);
+        assert_eq!(t.remove(a).err(), Some(EINVAL));
+        assert_eq!(t.insert(Arc::new(30, GFP_KERNEL)?)?, 1);
+        assert_eq!(t.insert(Arc::new(40, GFP_KERNEL)?)?, 3);
+        assert_eq!(t.insert(Arc::new(50, GFP_KERNEL)?).err(), Some(ENOSPC));
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.drain().len(), 3);
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.get(u32::MAX).err(), Some(EINVAL));
+        Ok(())
+    }
+
+    #[test]
+    fn comp_events_coalesce_and_leave_with_their_cq() -> Result {
+        let q = EventQueue::new(QueueKind::Comp)?;
+        let s1 = EventSlot::new(0x1111)?;
+        let s2 = EventSlot::new(0x2222)?;
+        q.attach()?;
+        q.attach()?;
+        let mut out = [0u8; 8];
+        assert_eq!(q.pop(&mut out, true).err(), Some(EAGAIN));
+        q.post(&s1, 0);
+        q.post(&s1, 0);
+        q.post(&s2, 0);
+        assert_eq!(q.pending(), 2);
+        // Too short a buffer: EINVAL, and the event stays.
+        assert_eq!(q.pop(&mut out[..7], true).err(), Some(EINVAL));
+        assert_eq!(q.pop(&mut out, true)?, 8);
+        assert_eq!(u64::from_ne_bytes(out), 0x1111);
+        assert_eq!(s1.reported(), 1);
+        // Destroying the CQ removes its unread event.
+        q.detach(&s2);
+        assert_eq!(q.pending(), 0);
+        assert_eq!(s2.reported(), 0);
+        q.detach(&s1);
+        Ok(())
+    }
+
+    #[test]
+    fn closed_queue_discards_and_reports_eio() -> Result {
+        let q = EventQueue::new(QueueKind::Comp)?;
+        let s = EventSlot::new(7)?;
+        q.attach()?;
+        q.post(&s, 0);
+        q.close();
+        assert_eq!(q.pending(), 0);
+        q.post(&s, 0);
+        assert_eq!(q.pending(), 0);
+        let mut out = [0u8; 8];
+        assert_eq!(q.pop(&mut out, true).err(), Some(EIO));
+        assert!(!q.is_unused());
+        q.detach(&s);
+        assert!(q.is_unused());
+        Ok(())
+    }
+
+    #[test]
+    fn many_slots_never_lose_an_event() -> Result {
+        let q = EventQueue::new(QueueKind::Async)?;
+        let mut slots = KVec::new();
+        for i in 0..100u64 {
+            q.attach()?;
+            slots.push(EventSlot::new(i)?, GFP_KERNEL)?;
+        }
+        for s in slots.iter() {
+            q.post(s, EVENT_QP_FATAL);
+        }
+        assert_eq!(q.pending(), 100);
+        let mut out = [0u8; 16];
+        for i in 0..100u64 {
+            assert_eq!(q.pop(&mut out, true)?, AsyncEvent::SIZE);
+            let ev = AsyncEvent::read(&out).ok_or(EINVAL)?;
+            assert_eq!(ev.element, i);
+            assert_eq!(ev.event_type, EVENT_QP_FATAL);
+        }
+        for s in slots.iter() {
+            q.detach(s);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn qp_geometry_rounds_and_bounds() -> Result {
+        let mut req = CreateQp {
+            hdr: CmdHdr {
+                size: CreateQp::SIZE as u32,
+                flags: 0,
+            },
+            qp_type: QPT_RC,
+            max_send_wr: 100,
+            max_recv_wr: 100,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            ..CreateQp::default()
+        };
+        let g = qp_geometry(&req, &LIMITS)?;
+        assert_eq!(g.sq_wqe_cnt, 128);
+        assert_eq!(g.rq_wqe_cnt, 128);
+        assert_eq!(g.rq_wqe_shift, 4);
+        assert_eq!(g.sq_buf_offset, 128 * 16);
+        assert_eq!(g.buf_bytes, 128 * 16 + 128 * 64);
+        assert!(g.max_send_wr >= 100);
+        req.max_send_sge = LIMITS.max_sge;
+        req.max_inline_data = LIMITS.max_inline_data;
+        req.max_send_wr = LIMITS.max_qp_wr;
+        req.max_recv_wr = LIMITS.max_qp_wr;
+        req.max_recv_sge = LIMITS.max_sge;
+        let g = qp_geometry(&req, &LIMITS)?;
+        assert!(g.sq_wqe_cnt.is_power_of_two());
+        assert!(g.max_send_sge >= LIMITS.max_sge);
+        Ok(())
+    }
+
+    #[test]
+    fn page_buf_is_zeroed_whole_pages() -> Result {
+        let b = PageBuf::new(1)?;
+        assert_eq!(b.len(), 4096);
+        assert_eq!(b.read_u32(0)?, 0);
+        assert_eq!(b.read_u32(4092)?, 0);
+        assert_eq!(b.read_u32(4096).err(), Some(EINVAL));
+        assert_eq!(b.read_u32(2).err(), Some(EINVAL));
+        assert_eq!(PageBuf::new(8193)?.len(), 3 * 4096);
+        Ok(())
+    }
+}

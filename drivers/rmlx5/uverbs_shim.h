@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * C helpers of the uverbs layer (uverbs_shim.c), for what the Rust kernel
+ * crate does not offer: anonymous-inode event files with a C
+ * file_operations table whose callbacks are Rust functions, fasync,
+ * pinning user pages with locked-memory accounting, and vmap.
+ */
+#ifndef RMLX5_UVERBS_SHIM_H
+#define RMLX5_UVERBS_SHIM_H
+
+#include <linux/types.h>
+
+struct fasync_struct;
+struct file;
+struct mm_struct;
+struct page;
+struct poll_table_struct;
+
+/* Event-file callbacks, implemented in Rust (uverbs/event_file.rs). */
+ssize_t rmlx5_event_file_read(struct file *filp, char __user *buf,
+			      size_t count, loff_t *pos);
+__poll_t rmlx5_event_file_poll(struct file *filp,
+			       struct poll_table_struct *wait);
+int rmlx5_event_file_fasync(int fd, struct file *filp, int on);
+int rmlx5_event_file_release(struct inode *inode, struct file *filp);
+
+struct file *rmlx5_event_file_create(void *priv);
+bool rmlx5_is_event_file(struct file *filp);
+int rmlx5_fasync_helper(int fd, struct file *filp, int on,
+			struct fasync_struct **fa);
+void rmlx5_kill_fasync(struct fasync_struct **fa);
+
+struct mm_struct *rmlx5_pinned_charge(unsigned long npages);
+void rmlx5_pinned_uncharge(struct mm_struct *mm, unsigned long npages);
+long rmlx5_pin_user_pages(unsigned long start, unsigned long npages,
+			  bool writable, struct page **pages);
+void rmlx5_unpin_user_pages(struct page **pages, unsigned long npages,
+			    bool dirty);
+void *rmlx5_vmap_pages(struct page **pages, unsigned int npages);
+void rmlx5_vunmap(void *addr);
+
+#endif
