@@ -101,15 +101,15 @@ unsafe impl Sync for Vmap {}
 pub(crate) struct PageBuf {
     // Field order: `vmap` is dropped before the pages it maps.
     vmap: Vmap,
-    pages: KVec<Page>,
+    pages: KVVec<Page>,
 }
 
 impl PageBuf {
     /// Allocates `len` bytes rounded up to whole pages (at least one).
     pub(crate) fn new(len: usize) -> Result<Self> {
         let n = len.div_ceil(PAGE_SIZE).max(1);
-        let mut pages = KVec::with_capacity(n, GFP_KERNEL)?;
-        let mut raw = KVec::with_capacity(n, GFP_KERNEL)?;
+        let mut pages = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let mut raw = KVVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             let page = Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?;
             raw.push(page.as_ptr(), GFP_KERNEL)?;
@@ -211,7 +211,7 @@ unsafe impl Sync for PinnedCharge {}
 pub(crate) struct PinnedPages {
     // Dropped by hand before the pins it maps; the charge goes last.
     vmap: ManuallyDrop<Vmap>,
-    pages: KVec<*mut bindings::page>,
+    pages: KVVec<*mut bindings::page>,
     writable: bool,
     /// Offset of the region's first byte in the first page.
     offset: usize,
@@ -246,8 +246,10 @@ impl PinnedPages {
         let last = end.checked_add(PAGE_SIZE - 1).ok_or(EINVAL)? >> PAGE_SHIFT;
         let npages = last - first;
         let charge = PinnedCharge::new(npages)?;
+        // Up to `max_mr_size / PAGE_SIZE` pointers (8 MiB): kvmalloc, so a
+        // large request falls back to vmalloc instead of a huge kmalloc.
         let mut pages =
-            KVec::from_elem(core::ptr::null_mut::<bindings::page>(), npages, GFP_KERNEL)?;
+            KVVec::from_elem(core::ptr::null_mut::<bindings::page>(), npages, GFP_KERNEL)?;
         // SAFETY: `pages` has room for `npages` pointers; the range
         // starts page aligned.
         let ret = unsafe {
