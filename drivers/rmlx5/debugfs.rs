@@ -145,6 +145,16 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "clock_timer_at_ns {:?}", st.timer_at)?;
     writeln!(f, "clock_timer_fires {}", st.timer_fires)?;
     writeln!(f, "ulp_objects {}", ulp_objects)?;
+    {
+        use crate::hca::dma::RegionKind;
+        writeln!(
+            f,
+            "dma_regions buf {} kernel_mr {} user_mr {}",
+            st.dma.count(RegionKind::Buf),
+            st.dma.count(RegionKind::KernelMr),
+            st.dma.count(RegionKind::UserMr)
+        )?;
+    }
     if let Some(m) = st.fabric.hca(r.hca as u16) {
         writeln!(f, "model {:?}", m.stats())?;
     }

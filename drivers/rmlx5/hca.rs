@@ -83,7 +83,8 @@ use crate::hca_model::{
 };
 use crate::ib::{
     cq::Cq,
-    qp::Qp, //
+    qp::Qp,
+    uqp::UserQp, //
 };
 use crate::mlx5_core::eq::Eq;
 use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
@@ -97,8 +98,8 @@ use dma::{
 /// Largest number of completion EQs per HCA (module parameter bound).
 pub(crate) const MAX_COMP_EQS: usize = 8;
 /// Object table sizes of each instance.
-pub(crate) const MAX_PDS: usize = 64;
-pub(crate) const MAX_MRS: usize = 256;
+pub(crate) const MAX_PDS: usize = 1024;
+pub(crate) const MAX_MRS: usize = 1024;
 pub(crate) const MAX_CQS: usize = 256;
 pub(crate) const MAX_QPS: usize = 256;
 const MAX_EQS: usize = MAX_COMP_EQS + 1;
@@ -175,6 +176,8 @@ pub(crate) struct HcaTables {
     pub(crate) cqs: KVec<Option<Arc<Cq>>>,
     /// QPs by slot (QPN - `QPN_BASE`), for poll_cq's wr_id lookup.
     pub(crate) qps: KVec<Option<Arc<Qp>>>,
+    /// User-space QPs by slot, for their async events.
+    pub(crate) uqps: KVec<Option<Arc<UserQp>>>,
     /// CQs queued for BH dispatch: one bit per CQN, so a CQ is queued at
     /// most once however many EQEs name it.
     pub(crate) pending: BitmapVec,
@@ -193,12 +196,15 @@ impl HcaTables {
             cqs.push(None, GFP_KERNEL)?;
         }
         let mut qps = KVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
+        let mut uqps = KVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
         for _ in 0..MAX_QPS {
             qps.push(None, GFP_KERNEL)?;
+            uqps.push(None, GFP_KERNEL)?;
         }
         Ok(Self {
             cqs,
             qps,
+            uqps,
             pending: BitmapVec::new(MAX_CQS, GFP_KERNEL)?,
             events: KVec::with_capacity(ASYNC_RING, GFP_KERNEL)?,
             stray_eqes: 0,

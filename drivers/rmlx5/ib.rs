@@ -5,6 +5,7 @@
 pub mod cq;
 pub mod mr;
 pub mod qp;
+pub(crate) mod uqp;
 
 /// Maps a model control error to an errno.
 pub(crate) fn model_err(e: crate::hca_model::error::Error) -> kernel::error::Error {

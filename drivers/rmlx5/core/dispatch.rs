@@ -48,9 +48,36 @@ use kernel::{
 
 use crate::hca::{
     AsyncEvent,
+    HcaTables,
     SoftHca, //
 };
-use crate::ib::cq::Cq;
+use crate::hca_model::qp::QPN_BASE;
+use crate::ib::{
+    cq::Cq,
+    uqp::UserQp, //
+};
+use crate::mlx5_prm::opcode::EventType;
+
+impl HcaTables {
+    /// The user CQ an async event is about, if it is a CQ event of one.
+    fn user_cq_of(&self, ev: &AsyncEvent) -> Option<Arc<Cq>> {
+        if ev.event_type != u8::from(EventType::CqError) {
+            return None;
+        }
+        let cq = self.cqs.get(ev.element as usize)?.as_ref()?;
+        cq.sink()?;
+        Some(cq.clone())
+    }
+
+    /// The user QP an async event is about, if it is a QP event of one.
+    fn user_qp_of(&self, ev: &AsyncEvent) -> Option<Arc<UserQp>> {
+        if !EventType::try_from(ev.event_type).is_ok_and(EventType::is_qp_srq_event) {
+            return None;
+        }
+        let slot = ev.element.checked_sub(QPN_BASE)? as usize;
+        self.uqps.get(slot)?.clone()
+    }
+}
 
 /// Handler calls per dispatch run.
 pub(crate) const DISPATCH_BUDGET: u32 = 64;
@@ -60,6 +87,10 @@ pub(crate) const DISPATCH_TIME_US: i64 = 1000;
 enum Next {
     Cq(Arc<Cq>),
     Event(usize, AsyncEvent),
+    /// An async event of a user CQ (marked busy).
+    UserCqEvent(Arc<Cq>, u8),
+    /// An async event of a user QP (marked busy).
+    UserQpEvent(Arc<UserQp>, u8),
     Idle,
 }
 
@@ -76,6 +107,16 @@ impl SoftHca {
             if !t.events.is_empty() {
                 let ev = t.events.remove(0);
                 if let Ok(ev) = ev {
+                    // Events of user objects go to their process; the
+                    // busy flag keeps their destroy waiting for delivery.
+                    if let Some(cq) = t.user_cq_of(&ev) {
+                        cq.set_busy(true);
+                        return Next::UserCqEvent(cq, ev.event_type);
+                    }
+                    if let Some(qp) = t.user_qp_of(&ev) {
+                        qp.set_busy(true);
+                        return Next::UserQpEvent(qp, ev.event_type);
+                    }
                     return Next::Event(h, ev);
                 }
             }
@@ -125,6 +166,16 @@ impl WorkItem<1> for SoftHca {
                 Next::Event(h, ev) => {
                     cursor = h + 1;
                     this.deliver_event(h, ev);
+                }
+                Next::UserCqEvent(cq, ty) => {
+                    cursor = cq.hca() + 1;
+                    cq.call_async(ty);
+                    cq.set_busy(false);
+                }
+                Next::UserQpEvent(qp, ty) => {
+                    cursor = qp.hca() + 1;
+                    qp.call_async(ty);
+                    qp.set_busy(false);
                 }
                 Next::Cq(cq) => {
                     cursor = cq.hca() + 1;

@@ -8,14 +8,19 @@
 //! [`DmaRegistry`]: an address is dereferenced only if the whole range lies
 //! inside one registered region, so a stray address from WQE bytes or a
 //! doorbell record becomes a [`DmaFault`] (an error completion), never a
-//! wild access. User memory regions (pinned pages, issue 6) will be added
-//! as another kind of region.
+//! wild access. Regions are of three kinds ([`RegionKind`]): module
+//! buffers, kernel ULP memory regions, and user memory regions (the
+//! pinned pages of a process, which uverbs maps contiguously with `vmap`
+//! so that each user MR is one range here as well).
 //!
 //! Every access to a buffer shared with the model is a volatile copy: the
 //! model writes under the fabric lock while consumers read without it, as
 //! a CPU and a device share a DMA buffer.
 
-use kernel::prelude::*;
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
 
 use crate::hca_model::mem::{
     DmaFault,
@@ -24,17 +29,40 @@ use crate::hca_model::mem::{
     Platform, //
 };
 
+/// Memory allocated elsewhere that a [`DmaBuf`] can stand for (the pages
+/// uverbs shares with a process).
+///
+/// # Safety
+///
+/// `kaddr()..kaddr() + len()` must be valid for reads and writes, 8-byte
+/// aligned, and constant for as long as the value lives; nothing may
+/// access it through a Rust reference (only volatile copies).
+pub(crate) unsafe trait DmaBacking: Send + Sync {
+    /// The kernel virtual address of the first byte.
+    fn kaddr(&self) -> u64;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+}
+
+/// What keeps a [`DmaBuf`]'s memory alive.
+enum Storage {
+    /// Allocated by the buffer itself.
+    Own { _words: KVec<u64> },
+    /// Shared with another owner (pages a process maps).
+    Shared { _backing: Arc<dyn DmaBacking> },
+}
+
 /// A zeroed, 8-byte aligned buffer the model may access once registered.
 /// Its owner removes it from the registry before dropping it.
 ///
 /// # Invariants
 ///
-/// `ptr` points at `len` bytes owned by `_storage`, which is never touched
-/// through a reference after construction (only through `ptr`).
+/// `ptr` points at `len` bytes kept alive by `_storage`, which are never
+/// touched through a reference after construction (only through `ptr`).
 pub(crate) struct DmaBuf {
     ptr: *mut u8,
     len: usize,
-    _storage: KVec<u64>,
+    _storage: Storage,
 }
 
 // SAFETY: The buffer is plain memory; concurrent access goes through
@@ -53,8 +81,20 @@ impl DmaBuf {
         Ok(Self {
             ptr,
             len,
-            _storage: storage,
+            _storage: Storage::Own { _words: storage },
         })
+    }
+
+    /// A buffer over memory another owner shares (pages a process maps):
+    /// the buffer keeps `backing` alive.
+    pub(crate) fn shared(backing: Arc<dyn DmaBacking>) -> Self {
+        // INVARIANT: by `DmaBacking`'s contract the range is valid while
+        // `backing` lives, which `_storage` ensures.
+        Self {
+            ptr: backing.kaddr() as *mut u8,
+            len: backing.len(),
+            _storage: Storage::Shared { _backing: backing },
+        }
     }
 
     /// The buffer's DMA address (its kernel virtual address).
@@ -126,11 +166,25 @@ unsafe fn volatile_copy_to(dst: *mut u8, data: &[u8]) {
     }
 }
 
+/// What a registered region is (debugfs, and the rule for its lifetime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RegionKind {
+    /// A module buffer ([`DmaBuf`]): EQ and CQ rings, queues, doorbell
+    /// records, UAR pages, also those shared with a process.
+    Buf,
+    /// A kernel ULP's memory region (the ULP keeps it valid).
+    KernelMr,
+    /// A process's memory region: pinned user pages, `vmap`ped (uverbs
+    /// keeps them pinned and mapped until the MR is out of the model).
+    UserMr,
+}
+
 /// One range of memory the model may access.
 #[derive(Clone, Copy)]
 struct Region {
     start: u64,
     len: u64,
+    kind: RegionKind,
 }
 
 /// The ranges of memory the model may access.
@@ -141,7 +195,8 @@ struct Region {
 /// registry: module buffers are registered after allocation and removed
 /// (under the fabric lock) before they are freed; kernel ULP memory is
 /// registered by `reg_mr`, whose caller promises it stays valid until
-/// `dereg_mr`.
+/// `dereg_mr`; user MRs are removed (under the fabric lock) before their
+/// pages are unmapped and unpinned.
 pub(crate) struct DmaRegistry {
     regions: KVec<Region>,
 }
@@ -156,18 +211,23 @@ impl DmaRegistry {
     /// Registers a module-owned buffer.
     pub(crate) fn add_buf(&mut self, buf: &DmaBuf) -> Result {
         // INVARIANT: `buf` is live; its owner removes it before freeing.
-        self.add_raw(buf.addr(), buf.len() as u64)
+        self.add_raw(buf.addr(), buf.len() as u64, RegionKind::Buf)
     }
 
     /// Registers `len` bytes at kernel address `start`.
     ///
     /// The caller must keep the memory valid until [`Self::remove`].
-    pub(crate) fn add_raw(&mut self, start: u64, len: u64) -> Result {
+    pub(crate) fn add_raw(&mut self, start: u64, len: u64, kind: RegionKind) -> Result {
         if len == 0 || start.checked_add(len).is_none() {
             return Err(EINVAL);
         }
-        self.regions.push(Region { start, len }, GFP_ATOMIC)?;
+        self.regions.push(Region { start, len, kind }, GFP_ATOMIC)?;
         Ok(())
+    }
+
+    /// Number of registered regions of `kind` (debugfs, tests).
+    pub(crate) fn count(&self, kind: RegionKind) -> usize {
+        self.regions.iter().filter(|r| r.kind == kind).count()
     }
 
     /// Removes the region starting at `start` (one registration of it).

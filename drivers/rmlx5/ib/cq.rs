@@ -74,6 +74,36 @@ use crate::mlx5_prm::{
 /// A completion handler: function and context, called in BH context.
 pub(crate) type CompHandler = (unsafe extern "C" fn(*mut Cq, *mut c_void), usize);
 
+/// Where the events of a user-space object go (uverbs: the completion
+/// channel and the context's async file). Called in BH context by the
+/// dispatcher: implementations never sleep or allocate.
+pub(crate) trait EventSink: Send + Sync {
+    /// The CQ got a completion while armed.
+    fn comp_event(&self);
+    /// An async event; `event_type` is the `mlx5_prm` EQE event type.
+    fn async_event(&self, event_type: u8);
+}
+
+/// Who a CQ's completion events go to.
+pub(crate) enum Handler {
+    /// A kernel ULP's C function.
+    Ulp(CompHandler),
+    /// A user-space CQ's event files.
+    User(Arc<dyn EventSink>),
+}
+
+/// The memory of a CQ created on caller-provided buffers (user CQs): the
+/// CQE ring (every `op_own` already 0xf0) and the doorbell record page,
+/// and the UAR page its arm doorbells are rung on.
+pub(crate) struct CqMem {
+    /// The CQE ring, `CQE_SIZE << log_size` bytes or more.
+    pub(crate) buf: DmaBuf,
+    /// The doorbell record at byte 0 (zeroed).
+    pub(crate) dbr: DmaBuf,
+    /// DMA address of the UAR page (registered by its owner).
+    pub(crate) uar_addr: u64,
+}
+
 use kernel::ffi::c_void;
 
 /// Work completion, laid out as `struct rmlx5_ib_wc` in
@@ -156,7 +186,9 @@ pub struct Cq {
     log_size: u8,
     buf: DmaBuf,
     dbr: DmaBuf,
-    handler: Option<CompHandler>,
+    /// The UAR page arm doorbells are rung on.
+    uar_addr: u64,
+    handler: Option<Handler>,
     #[pin]
     poll: SpinLockIrq<CqPoll>,
     /// Completion events received (the low 2 bits are the arm `sn`).
@@ -186,6 +218,43 @@ impl Cq {
         let buf = DmaBuf::new(n.checked_mul(CQE_SIZE).ok_or(EINVAL)?, GFP_KERNEL)?;
         buf.fill_strided(OP_OWN_OFFSET, CQE_SIZE, n, ring::CQE_INIT_OP_OWN)?;
         let dbr = DmaBuf::new(CQ_DBR_SIZE, GFP_KERNEL)?;
+        let mem = CqMem {
+            buf,
+            dbr,
+            uar_addr: dev.uar.addr(),
+        };
+        Self::create(soft, hca, log_size, mem, vector, handler.map(Handler::Ulp))
+    }
+
+    /// Creates a CQ of `1 << log_size` CQEs on memory the caller provides
+    /// (a user CQ: the pages the process maps), reporting to `sink`. The
+    /// ring must already be initialised (`op_own` 0xf0) and the doorbell
+    /// record zeroed.
+    pub(crate) fn new_on(
+        soft: &Arc<SoftHca>,
+        hca: u16,
+        log_size: u8,
+        mem: CqMem,
+        vector: u32,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<Arc<Self>> {
+        let need = CQE_SIZE.checked_shl(u32::from(log_size)).ok_or(EINVAL)?;
+        if mem.buf.len() < need || mem.dbr.len() < CQ_DBR_SIZE {
+            return Err(EINVAL);
+        }
+        Self::create(soft, hca, log_size, mem, vector, Some(Handler::User(sink)))
+    }
+
+    fn create(
+        soft: &Arc<SoftHca>,
+        hca: u16,
+        log_size: u8,
+        mem: CqMem,
+        vector: u32,
+        handler: Option<Handler>,
+    ) -> Result<Arc<Self>> {
+        let dev = soft.dev(usize::from(hca))?;
+        let CqMem { buf, dbr, uar_addr } = mem;
         let comp = dev.eqs.len().saturating_sub(1).max(1);
         let eq = dev
             .eqs
@@ -196,7 +265,7 @@ impl Cq {
             buf_addr: buf.addr(),
             dbr_addr: dbr.addr(),
             eqn: eq.eqn,
-            uar_addr: dev.uar.addr(),
+            uar_addr,
         };
         // The buffers' addresses do not change when they move into the
         // `Cq`, so the model CQ can be created first.
@@ -226,6 +295,7 @@ impl Cq {
                 log_size,
                 buf,
                 dbr,
+                uar_addr,
                 handler,
                 poll <- new_spinlock_irq!(CqPoll { ci: 0 }, "rmlx5_cq_poll"),
                 arm_sn: AtomicU32::new(0),
@@ -257,6 +327,27 @@ impl Cq {
         Ok(r)
     }
 
+    /// The user-space event sink of a user CQ.
+    pub(crate) fn sink(&self) -> Option<&Arc<dyn EventSink>> {
+        match &self.handler {
+            Some(Handler::User(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Rings the model's CQ doorbell for an arm a process wrote to its UAR
+    /// page (the UAR CQ doorbell and the ARM word in the doorbell record).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the model refused the doorbell (counted in its stats).
+    pub(crate) fn user_arm(&self) -> Result {
+        let mut st = self.soft.state.lock();
+        let (fabric, mut pf, _) = st.split();
+        let m = fabric.hca(self.hca).ok_or(ENODEV)?;
+        m.cq_doorbell(&mut pf, self.uar_addr).map_err(|_| EINVAL)
+    }
+
     /// Index of the HCA.
     pub(crate) fn hca(&self) -> usize {
         usize::from(self.hca)
@@ -277,12 +368,28 @@ impl Cq {
         if self.destroyed.load(Ordering::Acquire) {
             return;
         }
-        if let Some((f, ctx)) = self.handler {
-            let this = core::ptr::from_ref(self).cast_mut();
-            // SAFETY: The ULP registered `f` with `ctx` for this CQ; the CQ
-            // is live (we hold a reference) and not destroyed, and destroy
-            // waits for this call to return before the ULP may free `ctx`.
-            unsafe { f(this, ctx as *mut c_void) };
+        match &self.handler {
+            Some(Handler::Ulp((f, ctx))) => {
+                let this = core::ptr::from_ref(self).cast_mut();
+                // SAFETY: The ULP registered `f` with `ctx` for this CQ; the
+                // CQ is live (we hold a reference) and not destroyed, and
+                // destroy waits for this call to return before the ULP may
+                // free `ctx`.
+                unsafe { f(this, *ctx as *mut c_void) };
+            }
+            Some(Handler::User(sink)) => sink.comp_event(),
+            None => {}
+        }
+    }
+
+    /// Delivers an async event to a user CQ's sink (BH context, from the
+    /// dispatcher, with `busy` set like [`Cq::call_handler`]).
+    pub(crate) fn call_async(&self, event_type: u8) {
+        if self.destroyed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(sink) = self.sink() {
+            sink.async_event(event_type);
         }
     }
 
@@ -417,7 +524,7 @@ impl Cq {
     /// `CQ_REPORT_MISSED_EVENTS`). Returns 1 if missed events were asked
     /// for and a completion is already waiting, else 0.
     pub(crate) fn req_notify(&self, flags: u32) -> Result<i32> {
-        if self.handler.is_none() {
+        if !matches!(self.handler, Some(Handler::Ulp(_))) {
             return Err(EINVAL);
         }
         let cmd = match flags & (CQ_SOLICITED | CQ_NEXT_COMP) {

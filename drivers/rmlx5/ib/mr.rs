@@ -8,7 +8,10 @@ use kernel::{
 };
 
 use super::model_err;
-use crate::hca::SoftHca;
+use crate::hca::{
+    dma::RegionKind,
+    SoftHca, //
+};
 use crate::hca_model::mr::{
     Access,
     MrAttr, //
@@ -44,8 +47,10 @@ impl Pd {
     }
 }
 
-/// A memory region over kernel memory (`addr` is a kernel virtual address,
-/// also the IOVA the ULP names in SGEs and RDMA addresses).
+/// A memory region: for kernel ULPs over kernel memory (`addr` is a kernel
+/// virtual address, also the IOVA the ULP names in SGEs and RDMA
+/// addresses); for user space over pinned pages mapped at `addr`, with the
+/// process's own IOVA.
 pub struct Mr {
     pub(crate) soft: Arc<SoftHca>,
     pub(crate) hca: u16,
@@ -60,16 +65,37 @@ impl Mr {
     ///
     /// The caller keeps the memory valid until [`Mr::destroy`].
     pub(crate) fn new(pd: &Pd, addr: u64, len: u64, access: u32) -> Result<Self> {
+        Self::register(pd, addr, addr, len, access, RegionKind::KernelMr)
+    }
+
+    /// Registers a user memory region: `len` bytes the model reaches at
+    /// kernel address `kaddr` (the `vmap` of the pinned pages), named by
+    /// the process with IOVA `iova`.
+    ///
+    /// The caller keeps the pages pinned and mapped until [`Mr::destroy`]
+    /// succeeded.
+    pub(crate) fn new_user(pd: &Pd, iova: u64, kaddr: u64, len: u64, access: u32) -> Result<Self> {
+        Self::register(pd, iova, kaddr, len, access, RegionKind::UserMr)
+    }
+
+    fn register(
+        pd: &Pd,
+        iova: u64,
+        addr: u64,
+        len: u64,
+        access: u32,
+        kind: RegionKind,
+    ) -> Result<Self> {
         let access = Access::from_bits(access).ok_or(EINVAL)?;
         let attr = MrAttr {
             pdn: pd.pdn,
-            iova: addr,
+            iova,
             length: len,
             dma_addr: addr,
             access,
         };
         let mut st = pd.soft.state.lock();
-        st.dma.add_raw(addr, len)?;
+        st.dma.add_raw(addr, len, kind)?;
         let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
         match m.create_mr(&attr) {
             Ok(key) => Ok(Self {

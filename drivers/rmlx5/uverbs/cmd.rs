@@ -18,6 +18,7 @@ use kernel::{
     },
 };
 
+use crate::hca_model::caps::Caps;
 use crate::rmlx5_abi::{
     check::{
         arg_size,
@@ -32,18 +33,41 @@ use crate::rmlx5_abi::{
 /// Largest struct this kernel knows (`CREATE_QP`, 152 bytes).
 const MAX_KNOWN: usize = 160;
 
+/// Most CQEs of a user CQ: the model allows `1 << max_log_cq_size`, but
+/// the ring is kernel pages the module allocates, so the driver caps it.
+const MAX_USER_CQE: u32 = 1 << 16;
+/// Largest user MR (pinned and `vmap`ped as one range).
+const MAX_USER_MR: u64 = 1 << 32;
+
 /// The device limits commands are checked against, and `QUERY_DEVICE`
-/// reports.
-pub(crate) const LIMITS: Limits = Limits {
-    max_qp_wr: 8192,
-    max_sge: 30,
-    max_cqe: 1 << 16,
-    max_inline_data: 512,
-    num_comp_vectors: 4,
-    max_qp_rd_atom: 16,
-    max_qp_init_rd_atom: 16,
-    max_mr_size: 1 << 32,
-};
+/// reports, from the HCA's caps and its number of completion EQs.
+///
+/// `max_qp_wr` leaves room for the largest WQE (up to 16 WQEBBs with the
+/// gather list or inline data at their limits) within the SQ's
+/// `1 << max_log_sq_wqebbs` WQEBBs, so every QP within the limits is one
+/// the HCA accepts.
+pub(crate) fn limits(caps: &Caps, num_comp_vectors: u32) -> Limits {
+    Limits {
+        max_qp_wr: 1
+            << caps
+                .max_log_sq_wqebbs
+                .min(caps.max_log_rq_wqes)
+                .saturating_sub(4),
+        max_sge: caps.max_send_sge.min(caps.max_recv_sge),
+        max_cqe: MAX_USER_CQE.min(1 << caps.max_log_cq_size.min(31)),
+        max_inline_data: caps.max_inline_data,
+        num_comp_vectors,
+        max_qp_rd_atom: u32::from(caps.max_qp_dest_rd_atom),
+        max_qp_init_rd_atom: u32::from(caps.max_qp_rd_atom),
+        max_mr_size: MAX_USER_MR,
+    }
+}
+
+/// The limits of a default HCA with four completion vectors (tests).
+#[cfg(CONFIG_KUNIT)]
+pub(crate) fn default_limits() -> Limits {
+    limits(&Caps::DEFAULT, 4)
+}
 
 /// The errno for a refused argument.
 pub(crate) fn invalid(e: Invalid) -> Error {
@@ -149,6 +173,7 @@ mod tests {
 
     #[test]
     fn create_cq_checks_against_limits() -> Result {
+        let limits = default_limits();
         let mut req = CreateCq {
             hdr: CmdHdr {
                 size: CreateCq::SIZE as u32,
@@ -158,18 +183,18 @@ mod tests {
             channel_fd: -1,
             ..CreateCq::default()
         };
-        assert_eq!(req.check(&LIMITS), Ok(128));
-        req.cqe = LIMITS.max_cqe + 1;
-        assert!(req.check(&LIMITS).is_err());
+        assert_eq!(req.check(&limits), Ok(128));
+        req.cqe = limits.max_cqe + 1;
+        assert!(req.check(&limits).is_err());
         req.cqe = 1;
-        req.comp_vector = LIMITS.num_comp_vectors;
-        assert!(req.check(&LIMITS).is_err());
+        req.comp_vector = limits.num_comp_vectors;
+        assert!(req.check(&limits).is_err());
         req.comp_vector = 0;
         req.channel_fd = -2;
-        assert!(req.check(&LIMITS).is_err());
+        assert!(req.check(&limits).is_err());
         req.channel_fd = -1;
         req.hdr.flags = 1;
-        assert!(req.check(&LIMITS).is_err());
+        assert!(req.check(&limits).is_err());
         Ok(())
     }
 }

@@ -17,11 +17,9 @@ use kernel::{
 use super::{
     cmd::{
         invalid,
-        Arg,
-        LIMITS, //
+        Arg, //
     },
     context::{
-        next_num,
         Ucontext,
         MAX_CHANNELS, //
     },
@@ -36,6 +34,8 @@ use super::{
     objects::{
         bfreg_of,
         qp_geometry,
+        CqPlace,
+        QpPlace,
         Ucq,
         Umr,
         Upd,
@@ -43,7 +43,33 @@ use super::{
     },
     pages::PinnedPages,
 };
-use crate::mlx5_prm::cqe::CQE_SIZE;
+use crate::hca::{
+    MAX_CQS,
+    MAX_MRS,
+    MAX_PDS,
+    MAX_QPS, //
+};
+use crate::hca_model::{
+    mr::Access,
+    qp::{
+        ConnAttrs,
+        QpState,
+        RemoteQp, //
+    },
+    qp_modify::{
+        AttrMask,
+        QpModify, //
+    },
+};
+use crate::mlx5_prm::{
+    cqe::CQE_SIZE,
+    doorbell::BF_BUF_SIZE,
+    ring::wqebb_count,
+    wqe::{
+        CtrlSeg,
+        WQEBB_SIZE, //
+    },
+};
 use crate::rmlx5_abi::{
     ioctl::Command,
     mmap::{
@@ -81,23 +107,25 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.fw_ver = (1 << 32) | (6 << 16);
     a.node_guid = 0x0002_c903_0000_0000 | idx;
     a.sys_image_guid = a.node_guid;
-    a.max_mr_size = LIMITS.max_mr_size;
+    let l = &ctx.limits;
+    a.max_mr_size = l.max_mr_size;
     a.page_size_cap = 1 << 12;
     a.vendor_id = 0x02c9;
     a.vendor_part_id = 4119;
     a.hw_ver = 0;
-    a.max_qp = MAX_OBJECTS_U32;
-    a.max_qp_wr = LIMITS.max_qp_wr;
-    a.max_sge = LIMITS.max_sge;
-    a.max_cq = MAX_OBJECTS_U32;
-    a.max_cqe = LIMITS.max_cqe;
-    a.max_mr = MAX_OBJECTS_U32;
-    a.max_pd = MAX_OBJECTS_U32;
-    a.max_qp_rd_atom = LIMITS.max_qp_rd_atom;
-    a.max_qp_init_rd_atom = LIMITS.max_qp_init_rd_atom;
+    // Object counts: the HCA's tables, at most a context's.
+    a.max_qp = objects(MAX_QPS);
+    a.max_qp_wr = l.max_qp_wr;
+    a.max_sge = l.max_sge;
+    a.max_cq = objects(MAX_CQS);
+    a.max_cqe = l.max_cqe;
+    a.max_mr = objects(MAX_MRS);
+    a.max_pd = objects(MAX_PDS);
+    a.max_qp_rd_atom = l.max_qp_rd_atom;
+    a.max_qp_init_rd_atom = l.max_qp_init_rd_atom;
     a.atomic_cap = ATOMIC_HCA;
-    a.num_comp_vectors = LIMITS.num_comp_vectors;
-    a.max_inline_data = LIMITS.max_inline_data;
+    a.num_comp_vectors = l.num_comp_vectors;
+    a.max_inline_data = l.max_inline_data;
     a.phys_port_cnt = 1;
     a.bf_reg_size = crate::mlx5_prm::doorbell::BF_BUF_SIZE as u32;
     a.uar_size = crate::mlx5_prm::doorbell::UAR_PAGE_SIZE as u32;
@@ -106,7 +134,11 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     Ok(0)
 }
 
-const MAX_OBJECTS_U32: u32 = super::context::MAX_OBJECTS as u32;
+/// Objects of a kind one context can have: the HCA's table size, at most
+/// the context's own limit.
+fn objects(hca_table: usize) -> u32 {
+    u32::try_from(hca_table.min(super::context::MAX_OBJECTS)).unwrap_or(u32::MAX)
+}
 
 fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: QueryPort = arg.read()?;
@@ -128,8 +160,8 @@ fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 fn alloc_pd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: AllocPd = arg.read()?;
     a.check().map_err(invalid)?;
-    let pd = Arc::new(Upd { pdn: next_num() }, GFP_KERNEL)?;
-    a.pdn = pd.pdn;
+    let pd = Arc::new(Upd::new(&ctx.soft, ctx.hca())?, GFP_KERNEL)?;
+    a.pdn = pd.pd.pdn;
     a.pd_handle = ctx.objects.lock().pds.insert(pd.clone())?;
     if let Err(e) = arg.write(&a) {
         let mut o = ctx.objects.lock();
@@ -157,34 +189,40 @@ fn dealloc_pd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 
 fn reg_mr(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: RegMr = arg.read()?;
-    a.check(&LIMITS).map_err(invalid)?;
-    // Look the PD up first, pin without the lock (pinning takes the
-    // process's mmap_lock), then check the PD is still the same one.
-    let pd = ctx.objects.lock().pds.obj(a.pd_handle)?;
+    a.check(&ctx.limits).map_err(invalid)?;
     let writable =
         a.access & (ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0;
+    // Pin without the lock (pinning takes the process's mmap_lock), then
+    // hold the PD while the HCA registers the MR, so it cannot go
+    // in between.
     let pages = PinnedPages::pin(a.addr, a.length, writable)?;
-    let key = (next_num() << 8) | 0x5a;
-    let mr = Arc::new(
-        Umr {
-            pages,
-            pd_handle: a.pd_handle,
-            iova: a.iova,
-            access: a.access,
-            lkey: key,
-            rkey: key,
-        },
-        GFP_KERNEL,
-    )?;
-    a.lkey = key;
-    a.rkey = key;
+    let pd = {
+        let mut o = ctx.objects.lock();
+        let pd = o.pds.obj(a.pd_handle)?;
+        o.pds.hold(a.pd_handle)?;
+        pd
+    };
+    let mr = Umr::new(&pd, a.pd_handle, pages, a.iova, a.access)
+        .and_then(|mr| Ok(Arc::new(mr, GFP_KERNEL)?));
+    let mr = match mr {
+        Ok(mr) => mr,
+        Err(e) => {
+            ctx.objects.lock().pds.unhold(a.pd_handle);
+            return Err(e);
+        }
+    };
+    a.lkey = mr.mr.key;
+    a.rkey = mr.mr.key;
     {
         let mut o = ctx.objects.lock();
-        if !o.pds.is(a.pd_handle, &pd) {
-            return Err(EINVAL);
+        match o.mrs.insert(mr.clone()) {
+            Ok(h) => a.mr_handle = h,
+            Err(e) => {
+                o.pds.unhold(a.pd_handle);
+                drop(o);
+                return Err(e);
+            }
         }
-        a.mr_handle = o.mrs.insert(mr.clone())?;
-        o.pds.hold(a.pd_handle)?;
     }
     if let Err(e) = arg.write(&a) {
         let mut o = ctx.objects.lock();
@@ -255,7 +293,7 @@ fn get_async_fd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 
 fn create_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: CreateCq = arg.read()?;
-    let cqe_cnt = a.check(&LIMITS).map_err(invalid)?;
+    let cqe_cnt = a.check(&ctx.limits).map_err(invalid)?;
     let channel = match a.channel_fd {
         -1 => None,
         fd => {
@@ -269,9 +307,15 @@ fn create_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
             Some(q)
         }
     };
+    let place = CqPlace {
+        soft: &ctx.soft,
+        hca: ctx.hca(),
+        comp_vector: a.comp_vector,
+        uar_addr: ctx.uar_addr(),
+    };
     let cq = Arc::new(
         Ucq::new(
-            next_num(),
+            &place,
             cqe_cnt,
             a.user_handle,
             channel,
@@ -279,7 +323,7 @@ fn create_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
         )?,
         GFP_KERNEL,
     )?;
-    a.cqn = cq.cqn;
+    a.cqn = cq.cqn();
     a.cqe_cnt = cq.cqe_cnt;
     a.cqe_size = CQE_SIZE as u32;
     a.buf_size = cq.buf.len() as u64;
@@ -309,17 +353,23 @@ fn destroy_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 
 fn create_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: CreateQp = arg.read()?;
-    a.check(&LIMITS).map_err(invalid)?;
-    let geom = qp_geometry(&a, &LIMITS)?;
+    a.check(&ctx.limits).map_err(invalid)?;
+    let geom = qp_geometry(&a, &ctx.limits)?;
     let mut o = ctx.objects.lock();
-    o.pds.get(a.pd_handle)?;
-    o.cqs.get(a.send_cq_handle)?;
-    o.cqs.get(a.recv_cq_handle)?;
+    let pd = o.pds.obj(a.pd_handle)?;
+    let send_cq = o.cqs.obj(a.send_cq_handle)?;
+    let recv_cq = o.cqs.obj(a.recv_cq_handle)?;
     let handle = o.qps.next_handle()?;
     let (bfreg, bf_offset, bf_size) = bfreg_of(handle)?;
+    let place = QpPlace {
+        pd: &pd,
+        send_cq: &send_cq,
+        recv_cq: &recv_cq,
+        uar_addr: ctx.uar_addr(),
+    };
     let qp = Arc::new(
         Uqp::new(
-            next_num(),
+            &place,
             a.user_handle,
             a.pd_handle,
             a.send_cq_handle,
@@ -335,7 +385,7 @@ fn create_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     o.cqs.hold(a.send_cq_handle)?;
     o.cqs.hold(a.recv_cq_handle)?;
     drop(o);
-    a.qpn = qp.qpn;
+    a.qpn = qp.qpn();
     a.sq_wqe_cnt = geom.sq_wqe_cnt;
     a.sq_wqe_shift = 6;
     a.rq_wqe_cnt = geom.rq_wqe_cnt;
@@ -387,10 +437,45 @@ fn destroy_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 
 fn modify_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let a: ModifyQp = arg.read()?;
-    a.check(&LIMITS).map_err(invalid)?;
-    ctx.objects.lock().qps.get(a.qp_handle)?;
-    // The QP state machine is the HCA's (verbs layer, issue 5).
-    Err(EOPNOTSUPP)
+    a.check(&ctx.limits).map_err(invalid)?;
+    let qp = ctx.objects.lock().qps.obj(a.qp_handle)?;
+    let u8_of = |v: u32| u8::try_from(v).map_err(|_| EINVAL);
+    // The address vector names the peer HCA by its LID (index + 1).
+    let dest_hca = if a.attr_mask & QP_AV != 0 {
+        let lid = u16::try_from(a.dlid).map_err(|_| EINVAL)?;
+        let hca = lid.checked_sub(1).ok_or(EINVAL)?;
+        ctx.soft.dev(usize::from(hca)).map_err(|_| EINVAL)?;
+        hca
+    } else {
+        0
+    };
+    let m = QpModify {
+        mask: AttrMask(a.attr_mask),
+        state: QpState::from_raw(a.qp_state).ok_or(EINVAL)?,
+        cur_state: QpState::from_raw(a.cur_qp_state).ok_or(EINVAL)?,
+        attrs: ConnAttrs {
+            access: Access::from_bits(a.qp_access_flags).ok_or(EINVAL)?,
+            pkey_index: 0,
+            port: u8_of(a.port_num)?,
+            path_mtu: u8_of(a.path_mtu)?,
+            dest: RemoteQp {
+                hca: dest_hca,
+                qpn: a.dest_qp_num,
+            },
+            rq_psn: a.rq_psn,
+            sq_psn: a.sq_psn,
+            max_dest_rd_atomic: u8_of(a.max_dest_rd_atomic)?,
+            max_rd_atomic: u8_of(a.max_rd_atomic)?,
+            min_rnr_timer: u8_of(a.min_rnr_timer)?,
+            timeout: u8_of(a.timeout)?,
+            retry_cnt: u8_of(a.retry_cnt)?,
+            rnr_retry: u8_of(a.rnr_retry)?,
+            sqd_async_notify: false,
+        },
+    };
+    // Nothing is written back: MODIFY_QP has no answer.
+    qp.qp.modify(&m)?;
+    Ok(0)
 }
 
 fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
@@ -398,8 +483,25 @@ fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.check().map_err(invalid)?;
     let qp = ctx.objects.lock().qps.obj(a.qp_handle)?;
     let g = qp.geom;
-    a.qp_state = QPS_RESET;
+    let info = qp.qp.query()?;
+    a.qp_state = info.state as u32;
+    a.path_mtu = u32::from(info.conn.path_mtu);
+    a.dest_qp_num = info.conn.dest.qpn;
+    a.rq_psn = info.conn.rq_psn;
+    a.sq_psn = info.conn.sq_psn;
+    a.qp_access_flags = info.conn.access.bits();
+    a.max_rd_atomic = u32::from(info.conn.max_rd_atomic);
+    a.max_dest_rd_atomic = u32::from(info.conn.max_dest_rd_atomic);
+    a.min_rnr_timer = u32::from(info.conn.min_rnr_timer);
+    a.timeout = u32::from(info.conn.timeout);
+    a.retry_cnt = u32::from(info.conn.retry_cnt);
+    a.rnr_retry = u32::from(info.conn.rnr_retry);
     a.port_num = 1;
+    a.dlid = if info.state == QpState::Reset || info.state == QpState::Init {
+        0
+    } else {
+        u32::from(info.conn.dest.hca) + 1
+    };
     a.max_send_wr = g.max_send_wr;
     a.max_recv_wr = g.max_recv_wr;
     a.max_send_sge = g.max_send_sge;
@@ -412,24 +514,43 @@ fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let a: Kick = arg.read()?;
     a.check().map_err(invalid)?;
-    let o = ctx.objects.lock();
     match a.kind {
         KICK_CQ_ARM => {
-            o.cqs.get(a.handle)?;
+            let cq = ctx.objects.lock().cqs.obj(a.handle)?;
+            cq.cq.user_arm()?;
         }
         KICK_RECV => {
-            o.qps.get(a.handle)?;
+            let qp = ctx.objects.lock().qps.obj(a.handle)?;
+            qp.qp.recv_doorbell()?;
         }
         _ => {
-            let qp = o.qps.obj(a.handle)?;
+            let qp = ctx.objects.lock().qps.obj(a.handle)?;
             let (_, bf_offset, bf_size) = bfreg_of(u32::from(qp.bfreg))?;
             // The doorbell or BlueFlame copy must be in this QP's
             // register, in one of its two halves.
-            if a.uar_offset != bf_offset && a.uar_offset != bf_offset + bf_size {
+            let half = if a.uar_offset == bf_offset {
+                0
+            } else if Some(a.uar_offset) == bf_offset.checked_add(bf_size) {
+                1
+            } else {
                 return Err(EINVAL);
-            }
+            };
+            let blueflame_len = if a.kind == KICK_SEND_BLUEFLAME {
+                // The ABI's kick names no length: it is the size of the
+                // WQE whose control segment starts the copy.
+                let mut c = [0u8; CtrlSeg::SIZE];
+                ctx.uar.read(a.uar_offset as usize, &mut c)?;
+                let ctrl = CtrlSeg::decode(&c).map_err(|_| EINVAL)?;
+                let len = usize::from(wqebb_count(ctrl.ds)) * WQEBB_SIZE;
+                if len == 0 || len > BF_BUF_SIZE {
+                    return Err(EINVAL);
+                }
+                u32::try_from(len)?
+            } else {
+                0
+            };
+            qp.qp.send_doorbell(half, blueflame_len)?;
         }
     }
-    // Executing the doorbell is the software HCA's (issue 5).
-    Err(EOPNOTSUPP)
+    Ok(0)
 }

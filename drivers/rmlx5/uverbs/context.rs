@@ -13,11 +13,7 @@
 //! `objects` only to look up and insert, and copy the answer out after
 //! releasing it.
 
-use core::sync::atomic::{
-    AtomicBool,
-    AtomicU32,
-    Ordering, //
-};
+use core::sync::atomic::AtomicBool;
 use kernel::{
     mm::virt::{
         flags as vm,
@@ -45,7 +41,21 @@ use super::{
     pages::PageBuf,
     table::Table,
 };
+use crate::hca::{
+    dma::RegionKind,
+    SoftHca, //
+};
 use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
+use crate::rmlx5_abi::check::Limits;
+
+/// The limits of HCA `hca_index`: its model's caps and its real number of
+/// completion EQs.
+fn limits_of(soft: &SoftHca, hca_index: u32) -> Result<Limits> {
+    let index = u16::try_from(hca_index).map_err(|_| ENODEV)?;
+    let comp = soft.dev(usize::from(index))?.eqs.len().saturating_sub(1);
+    let caps = *soft.state.lock().fabric.hca(index).ok_or(ENODEV)?.caps();
+    Ok(super::cmd::limits(&caps, u32::try_from(comp)?))
+}
 use crate::rmlx5_abi::mmap::{
     decode_pgoff,
     Kind, //
@@ -55,15 +65,6 @@ use crate::rmlx5_abi::mmap::{
 pub(crate) const MAX_OBJECTS: usize = 1024;
 /// Most completion channels one context may keep open.
 pub(crate) const MAX_CHANNELS: usize = 256;
-
-/// Source of PD, CQ and QP numbers and memory keys until the verbs layer
-/// hands them out (unique per module, never 0).
-static NEXT_NUM: AtomicU32 = AtomicU32::new(1);
-
-/// A fresh object number (a PDN, CQN, QPN or key index).
-pub(super) fn next_num() -> u32 {
-    NEXT_NUM.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff
-}
 
 /// Objects of a context and the completion channels it created.
 pub(crate) struct Objects {
@@ -84,8 +85,12 @@ pub(crate) struct Objects {
 /// CQs' channel queues are in `objects.channels`.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Ucontext {
+    /// The software HCA (every object of the context is one of its).
+    pub(crate) soft: Arc<SoftHca>,
     /// The HCA this context was opened on.
     pub(crate) hca_index: u32,
+    /// The device limits commands are checked against (from the HCA).
+    pub(crate) limits: Limits,
     /// The context's UAR page (doorbells and BlueFlame registers).
     pub(crate) uar: PageBuf,
     /// The async-event queue; its file is handed out once.
@@ -97,13 +102,24 @@ pub(crate) struct Ucontext {
 }
 
 impl Ucontext {
-    /// A context on HCA `hca_index`, with its UAR page.
+    /// A context on HCA `hca_index`, with its UAR page (registered with the
+    /// HCA, which reads doorbells and BlueFlame copies from it).
     pub(crate) fn new(hca_index: u32) -> Result<Pin<KBox<Self>>> {
+        let soft = crate::soft()?;
+        let limits = limits_of(&soft, hca_index)?;
         let uar = PageBuf::new(UAR_PAGE_SIZE)?;
         let async_queue = EventQueue::new(QueueKind::Async)?;
-        KBox::try_pin_init(
+        let uar_addr = uar.kaddr();
+        soft.state
+            .lock()
+            .dma
+            .add_raw(uar_addr, uar.len() as u64, RegionKind::Buf)?;
+        let this_soft = soft.clone();
+        let r = KBox::try_pin_init(
             try_pin_init!(Self {
+                soft: this_soft,
                 hca_index,
+                limits,
                 uar,
                 async_queue,
                 async_fd_taken: AtomicBool::new(false),
@@ -116,7 +132,22 @@ impl Ucontext {
                 }),
             }),
             GFP_KERNEL,
-        )
+        );
+        if r.is_err() {
+            soft.state.lock().dma.remove(uar_addr);
+        }
+        r
+    }
+
+    /// The HCA index as the model numbers it.
+    pub(crate) fn hca(&self) -> u16 {
+        // `hca_index` came from a `u16` device index.
+        self.hca_index as u16
+    }
+
+    /// The DMA address of the context's UAR page.
+    pub(crate) fn uar_addr(&self) -> u64 {
+        self.uar.kaddr()
     }
 
     /// Destroys everything the context created, in dependency order: QPs
@@ -143,6 +174,9 @@ impl Ucontext {
             ch.close();
         }
         self.async_queue.close();
+        // No object of the context is in the HCA any more: the UAR page
+        // leaves the registry before it is freed.
+        self.soft.state.lock().dma.remove(self.uar.kaddr());
     }
 
     /// `mmap()` of one of the context's pages: the offset names the UAR
@@ -176,10 +210,10 @@ impl Ucontext {
         };
         let buf = match &held {
             Held::Uar => &self.uar,
-            Held::Cq(cq, false) => &cq.buf,
-            Held::Cq(cq, true) => &cq.dbr,
-            Held::Qp(qp, false) => &qp.buf,
-            Held::Qp(qp, true) => &qp.dbr,
+            Held::Cq(cq, false) => &*cq.buf,
+            Held::Cq(cq, true) => &*cq.dbr,
+            Held::Qp(qp, false) => &*qp.buf,
+            Held::Qp(qp, true) => &*qp.dbr,
         };
         if len != buf.len() {
             return Err(EINVAL);

@@ -3,11 +3,14 @@
 //! The objects a context creates for its process: PDs, MRs, CQs and QPs,
 //! with the memory they share with user space and their event slots.
 //!
-//! Until the verbs layer (`drivers/rmlx5/ib/`, issue 5) is on this branch,
-//! the objects here carry only their uverbs side: handles, user memory,
-//! event storage and the numbers user space sees. Attaching them to the
-//! HCA (`ib::Pd`, `ib::Mr`, `ib::Cq`, `ib::Qp`) is the remaining step; the
-//! addresses it needs are [`PageBuf::kaddr`] and [`PinnedPages::kaddr`].
+//! Each object is also an object of the software HCA (`drivers/rmlx5/ib/`):
+//! a PD is an [`ib::mr::Pd`], an MR an [`ib::mr::Mr`] over the `vmap` of
+//! the pinned pages, a CQ an [`ib::cq::Cq`] on the pages the process maps,
+//! a QP an [`ib::uqp::UserQp`]. Dropping an object first takes it out of
+//! the HCA (which then no longer touches its memory) and only then
+//! releases the memory; if the HCA refuses (it should not: the tables'
+//! dependency counts destroy users first), the memory is leaked rather
+//! than freed under the device.
 
 use kernel::{
     prelude::*,
@@ -24,81 +27,203 @@ use super::{
         PinnedPages, //
     },
 };
+use crate::hca::{
+    dma::DmaBuf,
+    SoftHca, //
+};
+use crate::ib::{
+    cq::{
+        Cq,
+        CqMem,
+        EventSink, //
+    },
+    mr::{
+        Mr,
+        Pd, //
+    },
+    uqp::UserQp,
+};
 use crate::mlx5_prm::{
-    cqe::CQE_SIZE,
+    cqe::{
+        CQE_SIZE,
+        OP_OWN_OFFSET, //
+    },
     doorbell::{
         bf_reg_offset,
         BFREGS_PER_UAR,
         BF_BUF_SIZE, //
     },
+    opcode::EventType,
+    ring::CQE_INIT_OP_OWN,
     wqe::WQEBB_SIZE,
 };
 use crate::rmlx5_abi::{
     check::Limits,
-    uapi::CreateQp, //
+    uapi::{
+        CreateQp,
+        EVENT_COMM_EST,
+        EVENT_CQ_ERR,
+        EVENT_QP_ACCESS_ERR,
+        EVENT_QP_FATAL,
+        EVENT_QP_LAST_WQE_REACHED,
+        EVENT_QP_REQ_ERR,
+        EVENT_SQ_DRAINED, //
+    },
 };
 
-/// A protection domain.
+/// A protection domain: a PD of the HCA.
 pub(crate) struct Upd {
-    /// The PD number.
-    pub(crate) pdn: u32,
+    /// The HCA's PD.
+    pub(crate) pd: Pd,
 }
 
-/// A user memory region: pinned pages, charged to the process.
-#[expect(
-    dead_code,
-    reason = "read by the verbs layer's MR registration (issue 5)"
-)]
+impl Upd {
+    /// Allocates a PD on HCA `hca`.
+    pub(crate) fn new(soft: &Arc<SoftHca>, hca: u16) -> Result<Self> {
+        Ok(Self {
+            pd: Pd::new(soft, hca)?,
+        })
+    }
+}
+
+impl Drop for Upd {
+    fn drop(&mut self) {
+        // The table's dependency counts freed its MRs and QPs first.
+        if let Err(e) = self.pd.destroy() {
+            pr_warn!("uverbs: PD {} not freed: {:?}\n", self.pd.pdn, e);
+        }
+    }
+}
+
+/// A user memory region: pinned pages, charged to the process, registered
+/// with the HCA.
+///
+/// # Invariants
+///
+/// `pages` is `Some` until drop; the HCA reaches it through `mr` until
+/// `mr` is destroyed.
 pub(crate) struct Umr {
+    /// The HCA's MR (lkey = rkey = `mr.key`).
+    pub(crate) mr: Mr,
     /// The pinned memory.
-    pub(crate) pages: PinnedPages,
+    pages: Option<PinnedPages>,
     /// Handle of the PD (held: the PD cannot go first).
     pub(crate) pd_handle: u32,
-    /// IOVA of the first byte.
-    pub(crate) iova: u64,
-    /// `ACCESS_*` flags.
-    pub(crate) access: u32,
-    /// Local key.
-    pub(crate) lkey: u32,
-    /// Remote key.
-    pub(crate) rkey: u32,
 }
 
-/// A CQ: CQE ring and doorbell-record page in kernel memory the process
-/// maps, and its event slots.
+impl Umr {
+    /// Registers `pages` with IOVA `iova` and `access` on `pd`.
+    pub(crate) fn new(
+        pd: &Upd,
+        pd_handle: u32,
+        pages: PinnedPages,
+        iova: u64,
+        access: u32,
+    ) -> Result<Self> {
+        let mr = Mr::new_user(&pd.pd, iova, pages.kaddr(), pages.length(), access)?;
+        // INVARIANT: `pages` stays until drop, after `mr` is destroyed.
+        Ok(Self {
+            mr,
+            pages: Some(pages),
+            pd_handle,
+        })
+    }
+}
+
+impl Drop for Umr {
+    fn drop(&mut self) {
+        let pages = self.pages.take();
+        if let Err(e) = self.mr.destroy() {
+            // The HCA may still reach the pages: keep them pinned forever.
+            pr_warn!("uverbs: MR {:#x} not deregistered: {:?}\n", self.mr.key, e);
+            core::mem::forget(pages);
+        }
+        // Otherwise unpinning and uncharging happen as `pages` drops.
+    }
+}
+
+/// Where a CQ's events go: its completion channel and the async file.
 ///
 /// # Invariants
 ///
 /// `comp_slot` is attached to `channel` (if any) and `async_slot` to
-/// `async_queue`, until drop detaches them.
-pub(crate) struct Ucq {
-    /// The CQ number.
-    pub(crate) cqn: u32,
-    /// Entries in the ring (a power of two).
-    pub(crate) cqe_cnt: u32,
-    /// The CQE ring.
-    pub(crate) buf: PageBuf,
-    /// The page holding the doorbell record at byte 0.
-    pub(crate) dbr: PageBuf,
+/// `async_queue` until [`CqEvents::detach`].
+struct CqEvents {
     channel: Option<Arc<EventQueue>>,
     comp_slot: Arc<EventSlot>,
     async_queue: Arc<EventQueue>,
     async_slot: Arc<EventSlot>,
 }
 
+impl CqEvents {
+    fn detach(&self) {
+        // Destroying a CQ removes its unread events.
+        if let Some(ch) = &self.channel {
+            ch.detach(&self.comp_slot);
+        }
+        self.async_queue.detach(&self.async_slot);
+    }
+}
+
+impl EventSink for CqEvents {
+    fn comp_event(&self) {
+        if let Some(ch) = &self.channel {
+            ch.post(&self.comp_slot, 0);
+        }
+    }
+
+    fn async_event(&self, event_type: u8) {
+        if event_type == u8::from(EventType::CqError) {
+            self.async_queue.post(&self.async_slot, EVENT_CQ_ERR);
+        }
+    }
+}
+
+/// A CQ: CQE ring and doorbell-record page in kernel memory the process
+/// maps, the HCA's CQ on them, and its event slots.
+///
+/// # Invariants
+///
+/// `events`' slots stay attached until drop has destroyed `cq` (after
+/// which the dispatcher never calls the sink again).
+pub(crate) struct Ucq {
+    /// The HCA's CQ.
+    pub(crate) cq: Arc<Cq>,
+    /// Entries in the ring (a power of two).
+    pub(crate) cqe_cnt: u32,
+    /// The CQE ring.
+    pub(crate) buf: Arc<PageBuf>,
+    /// The page holding the doorbell record at byte 0.
+    pub(crate) dbr: Arc<PageBuf>,
+    events: Arc<CqEvents>,
+}
+
+/// Where a CQ is created: HCA, completion vector, UAR page.
+pub(crate) struct CqPlace<'a> {
+    pub(crate) soft: &'a Arc<SoftHca>,
+    pub(crate) hca: u16,
+    pub(crate) comp_vector: u32,
+    pub(crate) uar_addr: u64,
+}
+
 impl Ucq {
     /// A CQ of `cqe_cnt` entries (a power of two, already validated)
     /// reporting completion events to `channel`.
     pub(crate) fn new(
-        cqn: u32,
+        place: &CqPlace<'_>,
         cqe_cnt: u32,
         user_handle: u64,
         channel: Option<Arc<EventQueue>>,
         async_queue: Arc<EventQueue>,
     ) -> Result<Self> {
-        let bytes = (cqe_cnt as usize).checked_mul(CQE_SIZE).ok_or(EINVAL)?;
-        let buf = PageBuf::new(bytes)?;
-        let dbr = PageBuf::new(0)?;
+        let n = cqe_cnt as usize;
+        let bytes = n.checked_mul(CQE_SIZE).ok_or(EINVAL)?;
+        let log_size = u8::try_from(cqe_cnt.trailing_zeros())?;
+        let buf = Arc::new(PageBuf::new(bytes)?, GFP_KERNEL)?;
+        let dbr = Arc::new(PageBuf::new(0)?, GFP_KERNEL)?;
+        let ring = DmaBuf::shared(buf.clone());
+        // The HCA owns every CQE until it writes it: op_own 0xf0.
+        ring.fill_strided(OP_OWN_OFFSET, CQE_SIZE, n, CQE_INIT_OP_OWN)?;
         let comp_slot = EventSlot::new(user_handle)?;
         let async_slot = EventSlot::new(user_handle)?;
         if let Some(ch) = &channel {
@@ -111,54 +236,72 @@ impl Ucq {
             return Err(e);
         }
         // INVARIANT: both slots were attached just above.
+        let events = Arc::new(
+            CqEvents {
+                channel,
+                comp_slot,
+                async_queue,
+                async_slot,
+            },
+            GFP_KERNEL,
+        );
+        let events = events?;
+        let mem = CqMem {
+            buf: ring,
+            dbr: DmaBuf::shared(dbr.clone()),
+            uar_addr: place.uar_addr,
+        };
+        let sink: Arc<dyn EventSink> = events.clone();
+        let cq = match Cq::new_on(
+            place.soft,
+            place.hca,
+            log_size,
+            mem,
+            place.comp_vector,
+            sink,
+        ) {
+            Ok(cq) => cq,
+            Err(e) => {
+                events.detach();
+                return Err(e);
+            }
+        };
         Ok(Self {
-            cqn,
+            cq,
             cqe_cnt,
             buf,
             dbr,
-            channel,
-            comp_slot,
-            async_queue,
-            async_slot,
+            events,
         })
     }
 
-    /// A completion event: called by the completion dispatch (BH context)
-    /// for an armed CQ that got a CQE. Never sleeps or allocates.
-    #[expect(
-        dead_code,
-        reason = "the completion handler of the verbs layer's CQ (issue 5)"
-    )]
-    pub(crate) fn comp_event(&self) {
-        if let Some(ch) = &self.channel {
-            ch.post(&self.comp_slot, 0);
-        }
-    }
-
-    /// An async event (`EVENT_CQ_ERR`); any context.
-    #[expect(dead_code, reason = "raised by the verbs layer's CQ (issue 5)")]
-    pub(crate) fn async_event(&self, event_type: u32) {
-        self.async_queue.post(&self.async_slot, event_type);
+    /// The CQ number.
+    pub(crate) fn cqn(&self) -> u32 {
+        self.cq.cqn
     }
 
     /// Completion events the process has read.
     pub(crate) fn comp_events_reported(&self) -> u32 {
-        self.comp_slot.reported()
+        self.events.comp_slot.reported()
     }
 
     /// Async events the process has read.
     pub(crate) fn async_events_reported(&self) -> u32 {
-        self.async_slot.reported()
+        self.events.async_slot.reported()
     }
 }
 
 impl Drop for Ucq {
     fn drop(&mut self) {
-        // Destroying a CQ removes its unread events.
-        if let Some(ch) = &self.channel {
-            ch.detach(&self.comp_slot);
+        if let Err(e) = self.cq.destroy() {
+            // The HCA may still write the ring: keep the CQ (and with it
+            // the pages) forever, and its slots attached.
+            pr_warn!("uverbs: CQ {:#x} not destroyed: {:?}\n", self.cq.cqn, e);
+            core::mem::forget(self.cq.clone());
+            core::mem::forget(self.events.clone());
+            return;
         }
-        self.async_queue.detach(&self.async_slot);
+        self.events.detach();
     }
 }
 
@@ -248,7 +391,7 @@ pub(crate) fn qp_geometry(req: &CreateQp, limits: &Limits) -> Result<QpGeometry>
         buf_bytes: buf_bytes as usize,
         max_send_wr: sq_wqe_cnt / wqebbs_per_wqe,
         max_recv_wr: rq_wqe_cnt,
-        max_send_sge: (wqebbs_per_wqe * WQEBB_SIZE as u32 - 48) / 16,
+        max_send_sge: ((wqebbs_per_wqe * WQEBB_SIZE as u32 - 48) / 16).min(limits.max_sge),
         max_recv_sge: rq_stride / 16,
         max_inline_data: req.max_inline_data,
     })
@@ -265,15 +408,56 @@ pub(crate) fn bfreg_of(qp_handle: u32) -> Result<(u8, u32, u32)> {
     ))
 }
 
-/// An RC QP: queue buffer (RQ then SQ) and doorbell-record page in kernel
-/// memory the process maps.
+/// Where a QP's async events go: the context's async file.
 ///
 /// # Invariants
 ///
-/// `async_slot` is attached to `async_queue` until drop.
+/// `async_slot` is attached to `async_queue` until [`QpEvents::detach`].
+struct QpEvents {
+    async_queue: Arc<EventQueue>,
+    async_slot: Arc<EventSlot>,
+}
+
+impl QpEvents {
+    fn detach(&self) {
+        self.async_queue.detach(&self.async_slot);
+    }
+}
+
+impl EventSink for QpEvents {
+    fn comp_event(&self) {}
+
+    fn async_event(&self, event_type: u8) {
+        let ty = match EventType::try_from(event_type) {
+            Ok(EventType::WqCatasError) => EVENT_QP_FATAL,
+            Ok(EventType::WqInvalReqError) => EVENT_QP_REQ_ERR,
+            Ok(EventType::WqAccessError) => EVENT_QP_ACCESS_ERR,
+            Ok(EventType::CommEst) => EVENT_COMM_EST,
+            Ok(EventType::SqDrained) => EVENT_SQ_DRAINED,
+            Ok(EventType::SrqLastWqe) => EVENT_QP_LAST_WQE_REACHED,
+            _ => return,
+        };
+        self.async_queue.post(&self.async_slot, ty);
+    }
+}
+
+/// What a QP is created on: PD, CQs, UAR page.
+pub(crate) struct QpPlace<'a> {
+    pub(crate) pd: &'a Upd,
+    pub(crate) send_cq: &'a Ucq,
+    pub(crate) recv_cq: &'a Ucq,
+    pub(crate) uar_addr: u64,
+}
+
+/// An RC QP: queue buffer (RQ then SQ) and doorbell-record page in kernel
+/// memory the process maps, and the HCA's QP on them.
+///
+/// # Invariants
+///
+/// `events`' slot stays attached until drop has destroyed `qp`.
 pub(crate) struct Uqp {
-    /// The QP number.
-    pub(crate) qpn: u32,
+    /// The HCA's QP.
+    pub(crate) qp: Arc<UserQp>,
     /// Handles of the PD and CQs (held while the QP lives).
     pub(crate) pd_handle: u32,
     pub(crate) send_cq_handle: u32,
@@ -283,18 +467,17 @@ pub(crate) struct Uqp {
     /// BlueFlame register index in the context's UAR page.
     pub(crate) bfreg: u8,
     /// Queue buffer.
-    pub(crate) buf: PageBuf,
+    pub(crate) buf: Arc<PageBuf>,
     /// The page holding the doorbell record at byte 0.
-    pub(crate) dbr: PageBuf,
-    async_queue: Arc<EventQueue>,
-    async_slot: Arc<EventSlot>,
+    pub(crate) dbr: Arc<PageBuf>,
+    events: Arc<QpEvents>,
 }
 
 impl Uqp {
     /// A QP with geometry `geom` (computed by [`qp_geometry`]).
     #[expect(clippy::too_many_arguments)]
     pub(crate) fn new(
-        qpn: u32,
+        place: &QpPlace<'_>,
         user_handle: u64,
         pd_handle: u32,
         send_cq_handle: u32,
@@ -303,13 +486,47 @@ impl Uqp {
         bfreg: u8,
         async_queue: Arc<EventQueue>,
     ) -> Result<Self> {
-        let buf = PageBuf::new(geom.buf_bytes)?;
-        let dbr = PageBuf::new(0)?;
+        let buf = Arc::new(PageBuf::new(geom.buf_bytes)?, GFP_KERNEL)?;
+        let dbr = Arc::new(PageBuf::new(0)?, GFP_KERNEL)?;
         let async_slot = EventSlot::new(user_handle)?;
         async_queue.attach()?;
         // INVARIANT: attached just above.
+        let events = Arc::new(
+            QpEvents {
+                async_queue,
+                async_slot,
+            },
+            GFP_KERNEL,
+        );
+        let events = events?;
+        let mem = crate::ib::uqp::UserQpMem {
+            buf: DmaBuf::shared(buf.clone()),
+            dbr: DmaBuf::shared(dbr.clone()),
+            uar_addr: place.uar_addr,
+            bfreg,
+            sq_wqebbs: geom.sq_wqe_cnt,
+            sq_offset: u64::from(geom.sq_buf_offset),
+            rq_wqes: geom.rq_wqe_cnt,
+            rq_stride: 1u32 << geom.rq_wqe_shift,
+            max_send_sge: geom.max_send_sge,
+            max_inline_data: geom.max_inline_data,
+        };
+        let sink: Arc<dyn EventSink> = events.clone();
+        let qp = match UserQp::new(
+            &place.pd.pd,
+            &place.send_cq.cq,
+            &place.recv_cq.cq,
+            mem,
+            sink,
+        ) {
+            Ok(qp) => qp,
+            Err(e) => {
+                events.detach();
+                return Err(e);
+            }
+        };
         Ok(Self {
-            qpn,
+            qp,
             pd_handle,
             send_cq_handle,
             recv_cq_handle,
@@ -317,25 +534,29 @@ impl Uqp {
             bfreg,
             buf,
             dbr,
-            async_queue,
-            async_slot,
+            events,
         })
     }
 
-    /// An async event (`EVENT_QP_*`); any context.
-    #[expect(dead_code, reason = "raised by the verbs layer's QP (issue 5)")]
-    pub(crate) fn async_event(&self, event_type: u32) {
-        self.async_queue.post(&self.async_slot, event_type);
+    /// The QP number.
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qp.qpn
     }
 
     /// Async events the process has read.
     pub(crate) fn async_events_reported(&self) -> u32 {
-        self.async_slot.reported()
+        self.events.async_slot.reported()
     }
 }
 
 impl Drop for Uqp {
     fn drop(&mut self) {
-        self.async_queue.detach(&self.async_slot);
+        if let Err(e) = self.qp.destroy() {
+            pr_warn!("uverbs: QP {:#x} not destroyed: {:?}\n", self.qp.qpn, e);
+            core::mem::forget(self.qp.clone());
+            core::mem::forget(self.events.clone());
+            return;
+        }
+        self.events.detach();
     }
 }

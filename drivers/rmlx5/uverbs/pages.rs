@@ -27,6 +27,8 @@ use kernel::{
     prelude::*,
 };
 
+use crate::hca::dma::DmaBacking;
+
 // Kernel structs are passed as `c_void` pointers: their bindgen types are
 // not FFI-safe by the compiler's standard (empty arrays inside).
 extern "C" {
@@ -129,9 +131,24 @@ impl PageBuf {
 
     /// The kernel virtual address of the first byte: the address the HCA
     /// is given for this memory.
-    #[expect(dead_code, reason = "handed to the verbs layer's CQ and QP (issue 5)")]
     pub(crate) fn kaddr(&self) -> u64 {
         self.vmap.addr.as_ptr() as u64
+    }
+
+    /// Copies bytes at `off` out, as a device would: volatile loads racing
+    /// with the process's stores (a BlueFlame copy on the UAR page).
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
+        match off.checked_add(out.len()) {
+            Some(end) if end <= self.len() => {}
+            _ => return Err(EINVAL),
+        }
+        let p = self.vmap.addr.as_ptr().cast::<u8>().wrapping_add(off);
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: `off + i < self.len()` (checked above): inside the
+            // vmap, which lives as long as `self`.
+            *b = unsafe { p.add(i).read_volatile() };
+        }
+        Ok(())
     }
 
     /// Reads a native-endian `u32` at byte `off` (a doorbell record word),
@@ -157,6 +174,19 @@ impl PageBuf {
             addr = addr.checked_add(PAGE_SIZE).ok_or(EINVAL)?;
         }
         Ok(())
+    }
+}
+
+// SAFETY: the vmap of `len()` bytes at `kaddr()` lives, unchanged, as long
+// as the `PageBuf`; it is page aligned; the pages are only accessed with
+// volatile copies (by the model) and by the process through its mapping.
+unsafe impl DmaBacking for PageBuf {
+    fn kaddr(&self) -> u64 {
+        PageBuf::kaddr(self)
+    }
+
+    fn len(&self) -> usize {
+        PageBuf::len(self)
     }
 }
 
@@ -295,13 +325,11 @@ impl PinnedPages {
 
     /// The kernel address of the region's first byte (the HCA's "DMA
     /// address" of the region).
-    #[expect(dead_code, reason = "handed to the verbs layer's MR (issue 5)")]
     pub(crate) fn kaddr(&self) -> u64 {
         (self.vmap.addr.as_ptr() as u64).wrapping_add(self.offset as u64)
     }
 
     /// Length of the region in bytes.
-    #[expect(dead_code, reason = "handed to the verbs layer's MR (issue 5)")]
     pub(crate) fn length(&self) -> u64 {
         self.length
     }

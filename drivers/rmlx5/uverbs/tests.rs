@@ -9,7 +9,7 @@ use kernel::{
 };
 
 use super::{
-    cmd::LIMITS,
+    cmd::default_limits,
     event::{
         EventQueue,
         EventSlot,
@@ -19,6 +19,7 @@ use super::{
     pages::PageBuf,
     table::Table,
 };
+use crate::hca_model::caps::Caps;
 use crate::rmlx5_abi::uapi::{
     AsyncEvent,
     CmdHdr,
@@ -126,6 +127,7 @@ mod uverbs_kunit {
 
     #[test]
     fn qp_geometry_rounds_and_bounds() -> Result {
+        let limits = default_limits();
         let mut req = CreateQp {
             hdr: CmdHdr {
                 size: CreateQp::SIZE as u32,
@@ -138,21 +140,24 @@ mod uverbs_kunit {
             max_recv_sge: 1,
             ..CreateQp::default()
         };
-        let g = qp_geometry(&req, &LIMITS)?;
+        let g = qp_geometry(&req, &limits)?;
         assert_eq!(g.sq_wqe_cnt, 128);
         assert_eq!(g.rq_wqe_cnt, 128);
         assert_eq!(g.rq_wqe_shift, 4);
         assert_eq!(g.sq_buf_offset, 128 * 16);
         assert_eq!(g.buf_bytes, 128 * 16 + 128 * 64);
         assert!(g.max_send_wr >= 100);
-        req.max_send_sge = LIMITS.max_sge;
-        req.max_inline_data = LIMITS.max_inline_data;
-        req.max_send_wr = LIMITS.max_qp_wr;
-        req.max_recv_wr = LIMITS.max_qp_wr;
-        req.max_recv_sge = LIMITS.max_sge;
-        let g = qp_geometry(&req, &LIMITS)?;
+        req.max_send_sge = limits.max_sge;
+        req.max_inline_data = limits.max_inline_data;
+        req.max_send_wr = limits.max_qp_wr;
+        req.max_recv_wr = limits.max_qp_wr;
+        req.max_recv_sge = limits.max_sge;
+        let g = qp_geometry(&req, &limits)?;
         assert!(g.sq_wqe_cnt.is_power_of_two());
-        assert!(g.max_send_sge >= LIMITS.max_sge);
+        assert!(g.max_send_sge >= limits.max_sge);
+        // Within the limits is within what the HCA accepts.
+        assert!(g.sq_wqe_cnt <= 1 << Caps::DEFAULT.max_log_sq_wqebbs);
+        assert!(g.rq_wqe_cnt <= 1 << Caps::DEFAULT.max_log_rq_wqes);
         Ok(())
     }
 

@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RC queue pairs of user space: the model QP over the queue buffer and
+//! doorbell-record page a process maps, rung through the process's UAR
+//! page. Unlike [`super::qp::Qp`] the kernel never builds WQEs here: the
+//! provider writes them, rings the doorbell in its mapping and then kicks
+//! (`KICK` ioctl), which arrives at [`UserQp::send_doorbell`] or
+//! [`UserQp::recv_doorbell`].
+//!
+//! Async events of the QP go to its [`EventSink`] (the context's async
+//! file). The dispatcher delivers them with the QP's `busy` flag set under
+//! the fabric lock, and [`UserQp::destroy`] takes the QP out of the lookup
+//! table under that lock and then waits for `busy` to clear, the rule CQs
+//! follow: once destroy returns, the sink is never called again.
+//!
+//! Lock order: only the fabric lock (`SoftHca::state`) is taken here.
+
+use core::sync::atomic::{
+    AtomicBool,
+    Ordering, //
+};
+use kernel::{
+    prelude::*,
+    sync::Arc,
+    time::{
+        delay::fsleep,
+        Delta, //
+    },
+};
+
+use super::{
+    cq::{
+        Cq,
+        EventSink, //
+    },
+    model_err,
+    mr::Pd,
+};
+use crate::hca::{
+    dma::DmaBuf,
+    SoftHca, //
+};
+use crate::hca_model::{
+    doorbell::SendDoorbell,
+    qp::{
+        QpAttr,
+        QpInfo,
+        QpState,
+        QPN_BASE, //
+    },
+    qp_modify::QpModify,
+};
+use crate::mlx5_prm::doorbell::QP_DBR_SIZE;
+
+/// The memory and geometry of a user QP.
+pub(crate) struct UserQpMem {
+    /// The queue buffer: RQ at offset 0, SQ at `sq_offset`.
+    pub(crate) buf: DmaBuf,
+    /// The doorbell record at byte 0 (zeroed).
+    pub(crate) dbr: DmaBuf,
+    /// DMA address of the process's UAR page (registered by its owner).
+    pub(crate) uar_addr: u64,
+    /// BlueFlame register index in that page.
+    pub(crate) bfreg: u8,
+    /// SQ size in WQEBBs and its offset in `buf`.
+    pub(crate) sq_wqebbs: u32,
+    pub(crate) sq_offset: u64,
+    /// RQ size in WQEs and its stride in bytes.
+    pub(crate) rq_wqes: u32,
+    pub(crate) rq_stride: u32,
+    /// Largest gather list and inline payload of a send WQE.
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_inline_data: u32,
+}
+
+/// A user-space RC QP in the model.
+///
+/// # Invariants
+///
+/// `buf` and `dbr` are in the DMA registry from creation until `destroy`
+/// succeeds; `qpn >= QPN_BASE`. `busy` is set only by the dispatcher under
+/// the fabric lock while the QP is in its HCA's user-QP table.
+pub(crate) struct UserQp {
+    soft: Arc<SoftHca>,
+    hca: u16,
+    /// The QP number.
+    pub(crate) qpn: u32,
+    buf: DmaBuf,
+    dbr: DmaBuf,
+    sink: Arc<dyn EventSink>,
+    busy: AtomicBool,
+    destroyed: AtomicBool,
+}
+
+impl UserQp {
+    /// Creates an RC QP in RESET on `pd` with CQs `send_cq` and `recv_cq`
+    /// over the memory in `mem`.
+    pub(crate) fn new(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        mem: UserQpMem,
+        sink: Arc<dyn EventSink>,
+    ) -> Result<Arc<Self>> {
+        let soft = &pd.soft;
+        let sq_bytes = u64::from(mem.sq_wqebbs) * 64;
+        let rq_bytes = u64::from(mem.rq_wqes) * u64::from(mem.rq_stride);
+        let end = mem.sq_offset.checked_add(sq_bytes).ok_or(EINVAL)?;
+        if end > mem.buf.len() as u64 || rq_bytes > mem.sq_offset || mem.dbr.len() < QP_DBR_SIZE {
+            return Err(EINVAL);
+        }
+        let attr = QpAttr {
+            pdn: pd.pdn,
+            send_cqn: send_cq.cqn,
+            recv_cqn: recv_cq.cqn,
+            sq_wqebbs: mem.sq_wqebbs,
+            sq_buf_addr: mem.buf.addr() + mem.sq_offset,
+            rq_wqes: mem.rq_wqes,
+            rq_stride: mem.rq_stride,
+            rq_buf_addr: mem.buf.addr(),
+            dbr_addr: mem.dbr.addr(),
+            uar_addr: mem.uar_addr,
+            bfreg: mem.bfreg,
+            max_send_sge: mem.max_send_sge,
+            max_inline_data: mem.max_inline_data,
+        };
+        let UserQpMem { buf, dbr, .. } = mem;
+        let addrs = [buf.addr(), dbr.addr()];
+        let qpn = {
+            let mut st = soft.state.lock();
+            let r = st.dma.add_buf(&buf).and_then(|()| st.dma.add_buf(&dbr));
+            let r = r.and_then(|()| {
+                let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
+                m.create_qp(&attr).map_err(model_err)
+            });
+            match r {
+                Ok(qpn) => qpn,
+                Err(e) => {
+                    for a in addrs {
+                        st.dma.remove(a);
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        let r = Arc::new(
+            Self {
+                soft: soft.clone(),
+                hca: pd.hca,
+                qpn,
+                buf,
+                dbr,
+                sink,
+                busy: AtomicBool::new(false),
+                destroyed: AtomicBool::new(false),
+            },
+            GFP_KERNEL,
+        );
+        let mut st = soft.state.lock();
+        match r {
+            Ok(qp) => {
+                let slot = (qpn - QPN_BASE) as usize;
+                if let Some(t) = st.hcas.get_mut(usize::from(pd.hca)) {
+                    if let Some(s) = t.uqps.get_mut(slot) {
+                        *s = Some(qp.clone());
+                    }
+                }
+                Ok(qp)
+            }
+            Err(e) => {
+                if let Some(m) = st.fabric.hca(pd.hca) {
+                    let _ = m.destroy_qp(qpn);
+                }
+                for a in addrs {
+                    st.dma.remove(a);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    pub(crate) fn set_busy(&self, busy: bool) {
+        self.busy.store(busy, Ordering::Release);
+    }
+
+    /// Index of the HCA.
+    pub(crate) fn hca(&self) -> usize {
+        usize::from(self.hca)
+    }
+
+    /// Delivers an async event (BH context, from the dispatcher).
+    pub(crate) fn call_async(&self, event_type: u8) {
+        if !self.destroyed.load(Ordering::Acquire) {
+            self.sink.async_event(event_type);
+        }
+    }
+
+    /// Modifies the QP in the model (IB modify-QP semantics). Moving to
+    /// RESET zeroes the doorbell record, as the kernel does for mlx5;
+    /// moving to ERR has the engine write the flush CQEs.
+    pub(crate) fn modify(&self, m: &QpModify) -> Result {
+        {
+            let mut st = self.soft.state.lock();
+            let model = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+            model.modify_qp(self.qpn, m).map_err(model_err)?;
+            if m.mask
+                .contains(crate::hca_model::qp_modify::AttrMask::STATE)
+                && m.state == QpState::Reset
+            {
+                self.dbr.write(0, &[0u8; QP_DBR_SIZE])?;
+            }
+        }
+        self.soft.run_engine();
+        Ok(())
+    }
+
+    /// The QP's state and attributes from the model.
+    pub(crate) fn query(&self) -> Result<QpInfo> {
+        let mut st = self.soft.state.lock();
+        let model = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        model.query_qp(self.qpn).ok_or(EINVAL)
+    }
+
+    /// A send doorbell the process rang on `half` of the QP's BlueFlame
+    /// register (with `blueflame_len` bytes of WQE copied, or 0); then the
+    /// engine runs one budget (the engine work continues if more remains).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the model refused the doorbell (counted in its stats).
+    pub(crate) fn send_doorbell(&self, half: u8, blueflame_len: u32) -> Result {
+        {
+            let mut st = self.soft.state.lock();
+            let (fabric, mut p, _) = st.split();
+            let m = fabric.hca(self.hca).ok_or(ENODEV)?;
+            m.send_doorbell(
+                &mut p,
+                &SendDoorbell {
+                    qpn: self.qpn,
+                    half,
+                    blueflame_len,
+                },
+            )
+            .map_err(|_| EINVAL)?;
+        }
+        self.soft.run_engine();
+        Ok(())
+    }
+
+    /// The receive kick (new receives of a QP in ERR are flushed); then
+    /// the engine runs.
+    pub(crate) fn recv_doorbell(&self) -> Result {
+        {
+            let mut st = self.soft.state.lock();
+            let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+            m.recv_doorbell(self.qpn).map_err(|_| EINVAL)?;
+        }
+        self.soft.run_engine();
+        Ok(())
+    }
+
+    /// Destroys the QP: it leaves the model at once (no further DMA to its
+    /// pages, no CQE; unpolled work is discarded as ib_destroy_qp does) and
+    /// the event table; on success no event is delivered afterwards.
+    pub(crate) fn destroy(&self) -> Result {
+        {
+            let mut st = self.soft.state.lock();
+            let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+            m.destroy_qp(self.qpn).map_err(model_err)?;
+            for a in [self.buf.addr(), self.dbr.addr()] {
+                st.dma.remove(a);
+            }
+            if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
+                if let Some(s) = t.uqps.get_mut((self.qpn - QPN_BASE) as usize) {
+                    if s.as_ref().is_some_and(|q| core::ptr::eq(&**q, self)) {
+                        *s = None;
+                    }
+                }
+            }
+            self.destroyed.store(true, Ordering::Release);
+        }
+        while self.busy.load(Ordering::Acquire) {
+            fsleep(Delta::from_micros(100));
+        }
+        Ok(())
+    }
+}
