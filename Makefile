@@ -22,7 +22,9 @@ ifeq ($(origin KDIR), undefined)
 KDIR = $(shell bash $(TOP)/scripts/kernel.sh)
 endif
 
-.PHONY: all setup kernel module module-check ulp guest-programs check demo clean rustfmt
+FUZZ_SECONDS ?= 60
+
+.PHONY: fuzz all setup kernel module module-check ulp guest-programs check demo clean rustfmt
 
 all: module
 
@@ -82,3 +84,11 @@ demo:
 clean:
 	rm -rf $(BUILD)
 	cargo clean
+
+# Coverage-guided fuzzing of the software HCA with random WQE streams
+# (cargo-fuzz on the stable toolchain; RUSTC_BOOTSTRAP enables the
+# sanitizer flags it needs). Not part of make check: it compiles for minutes.
+fuzz:
+	@command -v cargo-fuzz >/dev/null || cargo install --locked --quiet cargo-fuzz
+	cd rust/hca-model && RUSTC_BOOTSTRAP=1 cargo fuzz run -O wqe_stream -- \
+		-max_total_time=$(FUZZ_SECONDS) -max_len=2048
