@@ -153,7 +153,11 @@ fuzz_target!(|data: &[u8]| {
                 let b4 = take(&mut input, 12);
                 let addr = buf1.wrapping_add(u64::from(u32_of(b4.get(..4).unwrap_or(&[]))) % 8192);
                 let len = u32_of(b4.get(4..8).unwrap_or(&[])) % 8192;
-                let lkey = if op & 16 != 0 { k1 } else { u32_of(b4.get(8..).unwrap_or(&[])) };
+                let lkey = if op & 16 != 0 {
+                    k1
+                } else {
+                    u32_of(b4.get(8..).unwrap_or(&[]))
+                };
                 if len > 0 {
                     w.post_recv(&mut b, u64::from(op), &[Sge { addr, len, lkey }]);
                 } else {
