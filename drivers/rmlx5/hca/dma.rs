@@ -283,3 +283,69 @@ impl Platform for SoftPlatform<'_> {
         crate::hca::irq::raise(hwirq);
     }
 }
+
+#[kunit_tests(rmlx5_dma)]
+mod tests {
+    use super::*;
+
+    /// A user-MR region (as uverbs registers the `vmap` of pinned pages):
+    /// accesses inside it reach the memory, any byte outside faults, and
+    /// after removal nothing reaches it.
+    #[test]
+    fn user_mr_region_bounds() -> Result {
+        // Module memory stands in for the vmap: the registry only sees an
+        // address range and its kind.
+        let mem = DmaBuf::new(4 * 4096, GFP_KERNEL)?;
+        let base = mem.addr();
+        // The middle two pages are the user MR.
+        let (start, len) = (base + 4096, 2 * 4096u64);
+        let mut reg = DmaRegistry::new();
+        reg.add_raw(start, len, RegionKind::UserMr)?;
+        assert_eq!(reg.count(RegionKind::UserMr), 1);
+        assert_eq!(reg.count(RegionKind::Buf), 0);
+        assert_eq!(
+            reg.add_raw(start, 0, RegionKind::UserMr).err(),
+            Some(EINVAL)
+        );
+        assert_eq!(
+            reg.add_raw(u64::MAX, 2, RegionKind::UserMr).err(),
+            Some(EINVAL)
+        );
+        let mut p = SoftPlatform {
+            dma: &reg,
+            irqs_per_hca: 1,
+        };
+        let data = [0x5au8; 16];
+        let mut back = [0u8; 16];
+        // First and last bytes inside, and the whole region.
+        p.write(start, &data).map_err(|_| EFAULT)?;
+        p.read(start, &mut back).map_err(|_| EFAULT)?;
+        assert_eq!(back, data);
+        p.write(start + len - 16, &data).map_err(|_| EFAULT)?;
+        let mut whole = KVec::from_elem(0u8, len as usize, GFP_KERNEL)?;
+        p.read(start, &mut whole).map_err(|_| EFAULT)?;
+        assert_eq!(whole.get(len as usize - 1), Some(&0x5a));
+        // Outside: before, after, straddling either end, wrapping.
+        assert!(p.read(start - 1, &mut back[..1]).is_err());
+        assert!(p.read(start + len, &mut back[..1]).is_err());
+        assert!(p.write(start - 8, &data).is_err());
+        assert!(p.write(start + len - 8, &data).is_err());
+        assert!(p.read(u64::MAX - 4, &mut back).is_err());
+        let mut too_long = KVec::from_elem(0u8, len as usize + 1, GFP_KERNEL)?;
+        assert!(p.read(start, &mut too_long).is_err());
+        // The bytes around the region were never written.
+        let mut around = [0u8; 1];
+        mem.read(4095, &mut around)?;
+        assert_eq!(around, [0]);
+        mem.read(4096 * 3, &mut around)?;
+        assert_eq!(around, [0]);
+        reg.remove(start);
+        assert_eq!(reg.count(RegionKind::UserMr), 0);
+        let p = SoftPlatform {
+            dma: &reg,
+            irqs_per_hca: 1,
+        };
+        assert!(p.dma.check(start, 1).is_err());
+        Ok(())
+    }
+}

@@ -9,7 +9,11 @@
 //! object attached, so the interrupt and BH paths never allocate and an
 //! event is never dropped for want of memory. A second event of an object
 //! whose first is still unread coalesces with it (the reader learns "this
-//! CQ has completions", which is all a completion event says).
+//! CQ has completions", which is all a completion event says). Async events
+//! coalesce per type only: the slot keeps a mask of the pending types, so a
+//! QP's `QP_ACCESS_ERR` is not swallowed by its unread `COMM_EST`; each
+//! read returns one type (lowest first) and re-queues the slot at the tail
+//! while others remain.
 //!
 //! Lock order: a queue's `inner` spinlock is innermost; nothing else is
 //! taken under it (the wake-up and SIGIO happen after it is released).
@@ -69,8 +73,9 @@ impl QueueKind {
 pub(crate) struct EventSlot {
     /// The object's user handle, returned with the event.
     element: u64,
-    /// Type of the pending async event (`EVENT_*`); unused for completions.
-    event_type: AtomicU32,
+    /// Pending async event types, bit `EVENT_*` set per type; unused for
+    /// completions. Changed only under the queue's lock.
+    pending_types: AtomicU32,
     /// The slot is linked in its queue's FIFO. Changed only under that
     /// queue's lock.
     queued: AtomicBool,
@@ -85,7 +90,7 @@ impl EventSlot {
         Ok(Arc::new(
             Self {
                 element,
-                event_type: AtomicU32::new(0),
+                pending_types: AtomicU32::new(0),
                 queued: AtomicBool::new(false),
                 reported: AtomicU32::new(0),
             },
@@ -200,11 +205,29 @@ impl EventQueue {
     }
 
     /// Posts `slot`'s event of type `event_type`: any context, never
-    /// allocates. The slot must be attached to this queue.
+    /// allocates. The slot must be attached to this queue. An async event
+    /// type at or above 32 (none exists) is ignored.
     pub(crate) fn post(&self, slot: &Arc<EventSlot>, event_type: u32) {
+        let Some(bit) = 1u32.checked_shl(event_type) else {
+            return;
+        };
         {
             let mut g = self.inner.lock();
-            if g.closed || slot.queued.load(Ordering::Relaxed) {
+            if g.closed {
+                return;
+            }
+            if slot.queued.load(Ordering::Relaxed) {
+                // Coalesce: a completion event says only "this CQ has
+                // completions"; an async event keeps its type in the mask.
+                let old = slot.pending_types.load(Ordering::Relaxed);
+                if self.kind == QueueKind::Comp || old & bit != 0 {
+                    return;
+                }
+                slot.pending_types.store(old | bit, Ordering::Relaxed);
+                drop(g);
+                self.wait.notify_all();
+                // SAFETY: `fasync` is this queue's list, see `Fasync`.
+                unsafe { super::event_file::kill_fasync(self.fasync.0.get()) };
                 return;
             }
             // The reservation made at attach time guarantees room; a
@@ -213,7 +236,7 @@ impl EventQueue {
             if g.fifo.push_within_capacity(slot.clone()).is_err() {
                 return;
             }
-            slot.event_type.store(event_type, Ordering::Relaxed);
+            slot.pending_types.store(bit, Ordering::Relaxed);
             slot.queued.store(true, Ordering::Relaxed);
         }
         self.wait.notify_all();
@@ -261,9 +284,17 @@ impl EventQueue {
         }
         let buf = out.get_mut(..size).ok_or(EINVAL)?;
         let slot = g.fifo.remove(0).map_err(|_| EINVAL)?;
-        slot.queued.store(false, Ordering::Relaxed);
         slot.reported.fetch_add(1, Ordering::Relaxed);
-        let event_type = slot.event_type.load(Ordering::Relaxed);
+        let types = slot.pending_types.load(Ordering::Relaxed);
+        let event_type = types.trailing_zeros();
+        let rest = types & !1u32.checked_shl(event_type).unwrap_or(0);
+        slot.pending_types.store(rest, Ordering::Relaxed);
+        // Other types of this object stay pending, behind the events
+        // queued meanwhile. The slot just left the FIFO, so there is room.
+        let requeued = self.kind == QueueKind::Async
+            && rest != 0
+            && g.fifo.push_within_capacity(slot.clone()).is_ok();
+        slot.queued.store(requeued, Ordering::Relaxed);
         drop(g);
         match self.kind {
             QueueKind::Comp => buf.copy_from_slice(&slot.element.to_ne_bytes()),

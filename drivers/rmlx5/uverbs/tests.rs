@@ -24,6 +24,8 @@ use crate::rmlx5_abi::uapi::{
     AsyncEvent,
     CmdHdr,
     CreateQp,
+    EVENT_COMM_EST,
+    EVENT_QP_ACCESS_ERR,
     EVENT_QP_FATAL,
     QPT_RC, //
 };
@@ -122,6 +124,41 @@ mod uverbs_kunit {
         for s in slots.iter() {
             q.detach(s);
         }
+        Ok(())
+    }
+
+    #[test]
+    fn async_events_coalesce_per_type_only() -> Result {
+        let q = EventQueue::new(QueueKind::Async)?;
+        q.attach()?;
+        q.attach()?;
+        let qp = EventSlot::new(0xb0)?;
+        let other = EventSlot::new(0xc0)?;
+        // COMM_EST unread, then the QP's access error, then COMM_EST again.
+        q.post(&qp, EVENT_COMM_EST);
+        q.post(&other, EVENT_QP_FATAL);
+        q.post(&qp, EVENT_QP_ACCESS_ERR);
+        q.post(&qp, EVENT_COMM_EST);
+        assert_eq!(q.pending(), 2);
+        let mut out = [0u8; 16];
+        let mut next = || -> Result<(u64, u32)> {
+            q.pop(&mut out, true)?;
+            let ev = AsyncEvent::read(&out).ok_or(EINVAL)?;
+            Ok((ev.element, ev.event_type))
+        };
+        // One type per read, lowest first; the rest waits behind the
+        // events queued meanwhile.
+        assert_eq!(next()?, (0xb0, EVENT_QP_ACCESS_ERR));
+        assert_eq!(next()?, (0xc0, EVENT_QP_FATAL));
+        assert_eq!(next()?, (0xb0, EVENT_COMM_EST));
+        assert_eq!(next().err(), Some(EAGAIN));
+        assert_eq!(qp.reported(), 2);
+        // Detaching with types pending removes all of them.
+        q.post(&qp, EVENT_COMM_EST);
+        q.post(&qp, EVENT_QP_ACCESS_ERR);
+        q.detach(&qp);
+        assert_eq!(q.pending(), 0);
+        q.detach(&other);
         Ok(())
     }
 
