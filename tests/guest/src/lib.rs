@@ -27,8 +27,14 @@ pub fn run_all(tests: &[Test]) -> i32 {
     let filter = std::env::args().nth(1).unwrap_or_default();
     let mut failed = 0;
     for t in tests.iter().filter(|t| t.name.contains(filter.as_str())) {
-        let outcome = panic::catch_unwind(AssertUnwindSafe(t.run))
-            .unwrap_or_else(|_| Err("test panicked".to_string()));
+        let outcome = panic::catch_unwind(AssertUnwindSafe(t.run)).unwrap_or_else(|payload| {
+            let why = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            Err(format!("test panicked: {}", why.replace('\n', " | ")))
+        });
         match outcome {
             Ok(()) => println!("rmlx5-test: PASS {}", t.name),
             Err(why) => {

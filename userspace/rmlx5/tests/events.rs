@@ -12,19 +12,8 @@ use std::time::Duration;
 use common::*;
 use rmlx5::{ConnectOpts, Error, QpInit, RecvWr, SendFlags, SendOp, SendWr};
 
-fn readable(fd: i32) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n == 1 && pfd.revents & libc::POLLIN != 0
-}
-
-#[test]
-fn arm_event_ack_rearm_poll() {
+#[cfg_attr(test, test)]
+pub(crate) fn arm_event_ack_rearm_poll() {
     let p = pair_with(&QpInit::default(), &ConnectOpts::default(), false, true);
     let ch = p.b.channel.as_ref().unwrap();
     ch.set_nonblocking(true).unwrap();
@@ -37,7 +26,7 @@ fn arm_event_ack_rearm_poll() {
         p.a.qp
             .post_send(&[SendWr::inline(round, SendOp::Send, b"event")])
             .unwrap();
-        assert!(readable(ch.fd().as_raw_fd()));
+        assert!(readable_within(ch.fd().as_raw_fd(), WAIT));
         let cq = ch.get_cq_event().unwrap();
         assert!(cq.same(&p.b.cq));
         assert_eq!(cq.unacked_events(), 1);
@@ -49,7 +38,7 @@ fn arm_event_ack_rearm_poll() {
         assert_empty(&p.b.cq);
         // The re-arm came before the poll, while the CQE was still
         // there: it fires at once (nothing is lost between poll and arm).
-        assert!(readable(ch.fd().as_raw_fd()));
+        assert!(readable_within(ch.fd().as_raw_fd(), WAIT));
         ch.get_cq_event().unwrap().ack_events(1);
         assert_empty(&p.b.cq);
         poll_n(&p.a.cq, 1);
@@ -57,8 +46,8 @@ fn arm_event_ack_rearm_poll() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn armed_cq_with_a_pending_cqe_fires_at_once() {
+#[cfg_attr(test, test)]
+pub(crate) fn armed_cq_with_a_pending_cqe_fires_at_once() {
     let p = pair_with(&QpInit::default(), &ConnectOpts::default(), false, true);
     let ch = p.a.channel.as_ref().unwrap();
     p.a.qp
@@ -74,8 +63,8 @@ fn armed_cq_with_a_pending_cqe_fires_at_once() {
     poll_n(&p.a.cq, 1);
 }
 
-#[test]
-fn solicited_only() {
+#[cfg_attr(test, test)]
+pub(crate) fn solicited_only() {
     let p = pair_with(&QpInit::default(), &ConnectOpts::default(), false, true);
     let ch = p.b.channel.as_ref().unwrap();
     ch.set_nonblocking(true).unwrap();
@@ -87,19 +76,26 @@ fn solicited_only() {
     p.a.qp
         .post_send(&[SendWr::inline(1, SendOp::Send, b"plain")])
         .unwrap();
+    // Acknowledged, so the receiver has its CQE: and no event.
+    poll_n(&p.a.cq, 1);
+    assert!(!readable_within(
+        ch.fd().as_raw_fd(),
+        Duration::from_millis(100)
+    ));
     assert_eq!(ch.get_cq_event().unwrap_err(), Error::WouldBlock);
     p.a.qp
         .post_send(&[SendWr::inline(2, SendOp::Send, b"sol")
             .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED)])
         .unwrap();
+    assert!(readable_within(ch.fd().as_raw_fd(), WAIT));
     let cq = ch.get_cq_event().unwrap();
     cq.ack_events(1);
     assert_eq!(poll_n(&p.b.cq, 2).len(), 2);
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn stale_arm_sequence_is_ignored_until_the_event_is_read() {
+#[cfg_attr(test, test)]
+pub(crate) fn stale_arm_sequence_is_ignored_until_the_event_is_read() {
     // The provider bumps arm_sn when it reads an event; arming twice
     // without reading keeps the same sn and stays valid.
     let p = pair_with(&QpInit::default(), &ConnectOpts::default(), false, true);
@@ -120,9 +116,9 @@ fn stale_arm_sequence_is_ignored_until_the_event_is_read() {
     }
 }
 
-#[test]
-fn destroy_waits_for_acks_then_fails_clearly() {
-    let fabric = rmlx5::SoftFabric::with_manual_clock(2).unwrap();
+#[cfg_attr(test, test)]
+pub(crate) fn destroy_waits_for_acks_then_fails_clearly() {
+    let fabric = Fabric::new(true);
     let a = side(&fabric, 0, &QpInit::default(), true);
     let b = side(&fabric, 1, &QpInit::default(), false);
     a.qp.connect(&b.qp.endpoint(), &ConnectOpts::default())
@@ -167,8 +163,8 @@ fn destroy_waits_for_acks_then_fails_clearly() {
     t.join().unwrap();
 }
 
-#[test]
-fn destroying_a_cq_takes_back_its_unread_events() {
+#[cfg_attr(test, test)]
+pub(crate) fn destroying_a_cq_takes_back_its_unread_events() {
     let p = pair_with(&QpInit::default(), &ConnectOpts::default(), false, true);
     let ch = p.a.channel.clone().unwrap();
     ch.set_nonblocking(true).unwrap();
@@ -183,14 +179,16 @@ fn destroying_a_cq_takes_back_its_unread_events() {
         &[],
     )])
     .unwrap();
+    // The event is queued on the channel...
+    assert!(readable_within(ch.fd().as_raw_fd(), WAIT));
     drop(qp2);
-    // The event is never read: destroy does not wait for it.
+    // ... but never read: destroy does not wait for it.
     cq2.destroy_timeout(Duration::from_millis(10)).unwrap();
     assert_eq!(ch.get_cq_event().unwrap_err(), Error::WouldBlock);
 }
 
-#[test]
-fn async_events_report_qp_errors() {
+#[cfg_attr(test, test)]
+pub(crate) fn async_events_report_qp_errors() {
     let p = pair();
     let sge = [p.a.mr.sge(0, 8).unwrap()];
     let fd = p.a.ctx.async_fd().unwrap();

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use common::*;
 use rmlx5::{ConnectOpts, QpInit, RecvWr, SendOp, SendWr, Wc};
 
-#[test]
-fn threads_with_their_own_qps() {
-    let fabric = rmlx5::SoftFabric::new(2).unwrap();
+#[cfg_attr(test, test)]
+pub(crate) fn threads_with_their_own_qps() {
+    let fabric = Fabric::new(false);
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let f = fabric.clone();
@@ -42,8 +42,8 @@ fn threads_with_their_own_qps() {
     assert_eq!(fabric.doorbell_errors(0), 0);
 }
 
-#[test]
-fn one_qp_many_posters_one_poller() {
+#[cfg_attr(test, test)]
+pub(crate) fn one_qp_many_posters_one_poller() {
     let init = QpInit {
         max_send_wr: 256,
         ..QpInit::default()

@@ -15,8 +15,8 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn send_and_send_imm_across_devices() {
+#[cfg_attr(test, test)]
+pub(crate) fn send_and_send_imm_across_devices() {
     for blueflame in [true, false] {
         let init = QpInit {
             blueflame,
@@ -57,8 +57,8 @@ fn send_and_send_imm_across_devices() {
     }
 }
 
-#[test]
-fn one_device_and_loopback() {
+#[cfg_attr(test, test)]
+pub(crate) fn one_device_and_loopback() {
     let p = pair_with(&QpInit::default(), &ConnectOpts::default(), true, false);
     let data = pattern(64, 1);
     p.a.mr.write(0, &data).unwrap();
@@ -85,8 +85,8 @@ fn one_device_and_loopback() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn write_write_imm_read_with_sg_lists() {
+#[cfg_attr(test, test)]
+pub(crate) fn write_write_imm_read_with_sg_lists() {
     let p = pair();
     let data = pattern(3000, 3);
     p.a.mr.write(0, &data).unwrap();
@@ -148,8 +148,8 @@ fn write_write_imm_read_with_sg_lists() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn atomics_plain_and_masked() {
+#[cfg_attr(test, test)]
+pub(crate) fn atomics_plain_and_masked() {
     let p = pair();
     let target = p.b.mr.remote(64).unwrap();
     p.b.mr.write_u64(64, 100).unwrap();
@@ -205,8 +205,8 @@ fn atomics_plain_and_masked() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn wrap_around_with_inline_and_blueflame() {
+#[cfg_attr(test, test)]
+pub(crate) fn wrap_around_with_inline_and_blueflame() {
     let init = QpInit {
         max_send_wr: 4,
         max_recv_wr: 4,
@@ -243,8 +243,8 @@ fn wrap_around_with_inline_and_blueflame() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn selective_signaling() {
+#[cfg_attr(test, test)]
+pub(crate) fn selective_signaling() {
     let init = QpInit {
         max_send_wr: 16,
         ..QpInit::default()
@@ -286,8 +286,8 @@ fn selective_signaling() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn fence_and_solicited_flags_reach_the_peer() {
+#[cfg_attr(test, test)]
+pub(crate) fn fence_and_solicited_flags_reach_the_peer() {
     let p = pair();
     let rs = [p.b.mr.sge(0, 64).unwrap()];
     p.b.qp
@@ -308,8 +308,8 @@ fn fence_and_solicited_flags_reach_the_peer() {
     assert!(r[1].flags.contains(WcFlags::SOLICITED));
 }
 
-#[test]
-fn bad_wr_partial_failure() {
+#[cfg_attr(test, test)]
+pub(crate) fn bad_wr_partial_failure() {
     let init = QpInit {
         max_send_wr: 8,
         max_send_sge: 2,
@@ -378,8 +378,8 @@ fn bad_wr_partial_failure() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn error_completions_and_flushes() {
+#[cfg_attr(test, test)]
+pub(crate) fn error_completions_and_flushes() {
     let p = pair();
     let sge = [p.a.mr.sge(0, 8).unwrap()];
     let bad = rmlx5::RemoteAddr {
@@ -434,8 +434,8 @@ fn error_completions_and_flushes() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn to_error_flushes_receives_and_reset_reuses_the_qp() {
+#[cfg_attr(test, test)]
+pub(crate) fn to_error_flushes_receives_and_reset_reuses_the_qp() {
     let p = pair();
     let sge = [p.b.mr.sge(0, 64).unwrap()];
     p.b.qp
@@ -464,8 +464,8 @@ fn to_error_flushes_receives_and_reset_reuses_the_qp() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn rnr_retries_follow_the_clock() {
+#[cfg_attr(test, test)]
+pub(crate) fn rnr_retries_follow_the_clock() {
     // rnr_retry 7: waits until a receive is posted.
     let p = pair();
     p.a.qp
@@ -497,8 +497,8 @@ fn rnr_retries_follow_the_clock() {
     no_doorbell_errors(&p);
 }
 
-#[test]
-fn device_and_port_queries() {
+#[cfg_attr(test, test)]
+pub(crate) fn device_and_port_queries() {
     let p = pair();
     let d = p.a.ctx.query_device().unwrap();
     assert_eq!(d.vendor_id, 0x02c9);
@@ -513,8 +513,8 @@ fn device_and_port_queries() {
     assert_eq!(p.a.qp.state().unwrap(), rmlx5::QpState::Rts);
 }
 
-#[test]
-fn cq_destroy_rules() {
+#[cfg_attr(test, test)]
+pub(crate) fn cq_destroy_rules() {
     let p = pair();
     let extra = p.a.ctx.create_cq(10, None).unwrap();
     assert_eq!(extra.entries(), 16);

@@ -1,13 +1,118 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Shared setup for the provider's host tests: two software HCAs, a QP on
-//! each, connected.
+//! Shared setup for the provider's scenarios: two HCAs, a QP on each,
+//! connected.
+//!
+//! The same scenarios run twice: as host tests (`cargo test`, where
+//! `cfg(test)` holds) against two in-process software HCAs, and inside the
+//! test guest (tests/guest's `rmlx5-provider-tests`, which includes these
+//! files with `#[path]`) against the kernel's `rmlx5_0` and `rmlx5_1`.
+//! [`Fabric`] hides the difference.
 
 #![allow(dead_code)]
 
+use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use rmlx5::{Access, CompChannel, ConnectOpts, Context, Cq, Mr, Pd, Qp, QpInit, SoftFabric, Wc};
+use rmlx5::{
+    Access, CompChannel, ConnectOpts, Context, Cq, Device, Mr, Pd, Qp, QpInit, SoftFabric, Wc,
+};
+
+/// The HCAs a scenario runs on.
+pub(crate) enum Fabric {
+    /// Two in-process software HCAs (host tests).
+    Model(Arc<SoftFabric>),
+    /// The kernel module's devices, with each one's doorbell-error count
+    /// when the fabric was made (the guest).
+    Kernel(Vec<Device>, Vec<u64>),
+}
+
+impl Fabric {
+    /// Two HCAs; on the host with the model's clock advanced only by
+    /// [`Fabric::advance`] when `manual_clock`.
+    pub(crate) fn new(manual_clock: bool) -> Arc<Fabric> {
+        if cfg!(test) {
+            let f = if manual_clock {
+                SoftFabric::with_manual_clock(2)
+            } else {
+                SoftFabric::new(2)
+            };
+            Arc::new(Fabric::Model(f.unwrap()))
+        } else {
+            let devs = rmlx5::devices().unwrap();
+            assert!(
+                devs.len() >= 2,
+                "need rmlx5_0 and rmlx5_1, have {}",
+                devs.len()
+            );
+            let base = (0..devs.len()).map(kernel_doorbell_errors).collect();
+            Arc::new(Fabric::Kernel(devs, base))
+        }
+    }
+
+    /// The devices, in index order.
+    pub(crate) fn devices(&self) -> Vec<Device> {
+        match self {
+            Fabric::Model(f) => f.devices(),
+            Fabric::Kernel(d, _) => d.clone(),
+        }
+    }
+
+    /// Lets `ns` of HCA time pass: the model's manual clock moves; the
+    /// kernel's timers run in real time, so the guest sleeps (at most 50
+    /// ms, far beyond the RNR and ACK timeouts the scenarios use).
+    pub(crate) fn advance(&self, ns: u64) {
+        match self {
+            Fabric::Model(f) => f.advance(ns),
+            Fabric::Kernel(..) => std::thread::sleep(Duration::from_nanos(ns.min(50_000_000))),
+        }
+    }
+
+    /// Doorbells the HCA refused since the fabric was made.
+    pub(crate) fn doorbell_errors(&self, index: usize) -> u64 {
+        match self {
+            Fabric::Model(f) => f.doorbell_errors(index),
+            Fabric::Kernel(_, base) => kernel_doorbell_errors(index) - base[index],
+        }
+    }
+}
+
+/// `doorbell_errors` of the model stats line in the kernel's debugfs
+/// (`model Stats { ..., doorbell_errors: N, ... }`).
+fn kernel_doorbell_errors(index: usize) -> u64 {
+    let path = format!("/sys/kernel/debug/rmlx5/rmlx5_{}/stats", index);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {}", path, e));
+    let rest = text
+        .split("doorbell_errors: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{}: no doorbell_errors in {:?}", path, text));
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap()
+}
+
+/// How long a scenario waits for a completion or an event: the model
+/// completes work inside the kick, the kernel soon after it (a guest under
+/// TCG can be slow).
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+/// Whether `fd` becomes readable within `timeout`.
+pub(crate) fn readable_within(fd: RawFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    n == 1 && pfd.revents & libc::POLLIN != 0
+}
+
+/// Whether `fd` is readable now.
+pub(crate) fn readable(fd: RawFd) -> bool {
+    readable_within(fd, Duration::ZERO)
+}
 
 /// One side of a connection.
 pub(crate) struct Side {
@@ -21,19 +126,14 @@ pub(crate) struct Side {
 
 /// Two connected QPs.
 pub(crate) struct Pair {
-    pub(crate) fabric: Arc<SoftFabric>,
+    pub(crate) fabric: Arc<Fabric>,
     pub(crate) a: Side,
     pub(crate) b: Side,
 }
 
 pub(crate) const MR_LEN: usize = 1 << 16;
 
-pub(crate) fn side(
-    fabric: &Arc<SoftFabric>,
-    dev: usize,
-    init: &QpInit,
-    with_channel: bool,
-) -> Side {
+pub(crate) fn side(fabric: &Arc<Fabric>, dev: usize, init: &QpInit, with_channel: bool) -> Side {
     let ctx = fabric.devices()[dev].open().unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let channel = with_channel.then(|| ctx.create_comp_channel().unwrap());
@@ -52,7 +152,7 @@ pub(crate) fn side(
 
 /// Two devices (or one if `same_dev`), connected with `opts`.
 pub(crate) fn pair_with(init: &QpInit, opts: &ConnectOpts, same_dev: bool, channel: bool) -> Pair {
-    let fabric = SoftFabric::with_manual_clock(2).unwrap();
+    let fabric = Fabric::new(true);
     let a = side(&fabric, 0, init, channel);
     let b = side(&fabric, usize::from(!same_dev), init, channel);
     a.qp.connect(&b.qp.endpoint(), opts).unwrap();
@@ -64,12 +164,12 @@ pub(crate) fn pair() -> Pair {
     pair_with(&QpInit::default(), &ConnectOpts::default(), false, false)
 }
 
-/// Polls `cq` until `n` completions arrived (the model completes work
-/// inside the kick, so they are normally there at once).
+/// Polls `cq` until `n` completions arrived, for at most [`WAIT`].
 pub(crate) fn poll_n(cq: &Cq, n: usize) -> Vec<Wc> {
     let mut out = Vec::new();
     let mut wc = [Wc::default(); 16];
-    for _ in 0..10_000 {
+    let start = Instant::now();
+    while start.elapsed() < WAIT {
         let k = cq.poll(&mut wc).unwrap();
         out.extend_from_slice(&wc[..k]);
         if out.len() >= n {
