@@ -3,7 +3,9 @@
 # rmlx5 top-level commands. Kbuild reads ./Kbuild, not this file, when the
 # kernel's build system enters this directory (M=...).
 #
-#   make demo     boot the test guest, load rmlx5, show what it registered
+#   make demo     boot the test guest, load rmlx5, run the pingpong between
+#                 rmlx5_0 and rmlx5_1 in polling and event modes
+#   make perf     boot the test guest and print rmlx5-perf's numbers
 #   make check    every test: host, KUnit, guest; last line "N passed, N failed"
 #   make setup    install what the two above need (idempotent)
 #   make module   build rmlx5.ko against $(KDIR) (default: the cached test kernel)
@@ -24,7 +26,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check ulp guest-programs check demo clean rustfmt
+.PHONY: fuzz all setup kernel module module-check ulp guest-programs check demo perf clean rustfmt
 
 all: module
 
@@ -70,16 +72,23 @@ module-check: | $(MO)
 rustfmt:
 	@rustfmt --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs
 
-# Static test programs for the guest (its initramfs has no C library).
+# Static programs for the guest (its initramfs has no C library): the test
+# programs (target/guest/.../rmlx5-*-tests, run by /init) and the tools
+# (rmlx5-devinfo, rmlx5-pingpong, rmlx5-perf, put in the guest's /bin).
 guest-programs:
 	@RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
-		--target $(GUEST_TARGET) --target-dir $(TOP)/target/guest -p rmlx5-guest-tests
+		--target $(GUEST_TARGET) --target-dir $(TOP)/target/guest \
+		-p rmlx5-guest-tests -p rmlx5-tools --bins
 
 check:
 	@bash scripts/check.sh
 
 demo:
 	@bash scripts/demo.sh
+
+# rmlx5-perf in the guest: latency and message-rate numbers (not a test).
+perf:
+	@bash scripts/perf.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -12,6 +12,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 . "$here/env.sh"
+. "$here/guest-tools.sh"
 cd "$top"
 
 passed=0
@@ -69,6 +70,7 @@ if [ "${SKIP_GUEST:-0}" != 1 ]; then
             done
             python3 "$top/tests/run-guest.py" --kernel "$kdir/arch/x86/boot/bzImage" \
                 --ksrc "$KSRC" --module "$top/build/module/rmlx5.ko" "${programs[@]}" \
+                "${guest_tools[@]}" \
                 --filter "${GUEST_FILTER:-}" --kunit-filter "${KUNIT_FILTER:-}" \
                 --log "$top/build/console.log" --results "$res"
             if [ -s "$res" ]; then

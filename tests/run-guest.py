@@ -52,7 +52,11 @@ def build_initramfs(args, workdir):
         shutil.copy(ulp, os.path.join(root, "lib/modules/rmlx5_ulp.ko"))
     for prog in args.programs:
         shutil.copy(prog, os.path.join(root, "tests", os.path.basename(prog)))
-    for path in ("init", "tests/demo.sh"):
+    # Tools a user would run (rmlx5-devinfo, -pingpong, -perf) go in /bin.
+    for tool in args.tools:
+        shutil.copy(tool, os.path.join(root, "bin", os.path.basename(tool)))
+    shutil.copy(os.path.join(HERE, "guest/perf.sh"), os.path.join(root, "tests/perf.sh"))
+    for path in ("init", "tests/demo.sh", "tests/perf.sh"):
         os.chmod(os.path.join(root, path), 0o755)
     image = os.path.join(workdir, "initramfs.cpio.gz")
     files = subprocess.run(["find", "."], cwd=root, check=True, capture_output=True).stdout
@@ -144,7 +148,9 @@ def main():
     ap.add_argument("--busybox", default="/bin/busybox")
     ap.add_argument("--program", dest="programs", action="append", default=[],
                     help="static guest test program (repeatable)")
-    ap.add_argument("--mode", choices=("check", "demo"), default="check")
+    ap.add_argument("--tool", dest="tools", action="append", default=[],
+                    help="static tool for the guest's /bin (repeatable)")
+    ap.add_argument("--mode", choices=("check", "demo", "perf"), default="check")
     ap.add_argument("--filter", default="", help="run only guest tests matching this")
     ap.add_argument("--kunit-filter", default="", help="kunit.filter_glob for the module's suites")
     ap.add_argument("--params", default="", help="module parameters for insmod")
@@ -168,9 +174,10 @@ def main():
     lines = log_text.splitlines()
     print(f"guest: finished in {elapsed:.1f} s; console log: {log_path}")
 
-    if args.mode == "demo":
-        start = next((i for i, l in enumerate(lines) if "==== rmlx5 demo" in l), None)
-        end = next((i for i, l in enumerate(lines) if "==== end of demo" in l), len(lines) - 1)
+    if args.mode in ("demo", "perf"):
+        start = next((i for i, l in enumerate(lines) if f"==== rmlx5 {args.mode}" in l), None)
+        end = next((i for i, l in enumerate(lines) if f"==== end of {args.mode}" in l),
+                   len(lines) - 1)
         if start is not None:
             print("\n".join(PRINTK_PREFIX.sub("", l) for l in lines[start:end + 1]))
 

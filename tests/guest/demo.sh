@@ -1,5 +1,7 @@
 #!/bin/sh
-# What `make demo` shows inside the guest.
+# What `make demo` shows inside the guest: the module, its devices, then
+# the pingpong between rmlx5_0 and rmlx5_1 in polling and event modes, with
+# the EQ interrupt counts before and after.
 echo
 echo "==== rmlx5 demo ===="
 echo "kernel: $(uname -r), $(nproc) CPUs"
@@ -7,13 +9,37 @@ echo
 echo "--- module"
 grep rmlx5 /proc/modules
 echo "  num_hcas = ${RMLX5_NUM_HCAS}"
-for p in $(ls /sys/module/rmlx5/parameters/* 2>/dev/null); do
-    echo "  $(basename "$p") = $(cat "$p")"
-done
 echo
 echo "--- user-space device nodes"
 ls -l /dev/rmlx5_uverbs*
 echo
-echo "--- kernel log of the module"
-dmesg | grep -E 'rmlx5|KTAP|# Subtest|ok [0-9]' | sed 's/^/  /'
+echo "--- kernel log of the module (KUnit summary)"
+dmesg | grep -E 'rmlx5[:_ ]|# Subtest|^\[[ 0-9.]*\] *ok [0-9]' | grep -v '    ok' | sed 's/^/  /' | tail -n 25
+echo
+echo "--- rmlx5-devinfo"
+rmlx5-devinfo
+irqs() {
+    grep -E 'CPU|rmlx5' /proc/interrupts | sed 's/^/  /'
+}
+echo
+echo "--- /proc/interrupts (rmlx5) before the pingpong"
+irqs
+echo
+echo "--- rmlx5-pingpong, polling mode: rmlx5_0 <-> rmlx5_1, 4096 B x 1000"
+rmlx5-pingpong --size 4096 --iters 1000 --device 0 --peer-device 1
+echo "  (exit status $?)"
+echo
+echo "--- /proc/interrupts (rmlx5) after polling mode (polling arms no CQ)"
+irqs
+echo
+echo "--- rmlx5-pingpong, event mode: rmlx5_0 <-> rmlx5_1, 4096 B x 1000"
+rmlx5-pingpong --size 4096 --iters 1000 --events --device 0 --peer-device 1
+echo "  (exit status $?)"
+echo
+echo "--- /proc/interrupts (rmlx5) after event mode: rmlx5_comp counts moved"
+irqs
+echo
+echo "--- rmlx5-pingpong, event mode, 64 B x 2000, one device (rmlx5_0 loopback)"
+rmlx5-pingpong --size 64 --iters 2000 --events --device 0 --peer-device 0
+echo "  (exit status $?)"
 echo "==== end of demo ===="

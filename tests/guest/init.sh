@@ -55,6 +55,10 @@ if [ "$mode" = demo ]; then
     /tests/demo.sh
     finish
 fi
+if [ "$mode" = perf ]; then
+    /tests/perf.sh
+    finish
+fi
 
 # Guest test programs: each prints its own PASS/FAIL markers; a program that
 # exits non-zero without printing a FAIL still fails the run (the host
