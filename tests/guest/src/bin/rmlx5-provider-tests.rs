@@ -419,7 +419,7 @@ fn pingpong_tool() -> TestResult {
             String::from_utf8_lossy(&out.stderr).trim()
         );
         ensure!(
-            text.contains("819200 bytes in"),
+            text.contains("1638400 bytes in"),
             "rmlx5-pingpong {mode:?} printed no bandwidth line"
         );
     }
