@@ -113,7 +113,9 @@ impl Cq {
         let mapped = (|| {
             if !a.cqe_cnt.is_power_of_two()
                 || a.cqe_size as usize != CQE_SIZE
-                || a.buf_size != u64::from(a.cqe_cnt) * CQE_SIZE as u64
+                // The kernel maps whole pages: a small CQ's buffer is one
+                // page, of which the ring uses the first cqe_cnt entries.
+                || a.buf_size < u64::from(a.cqe_cnt) * CQE_SIZE as u64
             {
                 return Err(Error::Invalid("kernel CQ geometry"));
             }

@@ -430,6 +430,21 @@ impl Qp {
         self.inner.max_inline
     }
 
+    /// Gather entries per send WR the QP was granted.
+    pub fn max_send_sge(&self) -> u32 {
+        self.inner.max_send_sge
+    }
+
+    /// Scatter entries per receive WR the QP was granted.
+    pub fn max_recv_sge(&self) -> u32 {
+        self.inner.max_recv_sge
+    }
+
+    /// Receive WRs the RQ holds (at least what was asked for).
+    pub fn max_recv_wr(&self) -> u32 {
+        u32::try_from(self.inner.shared.rq_wrid.len()).unwrap_or(u32::MAX)
+    }
+
     /// The send CQ.
     pub fn send_cq(&self) -> &Cq {
         &self.inner.send_cq

@@ -318,11 +318,14 @@ pub(crate) fn bad_wr_partial_failure() {
     };
     let p = pair_with(&init, &ConnectOpts::default(), false, false);
     let sge = [p.a.mr.sge(0, 8).unwrap()];
-    let three = [sge[0], sge[0], sge[0]];
-    let big = [0u8; 33];
+    // The device may grant more than was asked for: go one past what the
+    // QP reports.
+    assert!(p.a.qp.max_send_sge() >= 2 && p.a.qp.max_inline_data() >= 32);
+    let too_many = vec![sge[0]; p.a.qp.max_send_sge() as usize + 1];
+    let big = vec![0u8; p.a.qp.max_inline_data() as usize + 1];
     let remote = p.b.mr.remote(0).unwrap();
     let cases: [(SendWr<'_>, &str); 4] = [
-        (SendWr::new(9, SendOp::Write(remote), &three), "SGEs"),
+        (SendWr::new(9, SendOp::Write(remote), &too_many), "SGEs"),
         (SendWr::inline(9, SendOp::Write(remote), &big), "inline"),
         (
             SendWr::new(9, SendOp::FetchAdd { remote, add: 1 }, &[]),
@@ -360,21 +363,22 @@ pub(crate) fn bad_wr_partial_failure() {
         assert_eq!((c[0].wr_id, c[1].wr_id), (1, 2));
     }
     // A full SQ stops the list at the first WR that does not fit.
-    let wrs: Vec<SendWr<'_>> = (0..100)
+    let n = u64::from(p.a.qp.max_send_wr()) * 2 + 16;
+    let wrs: Vec<SendWr<'_>> = (0..n)
         .map(|i| SendWr::new(i, SendOp::Write(remote), &sge).with_flags(SendFlags::NONE))
         .collect();
     let e = p.a.qp.post_send(&wrs).unwrap_err();
     assert_eq!(e.error, Error::QueueFull);
-    assert!(e.index >= 8 && e.index < 100, "{}", e.index);
+    assert!(e.index >= 8 && (e.index as u64) < n, "{}", e.index);
     // Receive side: too many SGEs, and a full RQ.
-    let e =
-        p.b.qp
-            .post_recv(&[RecvWr::new(1, &[sge[0]; 5])])
-            .unwrap_err();
+    let too_many = vec![sge[0]; p.b.qp.max_recv_sge() as usize + 1];
+    let e = p.b.qp.post_recv(&[RecvWr::new(1, &too_many)]).unwrap_err();
     assert_eq!(e.index, 0);
-    let recvs: Vec<RecvWr<'_>> = (0..200).map(|i| RecvWr::new(i, &[])).collect();
+    let rq = p.b.qp.max_recv_wr() as usize;
+    assert!(rq >= 64, "{rq}");
+    let recvs: Vec<RecvWr<'_>> = (0..rq as u64 + 10).map(|i| RecvWr::new(i, &[])).collect();
     let e = p.b.qp.post_recv(&recvs).unwrap_err();
-    assert_eq!((e.index, e.error), (64, Error::QueueFull));
+    assert_eq!((e.index, e.error), (rq, Error::QueueFull));
     no_doorbell_errors(&p);
 }
 
