@@ -183,8 +183,12 @@ pub fn connect(a: &End, b: &End) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits for one completion on `end`'s CQ: busy polling, or in event mode
-/// the ibv_rc_pingpong loop (wait for the event, ack, re-arm, poll).
+/// Waits for completions on `end`'s CQ: busy polling, or in event mode the
+/// ibv_rc_pingpong loop: wait for the completion event first, ack it,
+/// re-arm, then poll. A completion that arrived before the re-arm is found
+/// by that poll, and any completion after it raises the next event, so no
+/// completion is missed; an event whose completions an earlier poll already
+/// took just leads to another wait.
 ///
 /// # Errors
 ///
@@ -192,25 +196,30 @@ pub fn connect(a: &End, b: &End) -> Result<(), String> {
 pub fn wait_one(end: &End, out: &mut Vec<rmlx5::Wc>) -> Result<(), String> {
     let mut wc = [rmlx5::Wc::default(); 16];
     loop {
-        let n = end.cq.poll(&mut wc).map_err(|e| e.to_string())?;
-        for w in &wc[..n] {
-            if !w.is_ok() {
-                return Err(format!(
-                    "completion wr_id {} failed: {} (vendor {:#x})",
-                    w.wr_id,
-                    w.status.as_str(),
-                    w.vendor_err
-                ));
-            }
-            out.push(*w);
-        }
-        if !out.is_empty() {
-            return Ok(());
-        }
         if let Some(ch) = &end.channel {
             let cq = ch.get_cq_event().map_err(|e| e.to_string())?;
             cq.ack_events(1);
             cq.req_notify(false).map_err(|e| e.to_string())?;
+        }
+        loop {
+            let n = end.cq.poll(&mut wc).map_err(|e| e.to_string())?;
+            for w in &wc[..n] {
+                if !w.is_ok() {
+                    return Err(format!(
+                        "completion wr_id {} failed: {} (vendor {:#x})",
+                        w.wr_id,
+                        w.status.as_str(),
+                        w.vendor_err
+                    ));
+                }
+                out.push(*w);
+            }
+            if n < wc.len() {
+                break;
+            }
+        }
+        if !out.is_empty() {
+            return Ok(());
         }
     }
 }
