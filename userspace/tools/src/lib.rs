@@ -2,11 +2,16 @@
 
 //! Shared pieces of the rmlx5 tools: argument parsing, device selection
 //! (kernel devices, or `--model` for the in-process software HCA), fixed
-//! point formatting (the workspace forbids float arithmetic).
+//! point formatting (the workspace forbids float arithmetic), rmlx5-perf's
+//! result lines ([`report`]) and its two-process server/client mode
+//! ([`remote`]).
 
 use std::collections::HashMap;
 
 use rmlx5::{Device, SoftFabric};
+
+pub mod remote;
+pub mod report;
 
 /// Parsed `--key value` and `--flag` arguments.
 #[derive(Debug, Default)]

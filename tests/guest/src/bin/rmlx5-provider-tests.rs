@@ -10,7 +10,8 @@
 //! picks the kernel's devices when built outside `cfg(test)`. The second
 //! part is what only a real kernel can show: epoll on a completion
 //! channel, several processes at once, a process killed in the middle of
-//! its traffic, megabyte transfers and a long run.
+//! its traffic, megabyte transfers, the installed tools (rmlx5-perf as a
+//! server and a client process over TCP on 127.0.0.1) and a long run.
 //!
 //! The program also runs as its own helper process: `--child N` does a
 //! share of the multi-process test, `--traffic` loops until killed.
@@ -20,9 +21,10 @@
 // file): separate copies of stateless helpers.
 #![expect(clippy::duplicate_mod)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rmlx5::{Access, ConnectOpts, QpInit, RecvWr, SendFlags, SendOp, SendWr, Wc, WcOpcode};
@@ -426,6 +428,138 @@ fn pingpong_tool() -> TestResult {
     Ok(())
 }
 
+/// Whether a TCP connection over 127.0.0.1 works.
+fn loopback_works() -> bool {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .and_then(TcpStream::connect)
+        .is_ok()
+}
+
+/// Brings the loopback interface up: the test guest's /init configures no
+/// network, and rmlx5-perf's two processes talk TCP over 127.0.0.1. Uses
+/// busybox's `ip` (or `ifconfig`) from /bin; Linux assigns 127.0.0.1 to
+/// `lo` when it comes up.
+fn loopback_up() -> TestResult {
+    if loopback_works() {
+        return Ok(());
+    }
+    let mut tried = Vec::new();
+    for cmd in [
+        &["ip", "link", "set", "lo", "up"][..],
+        &["ifconfig", "lo", "127.0.0.1", "up"][..],
+    ] {
+        match Command::new(cmd[0]).args(&cmd[1..]).status() {
+            Ok(st) => tried.push(format!("{}: {st}", cmd.join(" "))),
+            Err(e) => tried.push(format!("{}: {e}", cmd.join(" "))),
+        }
+        if loopback_works() {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "cannot bring up the loopback interface ({})",
+        tried.join("; ")
+    ))
+}
+
+/// Waits for `c` for up to `limit`, killing it after that; returns its
+/// exit status and stdout and stderr.
+fn finish(mut c: Child, what: &str, limit: Duration) -> Result<(bool, String, String), String> {
+    let start = Instant::now();
+    let st = loop {
+        if let Some(st) = c.try_wait().map_err(err)? {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            return Err(format!("{what}: still running after {limit:?}, killed"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut errs = String::new();
+    if let Some(mut o) = c.stdout.take() {
+        o.read_to_string(&mut out).map_err(err)?;
+    }
+    if let Some(mut e) = c.stderr.take() {
+        e.read_to_string(&mut errs).map_err(err)?;
+    }
+    print!("{out}");
+    Ok((st.success(), out, errs.trim().to_string()))
+}
+
+/// rmlx5-perf's two-process mode as the benchmark runs it: a server
+/// process on rmlx5_0 and a client process on rmlx5_1 talking TCP over
+/// 127.0.0.1 (the loopback interface is brought up first), for `write_bw`
+/// on four QPs and for `send_lat` in event mode. Both must exit 0, the
+/// server after printing `server done`, the client after printing its
+/// result line.
+fn perf_two_process() -> TestResult {
+    use rmlx5_tools::report::{BW_HEADER, LAT_HEADER};
+    loopback_up()?;
+    let runs: [(&str, &[&str], &str); 2] = [
+        (
+            "18517",
+            &[
+                "--test",
+                "write_bw",
+                "--qps",
+                "4",
+                "--size",
+                "4096",
+                "--iters",
+                "500",
+                "--post-list",
+                "8",
+            ],
+            BW_HEADER,
+        ),
+        (
+            "18518",
+            &[
+                "--test", "send_lat", "--events", "--size", "64", "--iters", "300",
+            ],
+            LAT_HEADER,
+        ),
+    ];
+    for (port, opts, header) in runs {
+        let spawn = |role: &[&str]| {
+            Command::new("/bin/rmlx5-perf")
+                .args(role)
+                .args(["--port", port])
+                .args(opts)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("/bin/rmlx5-perf: {e}"))
+        };
+        let server = spawn(&["--server", "--device", "0"])?;
+        // The client retries its connection while the server starts.
+        let client = spawn(&["--client", "127.0.0.1", "--device", "1"])?;
+        let limit = Duration::from_secs(120);
+        let (c_ok, c_out, c_err) = finish(client, "client", limit)?;
+        let (s_ok, s_out, s_err) = finish(server, "server", limit)?;
+        ensure!(s_ok, "rmlx5-perf --server {opts:?} failed: {s_err}");
+        ensure!(c_ok, "rmlx5-perf --client {opts:?} failed: {c_err}");
+        ensure!(
+            s_out.contains("server done"),
+            "the server {opts:?} did not print \"server done\""
+        );
+        let mut lines = c_out.lines().skip_while(|l| *l != header);
+        let result = lines.nth(1).unwrap_or("");
+        let size = opts[opts.iter().position(|o| *o == "--size").unwrap_or(0) + 1];
+        let iters = opts[opts.iter().position(|o| *o == "--iters").unwrap_or(0) + 1];
+        let fields: Vec<&str> = result.split_whitespace().collect();
+        ensure!(
+            fields.len() >= 5 && fields[0] == size && fields[1] == iters,
+            "the client {opts:?} printed no result line (got {result:?})"
+        );
+    }
+    Ok(())
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     match args.next().as_deref() {
@@ -487,6 +621,10 @@ fn main() {
         Test {
             name: "pingpong_tool",
             run: pingpong_tool,
+        },
+        Test {
+            name: "perf_two_process",
+            run: perf_two_process,
         },
         Test {
             name: "long_run",

@@ -1,20 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! rmlx5-perf: latency and bandwidth tests modelled on perftest
-//! (ib_send_lat, ib_write_lat, ib_read_lat, ib_write_bw, ib_send_bw), both
-//! ends in this process, output laid out like perftest's.
+//! (ib_send_lat, ib_write_lat, ib_read_lat, ib_write_bw, ib_send_bw),
+//! output laid out like perftest's.
 //!
-//! Usage: `rmlx5-perf --test send_lat|write_lat|read_lat|write_bw|send_bw
+//! In-process mode, both ends in this process:
+//! `rmlx5-perf --test send_lat|write_lat|read_lat|write_bw|send_bw
 //! [--size 64] [--iters 1000] [--post-list 1] [--cq-mod 1] [--events]
 //! [--device 0] [--peer-device 1] [--model]`.
+//!
+//! Two-process mode, one side per process as perftest runs (see
+//! `rmlx5_tools::remote`):
+//! `rmlx5-perf --server [--port 18515] [--device 0] OPTIONS` and
+//! `rmlx5-perf --client HOST [--port 18515] [--device 1] OPTIONS`, with
+//! OPTIONS `--test send_lat|write_lat|send_bw|write_bw [--size 64]
+//! [--iters 1000] [--qps 1] [--post-list 1] [--cq-mod N] [--tx-depth N]
+//! [--events]`, the same on both sides.
 
+use std::net::TcpListener;
 use std::time::Instant;
 
 use rmlx5::{QpInit, RecvWr, SendFlags, SendOp, SendWr, Wc, WcOpcode};
-use rmlx5_tools::{connect, end, fixed3, pick, usec, wait_one, Args, End};
-
-const LINE: &str =
-    "---------------------------------------------------------------------------------------";
+use rmlx5_tools::remote::{self, Params, Test};
+use rmlx5_tools::report::{self, LINE};
+use rmlx5_tools::{connect, end, pick, wait_one, Args, End};
 
 struct Cfg {
     test: String,
@@ -149,30 +158,7 @@ fn latency(c: &Cfg, a: &End, b: &End) -> Result<(), String> {
             }
         }
     }
-    samples.sort_unstable();
-    let n = samples.len();
-    let sum: u128 = samples.iter().sum();
-    let avg = sum / n as u128;
-    let var = samples.iter().map(|s| s.abs_diff(avg).pow(2)).sum::<u128>() / n as u128;
-    let stdev = (1..).find(|x: &u128| x * x > var).unwrap_or(1) - 1;
-    let pct = |p1000: usize| samples[(n - 1) * p1000 / 1000];
-    println!(
-        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
-    );
-    println!(
-        " {:<6} {:<11}    {:<11}    {:<11}  {:<15}    {:<11}    {:<13}   {:<20}   {:<22}",
-        c.size,
-        c.iters,
-        usec(samples[0]),
-        usec(samples[n - 1]),
-        usec(pct(500)),
-        usec(avg),
-        usec(stdev),
-        usec(pct(990)),
-        usec(pct(999))
-    );
-    println!("{}", LINE);
-    Ok(())
+    report::latency(&mut std::io::stdout().lock(), c.size, c.iters, &mut samples)
 }
 
 fn bandwidth(c: &Cfg, a: &End, b: &End) -> Result<(), String> {
@@ -256,27 +242,77 @@ fn bandwidth(c: &Cfg, a: &End, b: &End) -> Result<(), String> {
         }
     }
     let ns = start.elapsed().as_nanos().max(1);
-    let bytes = u128::from(c.iters) * c.size as u128;
-    println!(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]");
-    let peak = if peak_ns == u128::MAX || peak_ns == 0 {
-        "n/a".to_string()
-    } else {
-        fixed3(c.size as u128 * 1000, peak_ns)
+    report::bandwidth(
+        &mut std::io::stdout().lock(),
+        &report::Bw {
+            size: c.size,
+            iters: c.iters,
+            msgs: c.iters,
+            ns,
+            // The shortest time per WR between two completions.
+            peak: (peak_ns != u128::MAX && peak_ns != 0).then_some((1, peak_ns)),
+        },
+    )
+}
+
+/// The two-process mode: `--server` or `--client HOST`.
+fn two_process(args: &Args) -> Result<(), String> {
+    if args.flag("model") {
+        return Err(
+            "--model runs both ends in this process; it cannot be combined with --server/--client"
+                .into(),
+        );
+    }
+    if args.flag("server") && args.flag("client") {
+        return Err("--server and --client exclude each other".into());
+    }
+    let u32_arg = |name: &str, default: u64| -> Result<u32, String> {
+        u32::try_from(args.num(name, default)?).map_err(|_| format!("--{}: too large", name))
     };
-    println!(
-        " {:<10} {:<14} {:<18} {:<20} {}",
-        c.size,
-        c.iters,
-        peak,
-        fixed3(bytes * 1000, ns),
-        fixed3(u128::from(c.iters) * 1000, ns)
-    );
-    println!("{}", LINE);
-    Ok(())
+    let p = Params {
+        test: Test::parse(&args.str("test", "write_lat"))?,
+        size: usize::try_from(args.num("size", 64)?).map_err(err)?,
+        iters: args.num("iters", 1000)?,
+        qps: u32_arg("qps", 1)?,
+        post_list: args.num("post-list", 1)?,
+        cq_mod: if args.flag("cq-mod") {
+            Some(args.num("cq-mod", 1)?)
+        } else {
+            None
+        },
+        events: args.flag("events"),
+        tx_depth: if args.flag("tx-depth") {
+            Some(u32_arg("tx-depth", 128)?)
+        } else {
+            None
+        },
+    };
+    p.check()?;
+    let port = u16::try_from(args.num("port", u64::from(remote::DEFAULT_PORT))?)
+        .map_err(|_| "--port: not a TCP port".to_string())?;
+    let devs = rmlx5_tools::devices(false)?;
+    let dev = pick(&devs, args.num("device", 0)?)?;
+    let mut out = std::io::stdout().lock();
+    if args.flag("server") {
+        let l = TcpListener::bind(("0.0.0.0", port))
+            .map_err(|e| format!("listen on 0.0.0.0:{}: {}", port, e))?;
+        remote::run_server(l, &dev, &p, &mut out).map(|_| ())
+    } else {
+        let host = args.str("client", "");
+        remote::run_client(&host, port, remote::CONNECT_RETRY, &dev, &p, &mut out).map(|_| ())
+    }
 }
 
 fn run() -> Result<(), String> {
-    let args = Args::parse(&["events", "model"])?;
+    let args = Args::parse(&["events", "model", "server"])?;
+    if args.flag("server") || args.flag("client") {
+        return two_process(&args);
+    }
+    for only in ["qps", "tx-depth", "port"] {
+        if args.flag(only) {
+            return Err(format!("--{} needs --server or --client", only));
+        }
+    }
     let c = Cfg {
         test: args.str("test", "write_lat"),
         size: usize::try_from(args.num("size", 64)?).map_err(err)?,
