@@ -97,28 +97,30 @@ use dma::{
 
 /// Largest number of completion EQs per HCA (module parameter bound).
 pub(crate) const MAX_COMP_EQS: usize = 8;
-/// Object table sizes of each instance.
+/// Object table sizes of each instance. 4096 QPs and CQs per HCA let a
+/// benchmark run 1,000 connected QP pairs with room to spare; the tables
+/// live in `KVVec`s (a QP slot is a few hundred bytes).
 pub(crate) const MAX_PDS: usize = 1024;
-pub(crate) const MAX_MRS: usize = 1024;
-pub(crate) const MAX_CQS: usize = 256;
-pub(crate) const MAX_QPS: usize = 256;
+pub(crate) const MAX_MRS: usize = 4096;
+pub(crate) const MAX_CQS: usize = 4096;
+pub(crate) const MAX_QPS: usize = 4096;
 const MAX_EQS: usize = MAX_COMP_EQS + 1;
 /// Budget units of one engine run under the lock (WQEs, 4 KiB moved).
 pub(crate) const ENGINE_BUDGET: u32 = 64;
 /// Pending asynchronous events kept per HCA before they are dropped.
 const ASYNC_RING: usize = 64;
 
-/// The object tables of one model instance, in `KVec`s.
+/// The object tables of one model instance, in `KVVec`s.
 pub(crate) struct KStorage {
-    pds: KVec<Slot<ModelPd>>,
-    mrs: KVec<Slot<ModelMr>>,
-    cqs: KVec<Slot<ModelCq>>,
-    eqs: KVec<Slot<ModelEq>>,
-    qps: KVec<Slot<ModelQp>>,
+    pds: KVVec<Slot<ModelPd>>,
+    mrs: KVVec<Slot<ModelMr>>,
+    cqs: KVVec<Slot<ModelCq>>,
+    eqs: KVVec<Slot<ModelEq>>,
+    qps: KVVec<Slot<ModelQp>>,
 }
 
-fn slots<T>(n: usize) -> Result<KVec<Slot<T>>> {
-    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+fn slots<T>(n: usize) -> Result<KVVec<Slot<T>>> {
+    let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
     for _ in 0..n {
         v.push(Slot::new(), GFP_KERNEL)?;
     }
@@ -173,11 +175,11 @@ pub(crate) struct AsyncEvent {
 pub(crate) struct HcaTables {
     /// CQs that may receive completion events, by CQN. Polling-only CQs are
     /// never here, so an EQE naming one is dropped.
-    pub(crate) cqs: KVec<Option<Arc<Cq>>>,
+    pub(crate) cqs: KVVec<Option<Arc<Cq>>>,
     /// QPs by slot (QPN - `QPN_BASE`), for poll_cq's wr_id lookup.
-    pub(crate) qps: KVec<Option<Arc<Qp>>>,
+    pub(crate) qps: KVVec<Option<Arc<Qp>>>,
     /// User-space QPs by slot, for their async events.
-    pub(crate) uqps: KVec<Option<Arc<UserQp>>>,
+    pub(crate) uqps: KVVec<Option<Arc<UserQp>>>,
     /// CQs queued for BH dispatch: one bit per CQN, so a CQ is queued at
     /// most once however many EQEs name it.
     pub(crate) pending: BitmapVec,
@@ -191,12 +193,12 @@ pub(crate) struct HcaTables {
 
 impl HcaTables {
     fn new() -> Result<Self> {
-        let mut cqs = KVec::with_capacity(MAX_CQS, GFP_KERNEL)?;
+        let mut cqs = KVVec::with_capacity(MAX_CQS, GFP_KERNEL)?;
         for _ in 0..MAX_CQS {
             cqs.push(None, GFP_KERNEL)?;
         }
-        let mut qps = KVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
-        let mut uqps = KVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
+        let mut qps = KVVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
+        let mut uqps = KVVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
         for _ in 0..MAX_QPS {
             qps.push(None, GFP_KERNEL)?;
             uqps.push(None, GFP_KERNEL)?;

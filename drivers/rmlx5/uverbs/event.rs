@@ -338,7 +338,8 @@ impl EventQueue {
         g.closed && g.attached == 0
     }
 
-    /// Events pending (tests and debugging).
+    /// Events pending (for the KUnit suites).
+    #[cfg(CONFIG_KUNIT)]
     pub(crate) fn pending(&self) -> usize {
         self.inner.lock().fifo.len()
     }

@@ -153,6 +153,7 @@ impl PageBuf {
 
     /// Reads a native-endian `u32` at byte `off` (a doorbell record word),
     /// as a device would: a volatile load racing with the process's stores.
+    #[cfg(CONFIG_KUNIT)]
     pub(crate) fn read_u32(&self, off: usize) -> Result<u32> {
         match off.checked_add(4) {
             Some(end) if end <= self.len() && off % 4 == 0 => {}

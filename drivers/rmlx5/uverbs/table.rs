@@ -48,6 +48,7 @@ impl<T> Table<T> {
     }
 
     /// Number of live objects.
+    #[cfg(CONFIG_KUNIT)]
     pub(crate) fn len(&self) -> usize {
         self.live
     }
