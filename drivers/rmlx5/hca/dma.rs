@@ -185,11 +185,26 @@ struct Region {
     start: u64,
     len: u64,
     kind: RegionKind,
+    /// The largest end (`start + len`) of this region and of every region
+    /// before it in the registry's order: a lookup walking backwards stops
+    /// once no earlier region can reach the end of the access.
+    reach: u64,
 }
 
 /// The ranges of memory the model may access.
 ///
+/// Every DMA access of the model is checked here, so the lookup must not
+/// grow with the number of objects (a thousand QPs register a few thousand
+/// regions): the regions are kept sorted by start, an access finds the last
+/// region starting at or below it by binary search and walks back only
+/// while an earlier region can still reach its end (`Region::reach`), which
+/// is one step unless regions overlap (kernel ULPs may register overlapping
+/// MRs). Adding and removing are O(n), on the control path.
+///
 /// # Invariants
+///
+/// `regions` is sorted by `start`, and each `reach` is the largest end of
+/// the regions up to and including it.
 ///
 /// Every region is valid for reads and writes for as long as it is in the
 /// registry: module buffers are registered after allocation and removed
@@ -221,8 +236,30 @@ impl DmaRegistry {
         if len == 0 || start.checked_add(len).is_none() {
             return Err(EINVAL);
         }
-        self.regions.push(Region { start, len, kind }, GFP_ATOMIC)?;
+        let pos = self.regions.partition_point(|r| r.start <= start);
+        let region = Region {
+            start,
+            len,
+            kind,
+            reach: 0,
+        };
+        self.regions.push(region, GFP_ATOMIC)?;
+        self.regions[pos..].rotate_right(1);
+        self.fix_reach(pos);
         Ok(())
+    }
+
+    /// Recomputes `reach` from index `from` on.
+    fn fix_reach(&mut self, from: usize) {
+        let mut reach = match from.checked_sub(1) {
+            Some(i) => self.regions.get(i).map_or(0, |r| r.reach),
+            None => 0,
+        };
+        for r in self.regions.iter_mut().skip(from) {
+            // `start + len` cannot overflow: checked when it was added.
+            reach = reach.max(r.start + r.len);
+            r.reach = reach;
+        }
     }
 
     /// Number of registered regions of `kind` (debugfs, tests).
@@ -230,25 +267,43 @@ impl DmaRegistry {
         self.regions.iter().filter(|r| r.kind == kind).count()
     }
 
-    /// Removes the region starting at `start` (one registration of it).
-    pub(crate) fn remove(&mut self, start: u64) {
-        if let Some(i) = self.regions.iter().position(|r| r.start == start) {
-            let _ = self.regions.remove(i);
+    /// Removes one registration of exactly `len` bytes at `start` (a
+    /// registration of another length at the same start, e.g. a second MR
+    /// over the front of the same buffer, stays).
+    pub(crate) fn remove(&mut self, start: u64, len: u64) {
+        let first = self.regions.partition_point(|r| r.start < start);
+        let found = self.regions[first..]
+            .iter()
+            .take_while(|r| r.start == start)
+            .position(|r| r.len == len);
+        if let Some(i) = found {
+            let _ = self.regions.remove(first + i);
+            self.fix_reach(first + i);
         }
+    }
+
+    /// Removes a module buffer registered with [`Self::add_buf`].
+    pub(crate) fn remove_buf(&mut self, buf: &DmaBuf) {
+        self.remove(buf.addr(), buf.len() as u64);
     }
 
     fn check(&self, addr: u64, len: usize) -> Result<*mut u8, DmaFault> {
         let len = u64::try_from(len).map_err(|_| DmaFault)?;
         let end = addr.checked_add(len).ok_or(DmaFault)?;
-        if self
-            .regions
-            .iter()
-            .any(|r| addr >= r.start && end <= r.start + r.len)
-        {
-            Ok(addr as *mut u8)
-        } else {
-            Err(DmaFault)
+        // Candidates start at or below `addr`; walk back from the last one
+        // while an earlier region can still reach `end`.
+        let mut i = self.regions.partition_point(|r| r.start <= addr);
+        while let Some(prev) = i.checked_sub(1) {
+            i = prev;
+            let r = &self.regions[i];
+            if r.reach < end {
+                break;
+            }
+            if end <= r.start + r.len {
+                return Ok(addr as *mut u8);
+            }
         }
+        Err(DmaFault)
     }
 }
 
@@ -339,13 +394,58 @@ mod tests {
         assert_eq!(around, [0]);
         mem.read(4096 * 3, &mut around)?;
         assert_eq!(around, [0]);
-        reg.remove(start);
+        reg.remove(start, len);
         assert_eq!(reg.count(RegionKind::UserMr), 0);
         let p = SoftPlatform {
             dma: &reg,
             irqs_per_hca: 1,
         };
         assert!(p.dma.check(start, 1).is_err());
+        Ok(())
+    }
+
+    /// Lookups among many regions, in any order of registration, with
+    /// overlaps (kernel ULPs may register MRs over the same memory): an
+    /// access is allowed exactly when one registered region holds all of
+    /// it, and removing one registration leaves the others.
+    #[test]
+    fn many_and_overlapping_regions() -> Result {
+        const N: u64 = 512;
+        let mut reg = DmaRegistry::new();
+        // Regions of 64 bytes every 128 bytes, registered from the top down.
+        let base = 0x1000_0000u64;
+        for i in (0..N).rev() {
+            reg.add_raw(base + i * 128, 64, RegionKind::Buf)?;
+        }
+        for i in [0, 1, N / 2, N - 1] {
+            let at = base + i * 128;
+            assert!(reg.check(at, 64).is_ok());
+            assert!(reg.check(at + 63, 1).is_ok());
+            assert!(reg.check(at + 64, 1).is_err());
+            assert!(reg.check(at, 65).is_err());
+            assert!(reg.check(at.wrapping_sub(1), 1).is_err());
+        }
+        // A long region under the first eight small ones, then a short one
+        // at the same start: the gap bytes are reachable through the long
+        // one only, and only until it is removed.
+        reg.add_raw(base, 1024, RegionKind::KernelMr)?;
+        reg.add_raw(base, 32, RegionKind::KernelMr)?;
+        assert!(reg.check(base + 64, 64).is_ok());
+        assert!(reg.check(base + 1000, 24).is_ok());
+        assert!(reg.check(base + 1000, 25).is_err());
+        reg.remove(base, 32);
+        assert!(reg.check(base + 64, 64).is_ok());
+        reg.remove(base, 1024);
+        assert!(reg.check(base + 64, 1).is_err());
+        assert!(reg.check(base, 64).is_ok());
+        // Removing a length that was never registered changes nothing.
+        reg.remove(base, 48);
+        assert!(reg.check(base, 64).is_ok());
+        for i in 0..N {
+            reg.remove(base + i * 128, 64);
+        }
+        assert_eq!(reg.count(RegionKind::Buf), 0);
+        assert!(reg.check(base, 1).is_err());
         Ok(())
     }
 }

@@ -273,20 +273,20 @@ impl Cq {
             let mut st = soft.state.lock();
             st.dma.add_buf(&buf)?;
             if let Err(e) = st.dma.add_buf(&dbr) {
-                st.dma.remove(buf.addr());
+                st.dma.remove_buf(&buf);
                 return Err(e);
             }
             let m = st.fabric.hca(hca).ok_or(ENODEV)?;
             match m.create_cq(&attr) {
                 Ok(cqn) => cqn,
                 Err(e) => {
-                    st.dma.remove(buf.addr());
-                    st.dma.remove(dbr.addr());
+                    st.dma.remove_buf(&buf);
+                    st.dma.remove_buf(&dbr);
                     return Err(model_err(e));
                 }
             }
         };
-        let (buf_addr, dbr_addr) = (buf.addr(), dbr.addr());
+        let regions = [&buf, &dbr].map(|b| (b.addr(), b.len() as u64));
         let r = Arc::pin_init(
             pin_init!(Self {
                 soft: soft.clone(),
@@ -312,8 +312,9 @@ impl Cq {
                 if let Some(m) = st.fabric.hca(hca) {
                     let _ = m.destroy_cq(cqn);
                 }
-                st.dma.remove(buf_addr);
-                st.dma.remove(dbr_addr);
+                for (a, l) in regions {
+                    st.dma.remove(a, l);
+                }
                 return Err(e);
             }
         };
@@ -568,8 +569,8 @@ impl Cq {
             let mut st = self.soft.state.lock();
             let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
             m.destroy_cq(self.cqn).map_err(model_err)?;
-            st.dma.remove(self.buf.addr());
-            st.dma.remove(self.dbr.addr());
+            st.dma.remove_buf(&self.buf);
+            st.dma.remove_buf(&self.dbr);
             if let Some(t) = st.hcas.get_mut(self.hca()) {
                 if let Some(slot) = t.cqs.get_mut(self.cqn as usize) {
                     if slot.as_ref().is_some_and(|c| core::ptr::eq(&**c, self)) {

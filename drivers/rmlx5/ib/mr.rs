@@ -56,6 +56,7 @@ pub struct Mr {
     pub(crate) hca: u16,
     pub(crate) key: u32,
     addr: u64,
+    len: u64,
 }
 
 impl Mr {
@@ -103,9 +104,10 @@ impl Mr {
                 hca: pd.hca,
                 key,
                 addr,
+                len,
             }),
             Err(e) => {
-                st.dma.remove(addr);
+                st.dma.remove(addr, len);
                 Err(model_err(e))
             }
         }
@@ -117,7 +119,7 @@ impl Mr {
         let mut st = self.soft.state.lock();
         let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
         m.destroy_mr(self.key).map_err(model_err)?;
-        st.dma.remove(self.addr);
+        st.dma.remove(self.addr, self.len);
         Ok(())
     }
 }

@@ -263,7 +263,7 @@ impl Qp {
             max_send_sge: MAX_SGE as u32,
             max_inline_data: 0,
         };
-        let addrs = [sq_buf.addr(), rq_buf.addr(), dbr.addr()];
+        let regions = [&sq_buf, &rq_buf, &dbr].map(|b| (b.addr(), b.len() as u64));
         let qpn = {
             let mut st = soft.state.lock();
             let mut r = Ok(());
@@ -279,8 +279,8 @@ impl Qp {
             match r {
                 Ok(qpn) => qpn,
                 Err(e) => {
-                    for a in addrs {
-                        st.dma.remove(a);
+                    for (a, l) in regions {
+                        st.dma.remove(a, l);
                     }
                     return Err(e);
                 }
@@ -319,8 +319,8 @@ impl Qp {
                 if let Some(m) = st.fabric.hca(pd.hca) {
                     let _ = m.destroy_qp(qpn);
                 }
-                for a in addrs {
-                    st.dma.remove(a);
+                for (a, l) in regions {
+                    st.dma.remove(a, l);
                 }
                 Err(e)
             }
@@ -333,8 +333,8 @@ impl Qp {
         let mut st = self.soft.state.lock();
         let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
         m.destroy_qp(self.qpn).map_err(model_err)?;
-        for a in [self.sq_buf.addr(), self.rq_buf.addr(), self.dbr.addr()] {
-            st.dma.remove(a);
+        for b in [&self.sq_buf, &self.rq_buf, &self.dbr] {
+            st.dma.remove_buf(b);
         }
         if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
             if let Some(s) = t.qps.get_mut((self.qpn - QPN_BASE) as usize) {

@@ -125,7 +125,7 @@ impl UserQp {
             max_inline_data: mem.max_inline_data,
         };
         let UserQpMem { buf, dbr, .. } = mem;
-        let addrs = [buf.addr(), dbr.addr()];
+        let regions = [&buf, &dbr].map(|b| (b.addr(), b.len() as u64));
         let qpn = {
             let mut st = soft.state.lock();
             let r = st.dma.add_buf(&buf).and_then(|()| st.dma.add_buf(&dbr));
@@ -136,8 +136,8 @@ impl UserQp {
             match r {
                 Ok(qpn) => qpn,
                 Err(e) => {
-                    for a in addrs {
-                        st.dma.remove(a);
+                    for (a, l) in regions {
+                        st.dma.remove(a, l);
                     }
                     return Err(e);
                 }
@@ -171,8 +171,8 @@ impl UserQp {
                 if let Some(m) = st.fabric.hca(pd.hca) {
                     let _ = m.destroy_qp(qpn);
                 }
-                for a in addrs {
-                    st.dma.remove(a);
+                for (a, l) in regions {
+                    st.dma.remove(a, l);
                 }
                 Err(e.into())
             }
@@ -267,8 +267,8 @@ impl UserQp {
             let mut st = self.soft.state.lock();
             let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
             m.destroy_qp(self.qpn).map_err(model_err)?;
-            for a in [self.buf.addr(), self.dbr.addr()] {
-                st.dma.remove(a);
+            for b in [&self.buf, &self.dbr] {
+                st.dma.remove_buf(b);
             }
             if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
                 if let Some(s) = t.uqps.get_mut((self.qpn - QPN_BASE) as usize) {

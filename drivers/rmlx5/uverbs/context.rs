@@ -109,11 +109,11 @@ impl Ucontext {
         let limits = limits_of(&soft, hca_index)?;
         let uar = PageBuf::new(UAR_PAGE_SIZE)?;
         let async_queue = EventQueue::new(QueueKind::Async)?;
-        let uar_addr = uar.kaddr();
+        let (uar_addr, uar_len) = (uar.kaddr(), uar.len() as u64);
         soft.state
             .lock()
             .dma
-            .add_raw(uar_addr, uar.len() as u64, RegionKind::Buf)?;
+            .add_raw(uar_addr, uar_len, RegionKind::Buf)?;
         let this_soft = soft.clone();
         let r = KBox::try_pin_init(
             try_pin_init!(Self {
@@ -134,7 +134,7 @@ impl Ucontext {
             GFP_KERNEL,
         );
         if r.is_err() {
-            soft.state.lock().dma.remove(uar_addr);
+            soft.state.lock().dma.remove(uar_addr, uar_len);
         }
         r
     }
@@ -176,7 +176,11 @@ impl Ucontext {
         self.async_queue.close();
         // No object of the context is in the HCA any more: the UAR page
         // leaves the registry before it is freed.
-        self.soft.state.lock().dma.remove(self.uar.kaddr());
+        self.soft
+            .state
+            .lock()
+            .dma
+            .remove(self.uar.kaddr(), self.uar.len() as u64);
     }
 
     /// `mmap()` of one of the context's pages: the offset names the UAR
