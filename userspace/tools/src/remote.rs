@@ -612,17 +612,6 @@ impl Side {
         Ok(())
     }
 
-    /// The CQ this side sleeps on in event mode, if any.
-    fn waited_cq(&self, test: Test, server: bool) -> Option<&Cq> {
-        match test {
-            Test::SendLat => Some(&self.rcq),
-            Test::WriteLat => Some(&self.scq),
-            Test::SendBw if server => Some(&self.rcq),
-            Test::SendBw | Test::WriteBw if !server => Some(&self.scq),
-            _ => None,
-        }
-    }
-
     fn received(&self, p: &Params) -> Result<Vec<Vec<u8>>, String> {
         let off = if p.test.is_latency() { p.size } else { 0 };
         self.mrs
@@ -648,9 +637,15 @@ fn check_wc(w: &Wc) -> Result<(), String> {
 
 /// Waits until `cq` yields completions and returns how many it put in
 /// `wc`: busy polling (looking at the control connection every
-/// [`PEER_CHECK`] empty polls), or with `channel` the event loop of
-/// `rmlx5_tools::wait_one`: wait for the completion event, acknowledge it,
-/// re-arm, then poll. The CQ was armed before the run started.
+/// [`PEER_CHECK`] empty polls), or with `channel` sleeping on completion
+/// events. The event loop arms the CQ only after a poll found it empty,
+/// then polls once more before sleeping: arming an mlx5 CQ (and ours) while
+/// unpolled CQEs lie past the consumer index raises an event at once, which
+/// the "wait, ack, re-arm, then poll" order of perftest and ibv_rc_pingpong
+/// would do on every iteration (the CQE that woke it is still there when it
+/// re-arms) and the next wait would then take for nothing. An event left
+/// over from a CQE that landed between the poll and the arm is harmless:
+/// the wait after it finds the CQ empty and sleeps again.
 fn wait_cq(
     cq: &Cq,
     channel: Option<&CompChannel>,
@@ -658,21 +653,8 @@ fn wait_cq(
     ctl: &Ctl,
 ) -> Result<usize, String> {
     let mut idle = 0u32;
+    let mut armed = false;
     loop {
-        if let Some(ch) = channel {
-            let ev = loop {
-                match ch.get_cq_event() {
-                    Ok(c) => break c,
-                    Err(e)
-                        if std::io::Error::from_raw_os_error(e.errno()).kind()
-                            == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(format!("get_cq_event: {}", e)),
-                }
-            };
-            ev.ack_events(1);
-            ev.req_notify(false)
-                .map_err(|e| format!("req_notify: {}", e))?;
-        }
         let n = cq.poll(wc).map_err(|e| format!("poll_cq: {}", e))?;
         if n > 0 {
             for w in &wc[..n] {
@@ -680,11 +662,31 @@ fn wait_cq(
             }
             return Ok(n);
         }
-        if channel.is_none() {
-            idle += 1;
-            if idle == PEER_CHECK {
-                idle = 0;
-                ctl.check_peer("waiting for a completion")?;
+        match channel {
+            Some(_) if !armed => {
+                cq.req_notify(false)
+                    .map_err(|e| format!("req_notify: {}", e))?;
+                armed = true;
+            }
+            Some(ch) => {
+                let ev = loop {
+                    match ch.get_cq_event() {
+                        Ok(c) => break c,
+                        Err(e)
+                            if std::io::Error::from_raw_os_error(e.errno()).kind()
+                                == ErrorKind::Interrupted => {}
+                        Err(e) => return Err(format!("get_cq_event: {}", e)),
+                    }
+                };
+                ev.ack_events(1);
+                armed = false;
+            }
+            None => {
+                idle += 1;
+                if idle == PEER_CHECK {
+                    idle = 0;
+                    ctl.check_peer("waiting for a completion")?;
+                }
             }
         }
     }
@@ -743,10 +745,8 @@ fn prepare(side: &Side, p: &Params, server: bool) -> Result<(), String> {
         }
         _ => {}
     }
-    if let Some(cq) = side.channel.as_ref().and(side.waited_cq(p.test, server)) {
-        cq.req_notify(false)
-            .map_err(|e| format!("req_notify: {}", e))?;
-    }
+    // Event mode needs no arming here: `wait_cq` arms a CQ when it finds it
+    // empty.
     Ok(())
 }
 
