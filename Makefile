@@ -6,6 +6,8 @@
 #   make demo     boot the test guest, load rmlx5, run the pingpong between
 #                 rmlx5_0 and rmlx5_1 in polling and event modes
 #   make perf     boot the test guest and print rmlx5-perf's numbers
+#   make bench    rmlx5 vs rxe vs siw in one benchmark guest: table, raw
+#                 numbers and charts under results/
 #   make check    every test: host, KUnit, guest; last line "N passed, N failed"
 #   make setup    install what the two above need (idempotent)
 #   make module   build rmlx5.ko against $(KDIR) (default: the cached test kernel)
@@ -26,7 +28,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check ulp guest-programs check demo perf clean rustfmt
+.PHONY: fuzz all setup kernel module module-check ulp guest-programs check demo perf bench clean rustfmt
 
 all: module
 
@@ -89,6 +91,10 @@ demo:
 # rmlx5-perf in the guest: latency and message-rate numbers (not a test).
 perf:
 	@bash scripts/perf.sh
+
+# rmlx5 against rxe and siw (perftest) in the benchmark guest (not a test).
+bench:
+	@bash scripts/bench.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -62,7 +62,7 @@ TAIL = 5  # output lines quoted for a failed run
 MB = 1 << 20  # the "MB" of perftest's (and rmlx5-perf's) MB/sec
 SPREAD_MARK = 0.10  # show the spread between rounds above this
 
-MARKER_RE = re.compile(r"@@BENCH-(BEGIN|END|INFO)\b(.*)")
+MARKER_RE = re.compile(r"@@BENCH-(BEGIN|END|INFO|SKIP)\b(.*)")
 KV_RE = re.compile(r'([A-Za-z_][\w.-]*)=("(?:[^"\\]|\\.)*"?|\S*)')
 # tests/guest/bench.sh appends the server's last lines to a failed run.
 SERVER_RE = re.compile(r"^\s*bench: server output:")
@@ -317,9 +317,13 @@ def finish(run, lines, end, cut=None):
 
 
 def parse_log(text):
-    """-> (metadata, runs, stray_ends)."""
+    """-> (metadata, runs, stray_ends, skips).
+
+    A skip (`@@BENCH-SKIP dev=.. test=.. ... reason="..."`) is a case the
+    guest script did not run on purpose, e.g. one a tool refuses."""
     meta = {}
     runs = []
+    skips = []
     cur = None
     lines = []
     stray = 0
@@ -336,6 +340,15 @@ def parse_log(text):
             lines.append(before)
         if what == "INFO":
             meta.update(parse_kv(rest))
+        elif what == "SKIP":
+            kv = parse_kv(rest)
+            try:
+                skips.append({"dev": kv["dev"], "test": kv["test"], "size": int(kv["size"]),
+                              "mode": kv["mode"], "list": int(kv["list"]),
+                              "qps": int(kv["qps"]), "round": int(kv.get("round", 0)),
+                              "reason": kv.get("reason", "not run")})
+            except (KeyError, ValueError):
+                pass
         elif what == "BEGIN":
             if cur is not None:
                 finish(cur, lines, None, f"before the next @@BENCH-BEGIN (log line {lineno})")
@@ -351,7 +364,7 @@ def parse_log(text):
             lines = []
     if cur is not None:
         finish(cur, lines, None, "before the end of the log (the guest died?)")
-    return meta, runs, stray
+    return meta, runs, stray, skips
 
 
 # --------------------------------------------------------------- combining
@@ -383,8 +396,9 @@ def combine(runs, metric):
     return {"value": value, "rounds": rounds, "spread": spread}
 
 
-def build_cells(runs):
-    """{case: {dev: cell}}; a cell is the combination of its runs."""
+def build_cells(runs, skips=()):
+    """{case: {dev: cell}}; a cell is the combination of its runs, or a
+    skipped cell (`skipped`: the reason) when the guest ran none on purpose."""
     by_case = {}
     for r in runs:
         if r["key_error"]:  # cannot be placed in the table
@@ -410,6 +424,13 @@ def build_cells(runs):
                 if cell["rate"]:
                     cell["mib_s"] = cell["rate"]["value"] * 1e6 * case[1] / MB
             cells.setdefault(case, {})[dev] = cell
+    for sk in skips:
+        case = (sk["test"], sk["size"], sk["mode"], sk["list"], sk["qps"])
+        if sk["dev"] in cells.get(case, {}):
+            continue
+        cells.setdefault(case, {})[sk["dev"]] = {
+            "runs": 0, "ok": 0, "failed": [], "main": None, "skipped": sk["reason"],
+            "p50": None, "p99": None, "rate": None, "mib_s": None}
     return cells
 
 
@@ -498,6 +519,13 @@ class Notes:
         self.items = []
         self.index = {}
 
+    def skip(self, reason):
+        key = ("skip", reason)
+        if key not in self.index:
+            self.items.append(f"not run: {reason}")
+            self.index[key] = len(self.items)
+        return f"[{self.index[key]}]"
+
     def ref(self, case, dev, cell):
         key = (case, dev)
         if key not in self.index:
@@ -522,6 +550,8 @@ class Notes:
 def cell_text(gid, case, dev, cell, notes):
     if cell is None:
         return "—"
+    if cell.get("skipped"):
+        return "n/a " + notes.skip(cell["skipped"])
     ref = " " + notes.ref(case, dev, cell) if cell["failed"] else ""
     if not cell["main"]:
         return "fail" + ref
@@ -626,7 +656,8 @@ def summary(meta, runs, cells, stray, log):
         f"±N% = the rounds differ by N% ((max − min) / median of the per-round p50 or rate), "
         f"shown when above {SPREAD_MARK * 100:.0f}%.",
         "— = no run for this device and case in the log (in a ratio: a side is missing or failed).",
-        "fail [n] = every run failed; a value with [n] = some runs failed; see the notes.",
+        "fail [n] = every run failed; a value with [n] = some runs failed; n/a [n] = not run "
+        "(a tool refuses the case); see the notes.",
         "Rates are Mpps (10^6 messages/s), from MsgRate, or for rmlx5-perf (3 decimals) from "
         "its BW average; MiB/s = Mpps × size / 2^20 (the tools' 'MB/sec').",
     ]
@@ -830,7 +861,7 @@ def main(argv=None):
     except OSError as e:
         print(f"bench-report: cannot read {args.log}: {e}", file=sys.stderr)
         return 1
-    meta, runs, stray = parse_log(text)
+    meta, runs, stray, skips = parse_log(text)
     if not runs:
         print(f"bench-report: no @@BENCH-BEGIN blocks in {args.log}", file=sys.stderr)
         tail = [l for l in text.splitlines() if l.strip()][-10:]
@@ -840,7 +871,7 @@ def main(argv=None):
                 print("  " + l, file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
-    cells = build_cells(runs)
+    cells = build_cells(runs, skips)
     txt, md, devices = summary(meta, runs, cells, stray, args.log)
     write_raw(args.out, meta, runs, cells, args.log, stray)
     with open(os.path.join(args.out, "summary.txt"), "w", encoding="utf-8") as f:

@@ -56,8 +56,13 @@ def build_initramfs(args, workdir):
     for tool in args.tools:
         shutil.copy(tool, os.path.join(root, "bin", os.path.basename(tool)))
     shutil.copy(os.path.join(HERE, "guest/perf.sh"), os.path.join(root, "tests/perf.sh"))
-    for path in ("init", "tests/demo.sh", "tests/perf.sh"):
+    shutil.copy(os.path.join(HERE, "guest/bench.sh"), os.path.join(root, "tests/bench.sh"))
+    for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh"):
         os.chmod(os.path.join(root, path), 0o755)
+    # Extra file trees (the benchmark's rdma-core, perftest and iproute2,
+    # staged by scripts/bench-userland.sh).
+    for tree in args.overlays:
+        shutil.copytree(tree, root, symlinks=True, dirs_exist_ok=True)
     image = os.path.join(workdir, "initramfs.cpio.gz")
     files = subprocess.run(["find", "."], cwd=root, check=True, capture_output=True).stdout
     cpio = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet", "-R", "0:0"], cwd=root,
@@ -77,6 +82,8 @@ def run_qemu(args, initramfs, log_path):
     append.append(f"kunit.filter_glob={args.kunit_filter or 'rmlx5*'}")
     if args.params:
         append.append("rmlx5.params=" + ",".join(args.params.split()))
+    if args.bench:
+        append.append("rmlx5.bench=" + ",".join(args.bench.split()))
     cmd = [args.qemu, "-nodefaults", "-no-reboot", "-display", "none",
            "-machine", "q35", "-cpu", "host" if args.accel == "kvm" else "max,la57=off", "-smp", str(args.cpus), "-m", args.memory,
            "-accel", args.accel, "-kernel", args.kernel, "-initrd", initramfs,
@@ -150,7 +157,10 @@ def main():
                     help="static guest test program (repeatable)")
     ap.add_argument("--tool", dest="tools", action="append", default=[],
                     help="static tool for the guest's /bin (repeatable)")
-    ap.add_argument("--mode", choices=("check", "demo", "perf"), default="check")
+    ap.add_argument("--mode", choices=("check", "demo", "perf", "bench"), default="check")
+    ap.add_argument("--overlay", dest="overlays", action="append", default=[],
+                    help="directory tree to copy into the initramfs root (repeatable)")
+    ap.add_argument("--bench", default="", help="knobs for tests/guest/bench.sh (key=value ...)")
     ap.add_argument("--filter", default="", help="run only guest tests matching this")
     ap.add_argument("--kunit-filter", default="", help="kunit.filter_glob for the module's suites")
     ap.add_argument("--params", default="", help="module parameters for insmod")
@@ -174,7 +184,7 @@ def main():
     lines = log_text.splitlines()
     print(f"guest: finished in {elapsed:.1f} s; console log: {log_path}")
 
-    if args.mode in ("demo", "perf"):
+    if args.mode in ("demo", "perf", "bench"):
         start = next((i for i, l in enumerate(lines) if f"==== rmlx5 {args.mode}" in l), None)
         end = next((i for i, l in enumerate(lines) if f"==== end of {args.mode}" in l),
                    len(lines) - 1)
@@ -192,7 +202,11 @@ def main():
             problems.append(("kernel_log", "kernel reported a problem", i))
             break
 
-    kunit_passed, kunit_failed, kunit_lines = parse_kunit(args, log_text, workdir)
+    if args.mode == "bench":
+        # The benchmark kernel has no KUnit; numbers are judged by the report.
+        kunit_passed, kunit_failed, kunit_lines = 0, 0, []
+    else:
+        kunit_passed, kunit_failed, kunit_lines = parse_kunit(args, log_text, workdir)
     for l in kunit_lines:
         print("kunit: " + l)
 

@@ -331,3 +331,44 @@ class EdgeCases(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SkippedCases(unittest.TestCase):
+    """@@BENCH-SKIP: a case the guest did not run on purpose is "n/a" with
+    its reason, not a failure, and never hides a run that did happen."""
+
+    LOG = "\n".join([
+        "@@BENCH-BEGIN dev=rmlx5 test=write_lat size=8 mode=event list=1 qps=1 round=1 iters=100",
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]"
+        "    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ",
+        " 8       100           50.00          90.00        60.00              61.00"
+        "          2.00            80.00                  90.00",
+        "@@BENCH-END rc=0 secs=1",
+        '@@BENCH-SKIP dev=rxe test=write_lat size=8 mode=event list=1 qps=1 round=1 '
+        'reason="perftest: Events feature not available on WRITE verb"',
+        '@@BENCH-SKIP dev=siw test=write_lat size=8 mode=event list=1 qps=1 round=1 '
+        'reason="perftest: Events feature not available on WRITE verb"',
+        "",
+    ])
+
+    def test_skip(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "console.log")
+            with open(log, "w") as f:
+                f.write(self.LOG)
+            out = os.path.join(tmp, "out")
+            proc = run_report(log, out, "--no-plots")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(os.path.join(out, "summary.txt"), encoding="utf-8") as f:
+                txt = f.read()
+            row = next(l for l in txt.splitlines() if l.startswith("write_lat"))
+            self.assertIn("60.00 / 80.00", row)
+            self.assertEqual(row.count("n/a [1]"), 2, row)
+            self.assertIn("[1] not run: perftest: Events feature not available on WRITE verb", txt)
+            self.assertIn("0 runs failed (of 1)", txt)
+            with open(os.path.join(out, "raw.json"), encoding="utf-8") as f:
+                raw = json.load(f)
+            devs = raw["cases"][0]["devices"]
+            self.assertEqual(devs["rxe"]["skipped"],
+                             "perftest: Events feature not available on WRITE verb")
+            self.assertEqual(devs["rmlx5"]["p50"]["value"], 60.0)

@@ -59,6 +59,10 @@ if [ "$mode" = perf ]; then
     /tests/perf.sh
     finish
 fi
+if [ "$mode" = bench ]; then
+    /tests/bench.sh
+    finish
+fi
 
 # Guest test programs: each prints its own PASS/FAIL markers; a program that
 # exits non-zero without printing a FAIL still fails the run (the host

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Stage rdma-core's user space, perftest and iproute2 for the benchmark
+# guest (cached). Prints the staged root directory on stdout; run-guest.py
+# copies it into the initramfs.
+#
+# The packages are Debian's, the same release as the host (so the host's C
+# library and loader fit them): downloaded with `apt-get download`, unpacked
+# with dpkg-deb, and only the programs the benchmark runs are staged, with
+# every shared library `ldd` says they need. Providers: rxe and siw only.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/env.sh"
+
+# What the benchmark runs, and the packages it comes from. The libraries
+# are listed too, so a fresh machine that lacks one of them still works.
+PROGRAMS=(ib_send_lat ib_write_lat ib_send_bw ib_write_bw ibv_devices ibv_devinfo rdma ip)
+PACKAGES=(perftest rdma-core ibverbs-providers ibverbs-utils libibverbs1 librdmacm1 libibumad3
+          iproute2 libpci3 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1)
+
+log() { printf 'bench-userland: %s\n' "$*" >&2; }
+
+versions=$(apt-cache policy "${PACKAGES[@]}" 2>/dev/null | awk '/^[a-z0-9]/{p=$1} /Candidate:/{print p, $2}')
+if echo "$versions" | grep -q "(none)" || [ -z "$versions" ]; then
+    log "refreshing the package index"
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq; else sudo apt-get update -qq; fi
+    versions=$(apt-cache policy "${PACKAGES[@]}" | awk '/^[a-z0-9]/{p=$1} /Candidate:/{print p, $2}')
+fi
+key=$( { printf '%s\n' "${PROGRAMS[@]}"; echo "$versions"; cat "$0"; } | sha256sum | cut -c1-12)
+out=$CACHE/bench-userland-$key
+if [ -f "$out/.staged" ]; then
+    log "cached $out"
+    echo "$out/root"
+    exit 0
+fi
+
+rm -rf "$out" && mkdir -p "$out/debs" "$out/pkg" "$out/root"
+log "downloading ${#PACKAGES[@]} Debian packages"
+(cd "$out/debs" && apt-get download -qq "${PACKAGES[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" >&2 || true)
+for p in "${PACKAGES[@]}"; do
+    ls "$out/debs/${p}"_*.deb >/dev/null 2>&1 || { log "package $p was not downloaded"; exit 1; }
+done
+for deb in "$out"/debs/*.deb; do
+    dpkg-deb -x "$deb" "$out/pkg"
+done
+
+pkg=$out/pkg
+root=$out/root
+libpath=$pkg/usr/lib/x86_64-linux-gnu:$pkg/lib/x86_64-linux-gnu
+mkdir -p "$root/usr/bin" "$root/usr/lib/x86_64-linux-gnu/libibverbs" "$root/etc/libibverbs.d" \
+         "$root/lib/x86_64-linux-gnu" "$root/lib64"
+
+# Copies one shared object to its path in the staged root (the path the
+# guest's loader will look at: packaged libraries keep their place, host
+# ones keep the host's).
+stage_lib() {
+    local src=$1 dst
+    case "$src" in
+    "$pkg"/*) dst=$root/${src#"$pkg"/} ;;
+    *) dst=$root/$src ;;
+    esac
+    mkdir -p "$(dirname "$dst")"
+    cp -L "$src" "$dst"
+}
+
+# Copies the libraries an ELF file needs (ldd, with the unpacked packages
+# first on the search path); fails on any that cannot be found.
+stage_deps() {
+    local elf=$1 missing
+    missing=$(LD_LIBRARY_PATH=$libpath ldd "$elf" | awk '/not found/{print $1}')
+    if [ -n "$missing" ]; then
+        log "$(basename "$elf") needs libraries no listed package has: $missing"
+        exit 1
+    fi
+    LD_LIBRARY_PATH=$libpath ldd "$elf" | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' |
+        while read -r lib; do stage_lib "$lib"; done
+}
+
+for prog in "${PROGRAMS[@]}"; do
+    src=$(find "$pkg/usr/bin" "$pkg/bin" "$pkg/usr/sbin" "$pkg/sbin" -maxdepth 1 -name "$prog" -type f 2>/dev/null | head -n1)
+    [ -n "$src" ] || { log "$prog is in none of the packages"; exit 1; }
+    cp "$src" "$root/usr/bin/$prog"
+    stage_deps "$src"
+done
+for drv in rxe siw; do
+    so=$(ls "$pkg"/usr/lib/x86_64-linux-gnu/libibverbs/lib$drv-rdmav*.so)
+    cp -L "$so" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
+    cp "$pkg/etc/libibverbs.d/$drv.driver" "$root/etc/libibverbs.d/"
+    stage_deps "$so"
+done
+# The loader where the programs' PT_INTERP names it.
+cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+{
+    echo "perftest $(dpkg-deb -f "$out"/debs/perftest_*.deb Version)"
+    echo "rdma-core $(dpkg-deb -f "$out"/debs/rdma-core_*.deb Version)"
+    echo "iproute2 $(dpkg-deb -f "$out"/debs/iproute2_*.deb Version)"
+} > "$root/etc/rmlx5-bench-versions"
+rm -rf "$out/pkg"
+touch "$out/.staged"
+log "staged $(find "$root" -type f | wc -l) files ($(du -sh "$root" | cut -f1)) in $root"
+echo "$root"
