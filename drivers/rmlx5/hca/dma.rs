@@ -146,23 +146,74 @@ impl DmaBuf {
     }
 }
 
+/// Bytes from `addr` up to the next 8-byte boundary.
+fn to_word_boundary(addr: usize) -> usize {
+    addr.wrapping_neg() % 8
+}
+
+/// Copies device-visible memory out, as a DMA engine reads it: volatile
+/// loads in ascending order, aligned 8-byte words where possible (the
+/// ends byte by byte), which under emulation costs an eighth of a copy
+/// byte by byte.
+///
 /// # Safety
 ///
 /// `src..src + out.len()` must be valid for reads.
 unsafe fn volatile_copy_from(src: *const u8, out: &mut [u8]) {
-    for (i, b) in out.iter_mut().enumerate() {
-        // SAFETY: `i < out.len()`, inside the range the caller vouches for.
+    let (head, rest) = out.split_at_mut(to_word_boundary(src as usize).min(out.len()));
+    for (i, b) in head.iter_mut().enumerate() {
+        // SAFETY: `i < head.len() <= out.len()`: inside the caller's range.
         *b = unsafe { src.add(i).read_volatile() };
+    }
+    // SAFETY: `head.len() <= out.len()`: still inside (or at the end of)
+    // the caller's range.
+    let src = unsafe { src.add(head.len()) };
+    let mut words = rest.chunks_exact_mut(8);
+    let mut off = 0;
+    for w in &mut words {
+        // SAFETY: `src + off` is 8-byte aligned (the head took the
+        // misalignment) and `off + 8 <= rest.len()`: inside the range.
+        let v = unsafe { src.add(off).cast::<u64>().read_volatile() };
+        w.copy_from_slice(&v.to_ne_bytes());
+        off += 8;
+    }
+    for (i, b) in words.into_remainder().iter_mut().enumerate() {
+        // SAFETY: `off + i < rest.len()`: inside the range.
+        *b = unsafe { src.add(off + i).read_volatile() };
     }
 }
 
+/// Copies into device-visible memory, as a DMA engine writes it: volatile
+/// stores in ascending order, aligned 8-byte words where possible.
+///
 /// # Safety
 ///
 /// `dst..dst + data.len()` must be valid for writes.
 unsafe fn volatile_copy_to(dst: *mut u8, data: &[u8]) {
-    for (i, b) in data.iter().enumerate() {
-        // SAFETY: `i < data.len()`, inside the range the caller vouches for.
+    let (head, rest) = data.split_at(to_word_boundary(dst as usize).min(data.len()));
+    for (i, b) in head.iter().enumerate() {
+        // SAFETY: `i < head.len() <= data.len()`: inside the caller's range.
         unsafe { dst.add(i).write_volatile(*b) };
+    }
+    // SAFETY: `head.len() <= data.len()`: inside (or at the end of) the
+    // caller's range.
+    let dst = unsafe { dst.add(head.len()) };
+    let mut words = rest.chunks_exact(8);
+    let mut off = 0;
+    for w in &mut words {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(w);
+        // SAFETY: `dst + off` is 8-byte aligned and `off + 8 <= rest.len()`.
+        unsafe {
+            dst.add(off)
+                .cast::<u64>()
+                .write_volatile(u64::from_ne_bytes(v))
+        };
+        off += 8;
+    }
+    for (i, b) in words.remainder().iter().enumerate() {
+        // SAFETY: `off + i < rest.len()`: inside the range.
+        unsafe { dst.add(off + i).write_volatile(*b) };
     }
 }
 
@@ -446,6 +497,42 @@ mod tests {
         }
         assert_eq!(reg.count(RegionKind::Buf), 0);
         assert!(reg.check(base, 1).is_err());
+        Ok(())
+    }
+
+    /// The word-wise volatile copies move exactly the bytes asked for, at
+    /// every alignment of either end and every length around the word
+    /// size, and touch nothing around them.
+    #[test]
+    fn volatile_copies_every_alignment() -> Result {
+        let buf = DmaBuf::new(128, GFP_KERNEL)?;
+        let base = buf.addr() as *mut u8;
+        let mut pattern = [0u8; 48];
+        for (i, b) in pattern.iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        for off in 0..16usize {
+            for len in 0..=40usize {
+                buf.write(0, &[0xee; 128])?;
+                // SAFETY: `off + len <= 56 < 128`: inside the buffer.
+                unsafe { volatile_copy_to(base.add(16 + off), &pattern[..len]) };
+                let mut all = [0u8; 128];
+                buf.read(0, &mut all)?;
+                for (i, b) in all.iter().enumerate() {
+                    let want = if (16 + off..16 + off + len).contains(&i) {
+                        pattern[i - 16 - off]
+                    } else {
+                        0xee
+                    };
+                    assert_eq!(*b, want);
+                }
+                let mut back = [0u8; 48];
+                // SAFETY: as above.
+                unsafe { volatile_copy_from(base.add(16 + off), &mut back[..len]) };
+                assert_eq!(&back[..len], &pattern[..len]);
+                assert!(back[len..].iter().all(|b| *b == 0));
+            }
+        }
         Ok(())
     }
 }
