@@ -428,11 +428,11 @@ fn pingpong_tool() -> TestResult {
     Ok(())
 }
 
-/// Whether a TCP connection over 127.0.0.1 works.
+/// Whether a TCP connection over 127.0.0.1 works (the listener must live
+/// until the connection is made).
 fn loopback_works() -> bool {
     TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .and_then(TcpStream::connect)
+        .and_then(|l| l.local_addr().and_then(TcpStream::connect).map(|_| l))
         .is_ok()
 }
 
