@@ -777,7 +777,7 @@ def plot(out, meta, cells, devices):
                 v = value_of(cell) if cell else None
                 if v is None:
                     if cell:
-                        fails.append(x)
+                        fails.append((x, "n/a" if cell.get("skipped") else "fail"))
                     continue
                 xs.append(x)
                 ys.append(v)
@@ -789,10 +789,11 @@ def plot(out, meta, cells, devices):
             if err_of and xs:
                 ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor="black",
                             elinewidth=0.8, capsize=2, zorder=3)
-            for x in fails:
-                ax.annotate("fail", (x, 0), xycoords=("data", "axes fraction"),
+            for x, word in fails:
+                ax.annotate(word, (x, 0), xycoords=("data", "axes fraction"),
                             xytext=(0, 3), textcoords="offset points", rotation=90,
-                            ha="center", va="bottom", fontsize=7, color="red")
+                            ha="center", va="bottom", fontsize=7,
+                            color="grey" if word == "n/a" else "red")
         ax.set_xticks(range(len(cases)))
         ax.set_xticklabels([label(c, g) for c, g in zip(cases, gids)], fontsize=7)
         ax.set_xlim(-0.6, len(cases) - 0.4)
