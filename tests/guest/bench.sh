@@ -12,7 +12,7 @@
 # for scripts/bench-report.py on the host.
 #
 # Knobs (kernel command line rmlx5.bench=key=value,...): rounds, lat_iters,
-# bw_iters, big_iters, quick (1: two sizes and QP counts 1 and 16),
+# bw_iters, big_iters, scale_msgs, quick (1: two sizes and QP counts 1 and 16),
 # groups (which of lat+rate+bw+scale to run, joined by '+'; default all).
 export PATH=/usr/bin:/bin:/tests
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
@@ -21,6 +21,7 @@ rounds=2
 lat_iters=1000
 bw_iters=5120
 big_iters=1000
+scale_msgs=65536
 quick=0
 groups=lat+rate+bw+scale
 # A client that has not finished after this many seconds is killed: perftest
@@ -33,7 +34,7 @@ scale_timeout=240
 knobs=$(sed -n 's/.*rmlx5.bench=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
 for kv in $knobs; do
     case "$kv" in
-    rounds=* | lat_iters=* | bw_iters=* | big_iters=* | quick=* | groups=* | *_timeout=*)
+    rounds=* | lat_iters=* | bw_iters=* | big_iters=* | scale_msgs=* | quick=* | groups=* | *_timeout=*)
         eval "$kv" ;;
     esac
 done
@@ -224,10 +225,12 @@ done
 # a side share one send CQ of QPs x send-queue-depth entries, which must fit
 # every device (rxe: 32767 CQEs): the depth shrinks from 128 so that the
 # product stays at most 16384, and the CQ moderation (100) with it.
-# Iterations are per QP, at least 128.
+# Iterations are per QP: scale_msgs in all, at least 128 per QP. (With
+# 5120 messages in all the 256-pair run lasted under a second and its
+# rounds scattered by half.)
 run_timeout=$scale_timeout
 want scale && for q in $qpcounts; do
-    it=$((bw_iters / q))
+    it=$((scale_msgs / q))
     [ $it -lt 128 ] && it=128
     tx=$((16384 / q))
     [ $tx -gt 128 ] && tx=128
