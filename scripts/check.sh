@@ -49,6 +49,21 @@ if [ "${SKIP_HOST:-0}" != 1 ]; then
     if [ "$rc" != 0 ] && [ "$hf" = 0 ]; then count_fail "cargo test (exit $rc)"; fi
     [ "$hf" = 0 ] || failures+=("cargo test: $hf failed")
     rm -f "$log"
+
+    # The benchmark report script (make bench) on its synthetic console log.
+    step "host: tests/bench (bench-report.py)"
+    log=$(mktemp)
+    python3 -m unittest discover -s "$top/tests/bench" -v 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    bp=$(grep -c ' \.\.\. ok$' "$log" || true)
+    bs=$(grep -c ' \.\.\. skipped' "$log" || true)
+    bf=$(grep -cE ' \.\.\. (FAIL|ERROR)$' "$log" || true)
+    passed=$((passed + bp))
+    failed=$((failed + bf))
+    [ "$bs" = 0 ] || echo "tests/bench: $bs skipped (no matplotlib in this python: plots not checked)"
+    if [ "$rc" != 0 ] && [ "$bf" = 0 ]; then count_fail "tests/bench (exit $rc)"; fi
+    [ "$bf" = 0 ] || failures+=("tests/bench: $bf failed")
+    rm -f "$log"
 fi
 
 if [ "${SKIP_GUEST:-0}" != 1 ]; then
