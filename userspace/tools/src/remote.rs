@@ -458,6 +458,17 @@ impl Ctl {
 
     /// Without blocking: an error if the peer has closed the connection or
     /// reported a failure. Anything else it sent stays unread.
+    /// Counts one empty poll in `idle` and looks at the connection every
+    /// [`PEER_CHECK`] of them.
+    fn idle_poll(&self, idle: &mut u32, step: &str) -> Result<(), String> {
+        *idle += 1;
+        if *idle == PEER_CHECK {
+            *idle = 0;
+            self.check_peer(step)?;
+        }
+        Ok(())
+    }
+
     fn check_peer(&self, step: &str) -> Result<(), String> {
         let buffered = self.r.buffer();
         if !buffered.is_empty() {
@@ -682,11 +693,7 @@ fn wait_cq(
                 armed = false;
             }
             None => {
-                idle += 1;
-                if idle == PEER_CHECK {
-                    idle = 0;
-                    ctl.check_peer("waiting for a completion")?;
-                }
+                ctl.idle_poll(&mut idle, "waiting for a completion")?;
             }
         }
     }
@@ -816,11 +823,7 @@ fn poll_memory(mr: &Mr, off: usize, want: u8, ctl: &Ctl) -> Result<(), String> {
             return Ok(());
         }
         std::hint::spin_loop();
-        idle += 1;
-        if idle == PEER_CHECK {
-            idle = 0;
-            ctl.check_peer("waiting for the peer's WRITE")?;
-        }
+        ctl.idle_poll(&mut idle, "waiting for the peer's WRITE")?;
     }
 }
 
@@ -951,11 +954,7 @@ fn bw_client(side: &Side, p: &Params, ctl: &Ctl, remote: &[QpAddr]) -> Result<Ru
             if ch.is_some() {
                 k = wait_cq(&side.scq, ch, &mut wc, ctl)?;
             } else {
-                idle += 1;
-                if idle == PEER_CHECK {
-                    idle = 0;
-                    ctl.check_peer("waiting for send completions")?;
-                }
+                ctl.idle_poll(&mut idle, "waiting for send completions")?;
             }
         }
         if k == 0 {
