@@ -156,6 +156,11 @@ mod tests {
     #[test]
     fn cqe_layouts() -> Result {
         let cqe = Cqe64 {
+            ml_path: 0,
+            slid: 0x0002,
+            grh: 0,
+            sl: 5,
+            src_qpn: 0x10_0001,
             srqn_uidx: 0,
             imm_inval_rkey: 0x0102_0304,
             byte_cnt: 4096,
@@ -172,6 +177,7 @@ mod tests {
         };
         let mut b = [0u8; 64];
         cqe.encode(&mut b);
+        assert_eq!(b[22..28], [0, 0x02, 0x05, 0x10, 0, 0x01]);
         assert_eq!(b[44..48], [0, 0, 0x10, 0]);
         assert_eq!(b[56..64], [0x10, 0, 0, 0x42, 0xff, 0xfe, 0, 0x01]);
         assert_eq!(Cqe64::decode(&b), Ok(cqe));

@@ -128,7 +128,7 @@ struct rmlx5_ib_wc {
 	u32 qp_num;
 	__be32 imm_data;
 	u32 wc_flags;
-	u32 reserved;
+	u32 src_qp;		/* receives: the sender's QP number */
 };
 
 struct rmlx5_ib_sge {

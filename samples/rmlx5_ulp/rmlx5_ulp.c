@@ -291,9 +291,10 @@ static void run_verbs(const char *mode)
 
 		if (poll_one(&s[1], &wc) || wc.opcode != RMLX5_IB_WC_RECV ||
 		    !(wc.wc_flags & RMLX5_IB_WC_WITH_IMM) ||
-		    wc.imm_data != cpu_to_be32(0x12345678))
-			FAIL(name, "recv wc imm %x flags %u", be32_to_cpu(wc.imm_data),
-			     wc.wc_flags);
+		    wc.imm_data != cpu_to_be32(0x12345678) ||
+		    wc.src_qp != rmlx5_ib_qp_num(s[0].qp))
+			FAIL(name, "recv wc imm %x flags %u src_qp %#x",
+			     be32_to_cpu(wc.imm_data), wc.wc_flags, wc.src_qp);
 		else
 			PASS(name);
 	}

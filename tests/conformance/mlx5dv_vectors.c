@@ -159,6 +159,9 @@ static void layouts(void)
 	SIZE(mlx5_wqe_inl_data_seg);
 	OFFSET(mlx5_wqe_inl_data_seg, byte_count);
 	SIZE(mlx5_cqe64);
+	OFFSET(mlx5_cqe64, ml_path);
+	OFFSET(mlx5_cqe64, slid);
+	OFFSET(mlx5_cqe64, flags_rqpn);
 	OFFSET(mlx5_cqe64, srqn_uidx);
 	OFFSET(mlx5_cqe64, imm_inval_pkey);
 	OFFSET(mlx5_cqe64, byte_cnt);
@@ -368,16 +371,23 @@ static void recv_vectors(unsigned int n)
 
 static void cqe_fields(struct mlx5_cqe64 *cqe)
 {
-	printf(" %x %x %x %x %x %x %x %x %x %x %x",
+	uint32_t flags_rqpn = be32toh(cqe->flags_rqpn);
+
+	/* The last five the way rdma-core's mlx5 provider fills a responder
+	 * work completion on an InfiniBand port: dlid_path_bits from ml_path,
+	 * slid, the GRH flag from bits 29:28, sl from 27:24, src_qp from 23:0. */
+	printf(" %x %x %x %x %x %x %x %x %x %x %x %x %x %x %x %x",
 	       mlx5dv_get_cqe_opcode(cqe), mlx5dv_get_cqe_owner(cqe), mlx5dv_get_cqe_se(cqe),
 	       mlx5dv_get_cqe_format(cqe), be32toh(cqe->srqn_uidx) & 0xffffff,
 	       be32toh(cqe->imm_inval_pkey), be32toh(cqe->byte_cnt),
 	       be32toh(cqe->sop_drop_qpn) >> 24, be32toh(cqe->sop_drop_qpn) & 0xffffff,
-	       be16toh(cqe->wqe_counter), cqe->signature);
+	       be16toh(cqe->wqe_counter), cqe->signature,
+	       cqe->ml_path, be16toh(cqe->slid), (flags_rqpn >> 28) & 3,
+	       (flags_rqpn >> 24) & 0xf, flags_rqpn & 0xffffff);
 }
 
 /* cqe MODE BYTES opcode owner se format srqn_uidx imm byte_cnt sop qpn
- *     wqe_counter signature
+ *     wqe_counter signature ml_path slid grh sl src_qp
  * MODE "raw": 64 random bytes (reserved bytes included), read back through
  * mlx5dv_get_cqe_*() and the struct fields. MODE "enc": a zeroed CQE whose
  * fields were set through the struct (and mlx5dv_set_cqe_owner), with a
@@ -392,6 +402,11 @@ static void cqe_vectors(unsigned int n)
 			rnd_bytes(&cqe, sizeof(cqe));
 		} else {
 			memset(&cqe, 0, sizeof(cqe));
+			cqe.ml_path = (uint8_t)rnd_bits(8);
+			cqe.slid = htobe16((uint16_t)rnd_bits(16));
+			cqe.flags_rqpn = htobe32((uint32_t)rnd_bits(2) << 28 |
+						 (uint32_t)rnd_bits(4) << 24 |
+						 (uint32_t)rnd_bits(24));
 			cqe.srqn_uidx = htobe32((uint32_t)rnd_bits(24));
 			cqe.imm_inval_pkey = htobe32((uint32_t)rnd_bits(32));
 			cqe.byte_cnt = htobe32((uint32_t)rnd_bits(32));

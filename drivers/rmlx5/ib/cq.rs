@@ -127,8 +127,9 @@ pub struct Wc {
     pub imm_data: u32,
     /// `RMLX5_IB_WC_WITH_IMM` (2).
     pub wc_flags: u32,
-    /// Padding.
-    pub reserved: u32,
+    /// Receive completions: the sender's QP number (the CQE's
+    /// `flags_rqpn`), like `ib_wc.src_qp`; 0 for send completions.
+    pub src_qp: u32,
 }
 
 // `enum ib_wc_status` values.
@@ -481,6 +482,7 @@ impl Cq {
                     qp_num: c.qpn,
                     imm_data: c.imm_inval_rkey.to_be(),
                     wc_flags: flags,
+                    src_qp: c.src_qpn,
                     ..Wc::default()
                 })
             }

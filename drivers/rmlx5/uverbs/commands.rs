@@ -50,6 +50,10 @@ use crate::hca::{
     MAX_QPS, //
 };
 use crate::hca_model::{
+    fabric::{
+        index_of_lid,
+        lid_of_index, //
+    },
     mr::Access,
     qp::{
         ConnAttrs,
@@ -127,7 +131,7 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.num_comp_vectors = l.num_comp_vectors;
     a.max_inline_data = l.max_inline_data;
     a.phys_port_cnt = 1;
-    a.bf_reg_size = crate::mlx5_prm::doorbell::BF_BUF_SIZE as u32;
+    a.bf_reg_size = crate::mlx5_prm::doorbell::BF_REG_SIZE as u32;
     a.uar_size = crate::mlx5_prm::doorbell::UAR_PAGE_SIZE as u32;
     a.device_index = ctx.hca_index;
     arg.write(&a)?;
@@ -146,7 +150,9 @@ fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.state = PORT_ACTIVE;
     a.max_mtu = MTU_4096;
     a.active_mtu = MTU_4096;
-    a.lid = ctx.hca_index + 1;
+    a.lid = u32::from(lid_of_index(
+        u16::try_from(ctx.hca_index).map_err(|_| EINVAL)?,
+    ));
     a.sm_lid = 1;
     a.gid_tbl_len = 1;
     // IBV_WIDTH_4X, IBV_SPEED_EDR.
@@ -440,10 +446,10 @@ fn modify_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.check(&ctx.limits).map_err(invalid)?;
     let qp = ctx.objects.lock().qps.obj(a.qp_handle)?;
     let u8_of = |v: u32| u8::try_from(v).map_err(|_| EINVAL);
-    // The address vector names the peer HCA by its LID (index + 1).
+    // The address vector names the peer HCA by its port's LID.
     let dest_hca = if a.attr_mask & QP_AV != 0 {
         let lid = u16::try_from(a.dlid).map_err(|_| EINVAL)?;
-        let hca = lid.checked_sub(1).ok_or(EINVAL)?;
+        let hca = index_of_lid(lid).ok_or(EINVAL)?;
         ctx.soft.dev(usize::from(hca)).map_err(|_| EINVAL)?;
         hca
     } else {
@@ -462,6 +468,7 @@ fn modify_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
                 hca: dest_hca,
                 qpn: a.dest_qp_num,
             },
+            sl: u8_of(a.sl)?,
             rq_psn: a.rq_psn,
             sq_psn: a.sq_psn,
             max_dest_rd_atomic: u8_of(a.max_dest_rd_atomic)?,
@@ -497,10 +504,13 @@ fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.retry_cnt = u32::from(info.conn.retry_cnt);
     a.rnr_retry = u32::from(info.conn.rnr_retry);
     a.port_num = 1;
-    a.dlid = if info.state == QpState::Reset || info.state == QpState::Init {
-        0
+    (a.dlid, a.sl) = if info.state == QpState::Reset || info.state == QpState::Init {
+        (0, 0)
     } else {
-        u32::from(info.conn.dest.hca) + 1
+        (
+            u32::from(lid_of_index(info.conn.dest.hca)),
+            u32::from(info.conn.sl),
+        )
     };
     a.max_send_wr = g.max_send_wr;
     a.max_recv_wr = g.max_recv_wr;

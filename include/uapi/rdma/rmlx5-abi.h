@@ -177,7 +177,7 @@ struct rmlx5_modify_qp {
 	__u32 rnr_retry;
 	__u32 port_num;
 	__u32 dlid;			/* the peer port's LID */
-	__u32 reserved;
+	__u32 sl;			/* service level, 0..15 (with RMLX5_QP_AV) */
 };
 
 struct rmlx5_query_qp {
@@ -203,7 +203,7 @@ struct rmlx5_query_qp {
 	__u32 max_send_sge;
 	__u32 max_recv_sge;
 	__u32 max_inline_data;
-	__u32 reserved2;
+	__u32 sl;
 };
 
 struct rmlx5_kick {

@@ -297,6 +297,11 @@ mod tests {
 
     fn cqe(solicited: bool) -> CqeBody {
         CqeBody::Ok(Cqe64 {
+            ml_path: 0,
+            slid: 0,
+            grh: 0,
+            sl: 0,
+            src_qpn: 0,
             srqn_uidx: 0,
             imm_inval_rkey: 0,
             byte_cnt: 0,

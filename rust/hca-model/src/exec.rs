@@ -25,6 +25,7 @@
 
 use super::cq::CqeBody;
 use super::dev::{err_cqe, Dev};
+use super::fabric::lid_of_index;
 use super::flush;
 use super::hca::Hca;
 use super::mem::Platform;
@@ -50,6 +51,10 @@ fn cost(len: u64) -> u32 {
 struct Local {
     slot: u32,
     qpn: u32,
+    /// LID of the sending port and SL of the QP's path: what the
+    /// responder reports as `slid` and `sl`.
+    slid: u16,
+    sl: u8,
     send_cqn: u32,
     dest: RemoteQp,
     wqe_counter: u16,
@@ -133,6 +138,11 @@ fn succeed<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, len: u64) {
         return;
     }
     let body = CqeBody::Ok(Cqe64 {
+        ml_path: 0,
+        slid: 0,
+        grh: 0,
+        sl: 0,
+        src_qpn: 0,
         srqn_uidx: 0,
         imm_inval_rkey: 0,
         byte_cnt: u32::try_from(len).unwrap_or(u32::MAX),
@@ -275,6 +285,8 @@ fn step_qp<S: Storage, P: Platform>(
     let mut l = Local {
         slot,
         qpn,
+        slid: lid_of_index(u16::try_from(a).unwrap_or(u16::MAX)),
+        sl: conn.sl,
         send_cqn,
         dest: conn.dest,
         wqe_counter: sq.ci,
@@ -412,6 +424,9 @@ fn request(kind: ReqKind, l: &Local, raddr: u64, rkey: u32, len: u64) -> Request
     Request {
         kind,
         dest_qpn: l.dest.qpn,
+        src_qpn: l.qpn,
+        slid: l.slid,
+        sl: l.sl,
         raddr,
         rkey,
         len,

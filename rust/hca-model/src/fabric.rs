@@ -24,6 +24,28 @@ use super::mem::Platform;
 use super::table::Storage;
 use super::transfer::Scratch;
 
+/// The highest unicast LID (InfiniBand reserves 0 and 0xc000 and up for
+/// multicast and the permissive LID).
+pub const MAX_UNICAST_LID: u16 = 0xbfff;
+
+/// The LID of the port of the instance with fabric index `index`: LIDs
+/// start at 1, since LID 0 is reserved. Responder CQEs carry the sender's
+/// LID in `slid`, and a connection's address vector names its peer by LID,
+/// so every embedder translates with this pair of functions.
+pub const fn lid_of_index(index: u16) -> u16 {
+    index.saturating_add(1)
+}
+
+/// The fabric index of the instance whose port has LID `lid`, or `None` for
+/// LID 0 and LIDs outside the unicast range.
+pub const fn index_of_lid(lid: u16) -> Option<u16> {
+    if lid == 0 || lid > MAX_UNICAST_LID {
+        None
+    } else {
+        Some(lid - 1)
+    }
+}
+
 /// A set of HCA instances the fabric can hold: implement it for whatever
 /// owns them (a `KVec` in the kernel). Implemented for arrays and mutable
 /// slices.
@@ -31,7 +53,8 @@ pub trait HcaSet {
     /// The storage type of every instance.
     type Storage: Storage;
 
-    /// The instances; instance `i` has fabric index (LID) `i`.
+    /// The instances; instance `i` has fabric index `i` and LID
+    /// [`lid_of_index`]`(i)`.
     fn hcas(&mut self) -> &mut [Hca<Self::Storage>];
 }
 
@@ -77,8 +100,8 @@ pub struct Fabric<H> {
 
 impl<H: HcaSet> Fabric<H> {
     /// Joins the instances of `set` into a fabric, giving each its index
-    /// as its id (the LID its peers address it by). At most 65536 instances
-    /// are addressable.
+    /// as its id (its peers address it by LID, index + 1). At most
+    /// [`MAX_UNICAST_LID`] instances are addressable.
     pub fn new(mut set: H) -> Self {
         for (i, h) in set.hcas().iter_mut().enumerate() {
             h.id = u16::try_from(i).unwrap_or(u16::MAX);

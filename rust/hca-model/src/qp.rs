@@ -120,6 +120,9 @@ pub struct ConnAttrs {
     pub path_mtu: u8,
     /// Where requests go.
     pub dest: RemoteQp,
+    /// Service level of the path to `dest` (address vector), 0 to 15;
+    /// carried by every request and reported in the responder's CQE.
+    pub sl: u8,
     /// Expected PSN of the first incoming request (kept, not used).
     pub rq_psn: u32,
     /// PSN of the first outgoing request (kept, not used).

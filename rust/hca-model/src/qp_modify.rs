@@ -179,6 +179,7 @@ pub(super) fn check(cur: QpState, m: &QpModify, caps: &Caps) -> Result<QpState, 
     }
     let a = &m.attrs;
     let bad = (mask.contains(AttrMask::PORT) && a.port != 1)
+        || (mask.contains(AttrMask::AV) && a.sl > 15)
         || (mask.contains(AttrMask::PKEY_INDEX) && a.pkey_index != 0)
         || (mask.contains(AttrMask::ACCESS_FLAGS) && !Access::ALL.contains(a.access))
         || (mask.contains(AttrMask::PATH_MTU) && !(1..=5).contains(&a.path_mtu))
@@ -216,6 +217,7 @@ pub(super) fn apply(conn: &mut ConnAttrs, m: &QpModify) {
             hca: a.dest.hca,
             qpn: conn.dest.qpn,
         };
+        conn.sl = a.sl;
     }
     if mask.contains(AttrMask::DEST_QPN) {
         conn.dest.qpn = a.dest.qpn;
@@ -322,6 +324,12 @@ mod tests {
         m.attrs.rnr_retry = 7;
         m.attrs.max_rd_atomic = 17;
         assert_eq!(check(Rtr, &m, &caps), Err(Error::Invalid));
+        // The SL is 4 bits and belongs to the address vector.
+        let mut m = modify(Rtr, INIT_RTR_REQ);
+        m.attrs.sl = 15;
+        assert_eq!(check(Init, &m, &caps), Ok(Rtr));
+        m.attrs.sl = 16;
+        assert_eq!(check(Init, &m, &caps), Err(Error::Invalid));
         // Unsupported and unknown bits.
         let m = modify(Rtr, INIT_RTR_REQ.or(AttrMask::ALT_PATH));
         assert_eq!(check(Init, &m, &caps), Err(Error::Invalid));

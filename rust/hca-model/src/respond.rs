@@ -55,6 +55,11 @@ pub(super) enum ReqKind {
 pub(super) struct Request {
     pub(super) kind: ReqKind,
     pub(super) dest_qpn: u32,
+    /// The requester's QPN, port LID and path SL (the packet's source QP,
+    /// LRH source LID and SL).
+    pub(super) src_qpn: u32,
+    pub(super) slid: u16,
+    pub(super) sl: u8,
     pub(super) raddr: u64,
     pub(super) rkey: u32,
     pub(super) len: u64,
@@ -303,7 +308,16 @@ pub(super) fn finish<P: Platform>(
         ReqKind::Write { imm } => (CqeOpcode::RespWrImm, imm.unwrap_or(0)),
         ReqKind::Read | ReqKind::Atomic(_) => return,
     };
+    // What an mlx5 HCA reports of the packet on an InfiniBand port: its
+    // source QP, LID and SL. No GRH (LID-routed RC) and LMC 0, so the GRH
+    // flags and `ml_path` are 0; a RESP_SEND's `imm_inval_pkey` would be
+    // the P_Key on QP1 only, and is 0 (P_Key index 0) here.
     let body = CqeBody::Ok(Cqe64 {
+        ml_path: 0,
+        slid: req.slid,
+        grh: 0,
+        sl: req.sl,
+        src_qpn: req.src_qpn,
         srqn_uidx: 0,
         imm_inval_rkey: imm,
         // The message length is at most 2^31.

@@ -66,23 +66,46 @@ impl OpOwn {
 ///
 /// | byte | field |
 /// |---|---|
+/// | 17 | `ml_path`: the DLID path bits of the receiving port (responder) |
+/// | 22 | `slid`: the sender's LID (responder, InfiniBand link layer) |
+/// | 24 | `flags_rqpn`: GRH location (29:28), SL (27:24), source QPN (23:0) (responder) |
 /// | 32 | `srqn_uidx`: SRQ number or user index (23:0) |
-/// | 36 | `imm_inval_pkey`: immediate data or invalidated rkey |
+/// | 36 | `imm_inval_pkey`: immediate data, invalidated rkey, or P_Key index |
 /// | 44 | `byte_cnt` |
 /// | 56 | `sop_drop_qpn`: send opcode in requester CQEs (31:24), QPN (23:0) |
 /// | 60 | `wqe_counter` |
 /// | 62 | `signature` |
 /// | 63 | `op_own` |
 ///
-/// Bytes 0..32 (Ethernet and tag-matching fields) and 40..44, 48..56
-/// (timestamp) are not modelled: `encode` zeroes them and `decode` ignores
-/// them.
+/// The other bytes of 0..32 (Ethernet offloads: checksum, RSS hash, LRO,
+/// VLAN, header types; tag matching; the striding-RQ `wqe_id`),
+/// `flags_rqpn` bits 31:30, and 40..44, 48..56 (application tag and
+/// timestamp) are not modelled: `encode` zeroes them and `decode` ignores
+/// them. Documentation/mlx5-formats.md says why each is left at zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cqe64 {
+    /// The receiving port's DLID path bits (the low LMC bits of the LID the
+    /// packet was addressed to); 0 with LMC 0 and in requester CQEs:
+    /// `ml_path`. rdma-core reports bits 6:0 as `wc.dlid_path_bits`.
+    pub ml_path: u8,
+    /// The sender's LID in a responder CQE on an InfiniBand port (0 in
+    /// requester CQEs): `slid`.
+    pub slid: u16,
+    /// Where the received packet's GRH went, 2 bits: 0 none, 1 the first 40
+    /// bytes of the receive buffer, 2 the CQE; rdma-core sets `IBV_WC_GRH`
+    /// when non-zero: `flags_rqpn` bits 29:28.
+    pub grh: u8,
+    /// The service level the packet travelled on, 4 bits (responder CQEs on
+    /// an InfiniBand port): `flags_rqpn` bits 27:24.
+    pub sl: u8,
+    /// The sender's QP number, 24 bits (responder CQEs): `flags_rqpn` bits
+    /// 23:0.
+    pub src_qpn: u32,
     /// SRQ number or user index, 24 bits: `srqn_uidx` bits 23:0.
     pub srqn_uidx: u32,
-    /// Immediate data (RESP_WR_IMM, RESP_SEND_IMM) or the invalidated rkey
-    /// (RESP_SEND_INV); its big-endian bytes are `imm_inval_pkey`.
+    /// Immediate data (RESP_WR_IMM, RESP_SEND_IMM), the invalidated rkey
+    /// (RESP_SEND_INV), or in a RESP_SEND the P_Key index (15:0) the packet
+    /// matched; its big-endian bytes are `imm_inval_pkey`.
     pub imm_inval_rkey: u32,
     /// Bytes transferred (responder: bytes received; requester RDMA read and
     /// atomics: bytes read): `byte_cnt`.
@@ -107,6 +130,15 @@ impl Cqe64 {
     /// 0..63 to the CQ first and byte 63 last).
     pub fn encode(&self, out: &mut [u8; CQE_SIZE]) {
         *out = [0; CQE_SIZE];
+        put_u8(out, 17, self.ml_path);
+        put_u16(out, 22, self.slid);
+        put_u32(
+            out,
+            24,
+            u32::from(self.grh & 0x3) << 28
+                | u32::from(self.sl & 0xf) << 24
+                | (self.src_qpn & 0xff_ffff),
+        );
         put_u32(out, 32, self.srqn_uidx & 0xff_ffff);
         put_u32(out, 36, self.imm_inval_rkey);
         put_u32(out, 44, self.byte_cnt);
@@ -127,7 +159,13 @@ impl Cqe64 {
     /// [`Error::UnknownCqeOpcode`] if the opcode is unknown.
     pub fn decode(b: &[u8; CQE_SIZE]) -> Result<Self, Error> {
         let sop_drop_qpn = get_u32(b, 56);
+        let flags_rqpn = get_u32(b, 24);
         Ok(Cqe64 {
+            ml_path: get_u8(b, 17),
+            slid: get_u16(b, 22),
+            grh: ((flags_rqpn >> 28) & 0x3) as u8,
+            sl: ((flags_rqpn >> 24) & 0xf) as u8,
+            src_qpn: flags_rqpn & 0xff_ffff,
             srqn_uidx: get_u32(b, 32) & 0xff_ffff,
             imm_inval_rkey: get_u32(b, 36),
             byte_cnt: get_u32(b, 44),
@@ -233,6 +271,11 @@ mod tests {
     #[test]
     fn requester_cqe_known_bytes() {
         let c = Cqe64 {
+            ml_path: 0,
+            slid: 0,
+            grh: 0,
+            sl: 0,
+            src_qpn: 0,
             srqn_uidx: 0x12_3456,
             imm_inval_rkey: 0xdead_beef,
             byte_cnt: 0x1000,
@@ -254,6 +297,42 @@ mod tests {
         assert_eq!(b[40..44], [0; 4]);
         assert_eq!(b[44..48], [0, 0, 0x10, 0]);
         assert_eq!(b[56..64], [0x0a, 0xab, 0xcd, 0xef, 0xff, 0xfe, 0x5a, 0x01]);
+        assert_eq!(Cqe64::decode(&b), Ok(c));
+    }
+
+    #[test]
+    fn responder_cqe_known_bytes() {
+        let c = Cqe64 {
+            ml_path: 0x05,
+            slid: 0x1234,
+            grh: 2,
+            sl: 0xa,
+            src_qpn: 0x00_0c0d,
+            srqn_uidx: 0,
+            imm_inval_rkey: 0,
+            byte_cnt: 64,
+            send_opcode: 0,
+            qpn: 0x42,
+            wqe_counter: 1,
+            signature: 0,
+            op_own: OpOwn {
+                opcode: CqeOpcode::RespSend,
+                format: 0,
+                solicited: true,
+                owner: false,
+            },
+        };
+        let mut b = [0xffu8; 64];
+        c.encode(&mut b);
+        assert_eq!(b[..17], [0; 17]);
+        assert_eq!(
+            b[17..32],
+            [5, 0, 0, 0, 0, 0x12, 0x34, 0x2a, 0, 0x0c, 0x0d, 0, 0, 0, 0]
+        );
+        assert_eq!(b[63], 0x22);
+        assert_eq!(Cqe64::decode(&b), Ok(c));
+        // Bits 31:30 of flags_rqpn are not modelled: decode ignores them.
+        b[24] |= 0xc0;
         assert_eq!(Cqe64::decode(&b), Ok(c));
     }
 

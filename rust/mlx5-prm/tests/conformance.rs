@@ -205,6 +205,9 @@ const MLX5DV_LAYOUTS: &[LayoutMap] = &[
         header: "mlx5_cqe64",
         ours: "cqe",
         fields: &[
+            ("ml_path", &["ml_path"]),
+            ("slid", &["slid"]),
+            ("flags_rqpn", &["grh", "sl", "src_qpn"]),
             ("srqn_uidx", &["srqn_uidx"]),
             ("imm_inval_pkey", &["imm_inval_rkey"]),
             ("byte_cnt", &["byte_cnt"]),
@@ -232,7 +235,7 @@ const MLX5DV_LAYOUTS: &[LayoutMap] = &[
 #[test]
 fn struct_layouts_match_the_header() {
     let checked = common::check_layouts(vectors(), MLX5DV_LAYOUTS);
-    assert_eq!(checked, 7 + 27, "layout facts checked");
+    assert_eq!(checked, 7 + 30, "layout facts checked");
 }
 
 #[test]
@@ -378,7 +381,7 @@ fn success_cqes() {
     for r in cases("cqe") {
         let mode = r[0];
         let b: [u8; 64] = array(&bytes(r[1]));
-        let [opcode, owner, se, format, srqn_uidx, imm, byte_cnt, sop, qpn, wqe_counter, signature] =
+        let [opcode, owner, se, format, srqn_uidx, imm, byte_cnt, sop, qpn, wqe_counter, signature, ml_path, slid, grh, sl, src_qpn] =
             std::array::from_fn(|i| num(r[2 + i]));
         assert_eq!(
             ring::cqe_sw_owned(b[cqe::OP_OWN_OFFSET], 0, 0),
@@ -394,6 +397,11 @@ fn success_cqes() {
         };
         let c = Cqe64::decode(&b).unwrap();
         let want = Cqe64 {
+            ml_path: ml_path as u8,
+            slid: slid as u16,
+            grh: grh as u8,
+            sl: sl as u8,
+            src_qpn: src_qpn as u32,
             srqn_uidx: srqn_uidx as u32,
             imm_inval_rkey: imm as u32,
             byte_cnt: byte_cnt as u32,

@@ -196,6 +196,9 @@ const KERNEL_LAYOUTS: &[LayoutMap] = &[
         header: "mlx5_cqe64",
         ours: "cqe",
         fields: &[
+            ("ml_path", &["ml_path"]),
+            ("slid", &["slid"]),
+            ("flags_rqpn", &["grh", "sl", "src_qpn"]),
             ("srqn", &["srqn_uidx"]),
             ("immediate", &["imm_inval_rkey"]),
             ("inval_rkey", &["imm_inval_rkey"]),
@@ -556,7 +559,7 @@ fn constants_match_the_kernel() {
 #[test]
 fn struct_layouts_match_the_kernel() {
     let checked = common::check_layouts(vectors(), KERNEL_LAYOUTS);
-    assert_eq!(checked, 9 + 42, "layout facts checked");
+    assert_eq!(checked, 9 + 45, "layout facts checked");
 }
 
 #[test]

@@ -237,11 +237,16 @@ fn random_op_own(r: &mut Rng) -> OpOwn {
 fn success_cqe() {
     let mut r = Rng::new(5);
     let m = mask::<64>(
-        &[(36, 40), (44, 48), (56, 64)],
-        &[(33, 0xff), (34, 0xff), (35, 0xff)],
+        &[(22, 24), (25, 28), (36, 40), (44, 48), (56, 64)],
+        &[(17, 0xff), (24, 0x3f), (33, 0xff), (34, 0xff), (35, 0xff)],
     );
     for _ in 0..CASES {
         let x = Cqe64 {
+            ml_path: r.bits(8) as u8,
+            slid: r.bits(16) as u16,
+            grh: r.bits(2) as u8,
+            sl: r.bits(4) as u8,
+            src_qpn: r.bits(24) as u32,
             srqn_uidx: r.bits(24) as u32,
             imm_inval_rkey: r.bits(32) as u32,
             byte_cnt: r.bits(32) as u32,

@@ -268,12 +268,11 @@ impl ModifyQp {
     /// transition itself is allowed is the QP state machine's call.
     pub fn check(&self, limits: &Limits) -> Result<(), Invalid> {
         check_hdr(&self.hdr)?;
-        zero("reserved", self.reserved)?;
         let mask = self.attr_mask;
         if mask & !QP_ATTR_MASK_ALL != 0 {
             return Err(Invalid::NotZero("attr_mask"));
         }
-        let attrs: [(u32, &'static str, u32, bool); 16] = [
+        let attrs: [(u32, &'static str, u32, bool); 17] = [
             (
                 QP_STATE,
                 "qp_state",
@@ -339,6 +338,7 @@ impl ModifyQp {
             ),
             (QP_PORT, "port_num", self.port_num, self.port_num == 1),
             (QP_AV, "dlid", self.dlid, (1..=0xffff).contains(&self.dlid)),
+            (QP_AV, "sl", self.sl, self.sl <= 15),
             // The only P_Key index is 0 and there is no field for it.
             (QP_PKEY_INDEX, "pkey_index", 0, true),
         ];

@@ -104,7 +104,11 @@ abi_struct! {
         pub max_inline_data: u32,
         /// out: ports (always 1).
         pub phys_port_cnt: u32,
-        /// out: size of one BlueFlame register half in bytes.
+        /// out: size of one whole BlueFlame register in bytes, as mlx5
+        /// means it (`1 << log_bf_reg_size`, 512): two halves of
+        /// `bf_reg_size / 2` that a QP writes alternately, so one BlueFlame
+        /// copy carries at most `bf_reg_size / 2` bytes of WQE. Each QP's
+        /// register is at `bf_offset` in its UAR page (see [`CreateQp`]).
         pub bf_reg_size: u32,
         /// out: size of the UAR page in bytes.
         pub uar_size: u32,
@@ -296,7 +300,10 @@ abi_struct! {
         pub max_recv_sge_out: u32,
         /// out: inline bytes granted.
         pub max_inline_data_out: u32,
-        /// out: size of one BlueFlame register half.
+        /// out: size of one BlueFlame register half (`bf_reg_size / 2`,
+        /// rdma-core's `mlx5_bf.buf_size`): the largest WQE one BlueFlame
+        /// copy carries. The first copy goes to `bf_offset`, the next to
+        /// `bf_offset + bf_size`, and so on alternately.
         pub bf_size: u32,
         /// out: offset of the QP's BlueFlame register in the UAR page.
         pub bf_offset: u32,
@@ -357,8 +364,9 @@ abi_struct! {
         pub port_num: u32,
         /// in: the peer port's LID (address vector), with [`QP_AV`].
         pub dlid: u32,
-        /// Must be zero.
-        pub reserved: u32,
+        /// in: the service level of the path (address vector, 0 to 15),
+        /// with [`QP_AV`]; the responder's CQEs report it.
+        pub sl: u32,
     }
 }
 
@@ -409,8 +417,8 @@ abi_struct! {
         pub max_recv_sge: u32,
         /// out: inline bytes per send WR.
         pub max_inline_data: u32,
-        /// Must be zero.
-        pub reserved2: u32,
+        /// out: the service level of the path.
+        pub sl: u32,
     }
 }
 

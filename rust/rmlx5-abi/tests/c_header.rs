@@ -177,7 +177,7 @@ fn layouts() -> Vec<Layout> {
                 rnr_retry,
                 port_num,
                 dlid,
-                reserved
+                sl
             ]
         ),
         layout!(
@@ -206,7 +206,7 @@ fn layouts() -> Vec<Layout> {
                 max_send_sge,
                 max_recv_sge,
                 max_inline_data,
-                reserved2
+                sl
             ]
         ),
         layout!(

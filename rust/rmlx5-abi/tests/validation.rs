@@ -330,7 +330,22 @@ fn modify_qp_attributes_outside_the_mask_must_be_zero() {
         }),
         Err(Invalid::Range("rnr_retry"))
     );
-    assert_eq!(with(&|m| m.reserved = 1), Err(Invalid::NotZero("reserved")));
+    // The SL belongs to the address vector: zero without QP_AV, 0..15 with it.
+    assert_eq!(with(&|m| m.sl = 1), Err(Invalid::NotZero("sl")));
+    assert_eq!(
+        with(&|m| {
+            rtr(m);
+            m.sl = 15;
+        }),
+        Ok(())
+    );
+    assert_eq!(
+        with(&|m| {
+            rtr(m);
+            m.sl = 16;
+        }),
+        Err(Invalid::Range("sl"))
+    );
 }
 
 #[test]

@@ -405,6 +405,7 @@ impl CqInner {
                 imm_data: 0,
                 qp_num: e.qpn,
                 flags: WcFlags::default(),
+                ..Wc::default()
             });
         }
         let c = Cqe64::decode(b).map_err(|_| Error::Invalid("CQE"))?;
@@ -414,6 +415,10 @@ impl CqInner {
         } else {
             0
         };
+        let requester = opcode == CqeOpcode::Req;
+        if !requester && c.grh != 0 {
+            flags |= WcFlags::GRH.0;
+        }
         let (wr_id, opcode) = match opcode {
             CqeOpcode::Req => (
                 Self::retire(p, &qp, true, c.wqe_counter),
@@ -444,6 +449,12 @@ impl CqInner {
                 0
             },
             qp_num: c.qpn,
+            // As rdma-core's mlx5 provider: the packet's source fields of a
+            // responder CQE (zero in requester CQEs).
+            src_qp: c.src_qpn,
+            slid: c.slid,
+            sl: c.sl,
+            dlid_path_bits: c.ml_path & 0x7f,
             flags: WcFlags(flags),
         })
     }

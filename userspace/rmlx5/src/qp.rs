@@ -136,6 +136,9 @@ pub struct ConnectOpts {
     pub sq_psn: u32,
     /// First expected receive PSN.
     pub rq_psn: u32,
+    /// Service level of the path (`ibv_ah_attr.sl`, 0 to 15); the peer's
+    /// receive completions report it in [`crate::Wc::sl`].
+    pub sl: u32,
 }
 
 impl Default for ConnectOpts {
@@ -151,6 +154,7 @@ impl Default for ConnectOpts {
             rnr_retry: 7,
             sq_psn: 0,
             rq_psn: 0,
+            sl: 0,
         }
     }
 }
@@ -513,6 +517,7 @@ impl Qp {
             max_dest_rd_atomic: o.max_dest_rd_atomic,
             min_rnr_timer: o.min_rnr_timer,
             dlid: remote.lid,
+            sl: o.sl,
             ..Default::default()
         })
     }

@@ -125,6 +125,9 @@ impl WcOpcode {
 pub struct WcFlags(pub u32);
 
 impl WcFlags {
+    /// `IBV_WC_GRH`: the packet carried a GRH (never on rmlx5's LID-routed
+    /// InfiniBand ports; decoded from the CQE as rdma-core does).
+    pub const GRH: WcFlags = WcFlags(1 << 0);
     /// `IBV_WC_WITH_IMM`: `imm_data` is valid.
     pub const WITH_IMM: WcFlags = WcFlags(1 << 1);
     /// The sender asked for a solicited event (rmlx5 extension).
@@ -153,6 +156,16 @@ pub struct Wc {
     pub imm_data: u32,
     /// The local QP number.
     pub qp_num: u32,
+    /// Receive completions: the sender's QP number (`flags_rqpn` 23:0).
+    pub src_qp: u32,
+    /// Receive completions: the sender's LID (`slid`).
+    pub slid: u16,
+    /// Receive completions: the service level the message came on
+    /// (`flags_rqpn` 27:24).
+    pub sl: u8,
+    /// Receive completions: the DLID path bits of this port (`ml_path`
+    /// 6:0; 0 with LMC 0).
+    pub dlid_path_bits: u8,
     /// Flags.
     pub flags: WcFlags,
 }

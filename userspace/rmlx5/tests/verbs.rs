@@ -57,6 +57,85 @@ pub(crate) fn send_and_send_imm_across_devices() {
     }
 }
 
+/// A receive completion names the sender as mlx5 does on an InfiniBand
+/// port (rdma-core's `wc.src_qp`, `wc.slid`, `wc.sl`): the peer QP's number,
+/// its port's LID and the SL of its path; send completions leave them zero.
+#[cfg_attr(test, test)]
+pub(crate) fn receive_completions_name_the_sender() {
+    let fabric = Fabric::new(true);
+    let init = QpInit::default();
+    let a = side(&fabric, 0, &init, false);
+    let b = side(&fabric, 1, &init, false);
+    let (ea, eb) = (a.qp.endpoint(), b.qp.endpoint());
+    assert_ne!(ea.lid, eb.lid);
+    a.qp.connect(
+        &eb,
+        &ConnectOpts {
+            sl: 6,
+            ..ConnectOpts::default()
+        },
+    )
+    .unwrap();
+    b.qp.connect(
+        &ea,
+        &ConnectOpts {
+            sl: 11,
+            ..ConnectOpts::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(a.qp.query().unwrap().sl, 6);
+    assert_eq!(b.qp.query().unwrap().sl, 11);
+    let rsge = [b.mr.sge(0, 64).unwrap()];
+    b.qp.post_recv(&[
+        RecvWr::new(1, &rsge),
+        RecvWr::new(2, &rsge),
+        RecvWr::new(3, &[]),
+    ])
+    .unwrap();
+    let sge = [a.mr.sge(0, 8).unwrap()];
+    let write_imm = SendOp::WriteImm(b.mr.remote(256).unwrap(), 9);
+    for (id, op) in [(1, SendOp::Send), (2, SendOp::SendImm(5)), (3, write_imm)] {
+        a.qp.post_send(&[SendWr::new(id, op, &sge)]).unwrap();
+    }
+    for w in poll_n(&a.cq, 3) {
+        assert_eq!((w.src_qp, w.slid, w.sl), (0, 0, 0), "{w:?}");
+    }
+    for w in poll_n(&b.cq, 3) {
+        assert_eq!(w.status, WcStatus::Success);
+        assert_eq!(
+            (w.src_qp, u32::from(w.slid), w.sl),
+            (ea.qpn, ea.lid, 6),
+            "{w:?}"
+        );
+        assert_eq!(w.dlid_path_bits, 0);
+        assert!(!w.flags.contains(WcFlags::GRH));
+    }
+    // And the other way round, with B's QPN, LID and SL.
+    a.qp.post_recv(&[RecvWr::new(7, &[a.mr.sge(64, 64).unwrap()])])
+        .unwrap();
+    b.qp.post_send(&[SendWr::new(8, SendOp::Send, &[b.mr.sge(0, 4).unwrap()])])
+        .unwrap();
+    poll_n(&b.cq, 1);
+    let w = poll_n(&a.cq, 1)[0];
+    assert_eq!(
+        (w.wr_id, w.src_qp, u32::from(w.slid), w.sl),
+        (7, eb.qpn, eb.lid, 11)
+    );
+    // A QP connected to itself receives from itself.
+    let s = side(&fabric, 1, &init, false);
+    s.qp.connect(&s.qp.endpoint(), &ConnectOpts::default())
+        .unwrap();
+    s.qp.post_recv(&[RecvWr::new(1, &[s.mr.sge(64, 64).unwrap()])])
+        .unwrap();
+    s.qp.post_send(&[SendWr::new(2, SendOp::Send, &[s.mr.sge(0, 4).unwrap()])])
+        .unwrap();
+    let both = poll_n(&s.cq, 2);
+    let r = both.iter().find(|w| w.opcode == WcOpcode::Recv).unwrap();
+    assert_eq!((r.src_qp, u32::from(r.slid)), (s.qp.qpn(), eb.lid));
+    assert_eq!(fabric.doorbell_errors(0) + fabric.doorbell_errors(1), 0);
+}
+
 #[cfg_attr(test, test)]
 pub(crate) fn one_device_and_loopback() {
     let p = pair_with(&QpInit::default(), &ConnectOpts::default(), true, false);
@@ -508,6 +587,8 @@ pub(crate) fn device_and_port_queries() {
     assert_eq!(d.vendor_id, 0x02c9);
     assert_eq!(d.device_index, 0);
     assert!(d.max_qp_wr > 0 && d.max_cqe > 0);
+    // The whole BlueFlame register, as mlx5 reports it; a QP uses halves.
+    assert_eq!(d.bf_reg_size, 512);
     let port = p.b.ctx.query_port(1).unwrap();
     assert_eq!(port.lid, 2);
     assert!(p.b.ctx.query_port(2).is_err());

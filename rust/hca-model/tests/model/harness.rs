@@ -191,6 +191,10 @@ pub struct Wc {
     pub wqe_counter: u16,
     pub send_opcode: u8,
     pub solicited: bool,
+    /// Responder CQEs: the sender's QPN, LID and SL (`flags_rqpn`, `slid`).
+    pub src_qpn: u32,
+    pub slid: u16,
+    pub sl: u8,
 }
 
 impl Wc {

@@ -414,6 +414,7 @@ fn random_invalid_input_never_panics_or_strays() {
                             rng.next() as u32
                         },
                     },
+                    sl: rng.below(20) as u8,
                     rq_psn: rng.next() as u32 & 0x1ff_ffff,
                     sq_psn: rng.next() as u32 & 0x1ff_ffff,
                     max_dest_rd_atomic: rng.below(20) as u8,

@@ -270,6 +270,9 @@ impl World {
                 wqe_counter: e.wqe_counter,
                 send_opcode: e.send_opcode,
                 solicited: e.op_own.solicited,
+                src_qpn: 0,
+                slid: 0,
+                sl: 0,
             }
         } else {
             let c = Cqe64::decode(&bytes).unwrap();
@@ -283,6 +286,9 @@ impl World {
                 wqe_counter: c.wqe_counter,
                 send_opcode: c.send_opcode,
                 solicited: c.op_own.solicited,
+                src_qpn: c.src_qpn,
+                slid: c.slid,
+                sl: c.sl,
             }
         };
         let requester = matches!(opcode, CqeOpcode::Req | CqeOpcode::ReqErr);

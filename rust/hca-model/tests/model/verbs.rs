@@ -2,7 +2,9 @@
 
 //! Every verb's success path, with data checks.
 
+use hca_model::fabric::lid_of_index;
 use hca_model::mr::Access;
+use hca_model::qp::{ConnAttrs, RemoteQp};
 use mlx5_prm::opcode::{CqeOpcode, SendOpcode};
 
 use super::harness::*;
@@ -137,6 +139,96 @@ fn send_recv_across_instances() {
         assert_eq!(p.w.read(p.bbuf + 0x100, 100), data);
         assert!(p.w.mem.violations.is_empty());
     }
+}
+
+/// A responder CQE names the packet's source the way an mlx5 HCA does on
+/// an InfiniBand port: source QPN and SL in `flags_rqpn`, the sender's LID
+/// in `slid`; requester CQEs leave them zero.
+#[test]
+fn responder_cqe_names_the_sender() {
+    let mut w = World::new(3);
+    let (pa, pb) = (w.pd(2), w.pd(1));
+    let (mut acq, mut bcq) = (w.cq(2, 6), w.cq(1, 6));
+    let a = w.qp(2, pa, &acq, &acq, QpCaps::default());
+    let mut b = w.qp(1, pb, &bcq, &bcq, QpCaps::default());
+    let (da, db) = (
+        RemoteQp { hca: 1, qpn: b.qpn },
+        RemoteQp { hca: 2, qpn: a.qpn },
+    );
+    w.to_rts_with(
+        &a,
+        da,
+        ConnAttrs {
+            sl: 9,
+            ..rts_attrs(da)
+        },
+    );
+    w.to_rts_with(
+        &b,
+        db,
+        ConnAttrs {
+            sl: 3,
+            ..rts_attrs(db)
+        },
+    );
+    let (abuf, bbuf) = (w.buffer(4096), w.buffer(4096));
+    let akey = w.mr(2, pa, abuf, 4096, Access::ALL);
+    let bkey = w.mr(1, pb, bbuf, 4096, Access::ALL);
+    let mut a = a;
+    for (id, op) in [(1, WrOp::Send), (2, WrOp::SendImm(7))] {
+        w.post_recv(
+            &mut b,
+            id,
+            &[Sge {
+                addr: bbuf,
+                len: 64,
+                lkey: bkey,
+            }],
+        );
+        w.post_send(
+            &mut a,
+            &Wr::new(
+                id,
+                op,
+                &[Sge {
+                    addr: abuf,
+                    len: 8,
+                    lkey: akey,
+                }],
+            ),
+        )
+        .unwrap();
+    }
+    let op = WrOp::WriteImm {
+        raddr: bbuf + 128,
+        rkey: bkey,
+        imm: 8,
+    };
+    let wr = Wr::new(
+        3,
+        op,
+        &[Sge {
+            addr: abuf,
+            len: 8,
+            lkey: akey,
+        }],
+    );
+    w.post_recv(&mut b, 3, &[]);
+    w.post_send(&mut a, &wr).unwrap();
+    let rc = w.poll_all(&mut bcq, &[&b]);
+    assert_eq!(rc.len(), 3);
+    for c in &rc {
+        // Instance 2's port has LID 3; A's path SL is 9.
+        assert_eq!(
+            (c.src_qpn, c.slid, c.sl),
+            (a.qpn, lid_of_index(2), 9),
+            "{c:?}"
+        );
+        assert_eq!(c.slid, 3);
+    }
+    let sc = w.poll_all(&mut acq, &[&a]);
+    assert_eq!(sc.len(), 3);
+    assert!(sc.iter().all(|c| (c.src_qpn, c.slid, c.sl) == (0, 0, 0)));
 }
 
 #[test]

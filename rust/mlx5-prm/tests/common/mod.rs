@@ -161,6 +161,11 @@ pub(crate) fn encoded_fields(layout: &str, fields: &[&str]) -> Vec<u8> {
         "data" => &["byte_count", "lkey", "addr"],
         "inline" => &["byte_count"],
         "cqe" => &[
+            "ml_path",
+            "slid",
+            "grh",
+            "sl",
+            "src_qpn",
             "srqn_uidx",
             "imm_inval_rkey",
             "byte_cnt",
@@ -283,6 +288,11 @@ pub(crate) fn encoded_fields(layout: &str, fields: &[&str]) -> Vec<u8> {
         "cqe" => {
             let mut b = [0u8; CQE_SIZE];
             Cqe64 {
+                ml_path: u8m("ml_path"),
+                slid: u16m("slid"),
+                grh: u8m("grh"),
+                sl: u8m("sl"),
+                src_qpn: u32m("src_qpn"),
                 srqn_uidx: u32m("srqn_uidx"),
                 imm_inval_rkey: u32m("imm_inval_rkey"),
                 byte_cnt: u32m("byte_cnt"),

@@ -59,6 +59,8 @@ fn query_device_and_port() -> TestResult {
         d.device_index == 0 && d.uar_size == PAGE as u32,
         "index/uar {d:?}"
     );
+    // mlx5's meaning: the whole BlueFlame register (two 256-byte halves).
+    ensure!(d.bf_reg_size == 512, "bf_reg_size {}", d.bf_reg_size);
     let ctx1 = Ctx::open(1)?;
     let mut d1 = QueryDevice::default();
     ok("query_device 1", ctx1.call(Command::QueryDevice, &mut d1))?;
@@ -811,7 +813,7 @@ fn qp_create_query_destroy() -> TestResult {
         qp.buf_size
     );
     ensure!(
-        qp.bf_offset >= 0x800 && qp.bf_offset + 2 * qp.bf_size <= PAGE as u32,
+        qp.bf_offset >= 0x800 && qp.bf_size == 256 && qp.bf_offset + 2 * qp.bf_size <= PAGE as u32,
         "bf {qp:?}"
     );
     let b = ok(
@@ -868,7 +870,21 @@ fn qp_create_query_destroy() -> TestResult {
         libc::EINVAL,
     )?;
     // Modify: validation first (the state machine is the HCA's).
-    let bads: [ModifyQp; 5] = [
+    let bads: [ModifyQp; 7] = [
+        // An SL without the address vector, and an SL beyond 4 bits.
+        ModifyQp {
+            qp_handle: qp.qp_handle,
+            attr_mask: 0,
+            sl: 1,
+            ..ModifyQp::default()
+        },
+        ModifyQp {
+            qp_handle: qp.qp_handle,
+            attr_mask: QP_AV,
+            dlid: 1,
+            sl: 16,
+            ..ModifyQp::default()
+        },
         ModifyQp {
             qp_handle: qp.qp_handle,
             attr_mask: 1 << 30,

@@ -408,7 +408,7 @@ fn traffic_forever() -> TestResult {
 fn pingpong_tool() -> TestResult {
     for mode in [&[][..], &["--events"][..]] {
         let out = Command::new("/bin/rmlx5-pingpong")
-            .args(["--size", "4096", "--iters", "200"])
+            .args(["--size", "4096", "--iters", "200", "--verbose"])
             .args(mode)
             .output()
             .map_err(|e| format!("/bin/rmlx5-pingpong: {e}"))?;
@@ -423,6 +423,13 @@ fn pingpong_tool() -> TestResult {
         ensure!(
             text.contains("1638400 bytes in"),
             "rmlx5-pingpong {mode:?} printed no bandwidth line"
+        );
+        // --verbose: each end's first receive names the other end's QP.
+        ensure!(
+            text.matches(" recv: wr_id 0 byte_len 4096 from QPN")
+                .count()
+                == 2,
+            "rmlx5-pingpong {mode:?} --verbose printed no sender of the receives"
         );
     }
     Ok(())
@@ -582,6 +589,7 @@ fn main() {
     std::process::exit(run_all(&[
         scenario!(verbs::device_and_port_queries),
         scenario!(verbs::send_and_send_imm_across_devices),
+        scenario!(verbs::receive_completions_name_the_sender),
         scenario!(verbs::one_device_and_loopback),
         scenario!(verbs::write_write_imm_read_with_sg_lists),
         scenario!(verbs::atomics_plain_and_masked),

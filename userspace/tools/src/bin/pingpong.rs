@@ -5,7 +5,11 @@
 //! `--device`), in polling or event mode.
 //!
 //! Usage: `rmlx5-pingpong [--size 4096] [--iters 1000] [--events]
-//! [--device 0] [--peer-device 1] [--model]`.
+//! [--device 0] [--peer-device 1] [--model] [--verbose]`.
+//!
+//! `--verbose` prints the first receive completion at each end with the
+//! sender it names (source QPN, SLID, SL), and fails if that is not the
+//! peer.
 
 use std::time::Instant;
 
@@ -13,7 +17,8 @@ use rmlx5::{QpInit, RecvWr, SendOp, SendWr};
 use rmlx5_tools::{connect, end, fixed3, pick, usec, wait_one, Args};
 
 fn run() -> Result<(), String> {
-    let args = Args::parse(&["events", "model"])?;
+    let args = Args::parse(&["events", "model", "verbose"])?;
+    let verbose = args.flag("verbose");
     let size = usize::try_from(args.num("size", 4096)?).map_err(|_| "size")?;
     let iters = args.num("iters", 1000)?.max(1);
     let events = args.flag("events");
@@ -58,6 +63,7 @@ fn run() -> Result<(), String> {
     post_recv(&a, &sge_a, 0)?;
     post_recv(&b, &sge_b, 0)?;
     let mut wcs = Vec::new();
+    let (mut first_a, mut first_b) = (None, None);
     let mut rtts = Vec::with_capacity(iters as usize);
     let start = Instant::now();
     for i in 0..iters {
@@ -69,7 +75,9 @@ fn run() -> Result<(), String> {
         while !got_recv {
             wcs.clear();
             wait_one(&b, &mut wcs)?;
-            got_recv = wcs.iter().any(|w| w.opcode == rmlx5::WcOpcode::Recv);
+            let recv = wcs.iter().find(|w| w.opcode == rmlx5::WcOpcode::Recv);
+            first_b = first_b.or(recv.copied());
+            got_recv = recv.is_some();
         }
         post_recv(&b, &sge_b, i + 1)?;
         b.qp.post_send(&[SendWr::new(i, SendOp::Send, &sge_b)])
@@ -80,7 +88,9 @@ fn run() -> Result<(), String> {
             wcs.clear();
             wait_one(&a, &mut wcs)?;
             sent |= wcs.iter().any(|w| w.opcode == rmlx5::WcOpcode::Send);
-            answered |= wcs.iter().any(|w| w.opcode == rmlx5::WcOpcode::Recv);
+            let recv = wcs.iter().find(|w| w.opcode == rmlx5::WcOpcode::Recv);
+            first_a = first_a.or(recv.copied());
+            answered |= recv.is_some();
         }
         post_recv(&a, &sge_a, i + 1)?;
         // B's send completion.
@@ -96,6 +106,24 @@ fn run() -> Result<(), String> {
     let ns = start.elapsed().as_nanos().max(1);
     if b.mr.to_vec(0, size).map_err(|e| e.to_string())? != msg {
         return Err("data mismatch at the receiver".into());
+    }
+    if verbose {
+        for (name, wc, sender) in [(&b, first_b, &a), (&a, first_a, &b)]
+            .map(|(e, wc, s)| (e.ctx.name(), wc, s.qp.endpoint()))
+        {
+            let w = wc.ok_or("no receive completion")?;
+            println!(
+                "  {name} recv: wr_id {} byte_len {} from QPN 0x{:06x} SLID 0x{:04x} SL {}",
+                w.wr_id, w.byte_len, w.src_qp, w.slid, w.sl
+            );
+            if (w.src_qp, u32::from(w.slid)) != (sender.qpn, sender.lid) {
+                return Err(format!(
+                    "{name}: the receive names QPN 0x{:06x} LID 0x{:04x}, the sender is \
+                     QPN 0x{:06x} LID 0x{:04x}",
+                    w.src_qp, w.slid, sender.qpn, sender.lid
+                ));
+            }
+        }
     }
     let bytes = u128::from(iters) * 2 * size as u128;
     // Mbit/sec = bits / us.

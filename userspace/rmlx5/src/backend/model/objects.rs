@@ -9,12 +9,14 @@ use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use hca_model::cq::CqAttr;
 use hca_model::doorbell::SendDoorbell;
 use hca_model::eq::EqAttr;
+use hca_model::fabric::{index_of_lid, lid_of_index};
 use hca_model::mr::{Access, MrAttr};
 use hca_model::qp::{ConnAttrs, QpAttr, QpState, RemoteQp};
 use hca_model::qp_modify::{AttrMask, QpModify};
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
 use mlx5_prm::doorbell::{
-    bf_reg_offset, EqDoorbell, BFREGS_PER_UAR, BF_BUF_SIZE, UAR_EQ_ARM_OFFSET, UAR_PAGE_SIZE,
+    bf_reg_offset, EqDoorbell, BFREGS_PER_UAR, BF_BUF_SIZE, BF_REG_SIZE, UAR_EQ_ARM_OFFSET,
+    UAR_PAGE_SIZE,
 };
 use mlx5_prm::eqe::{Eqe, EqeData, EQE_SIZE, OWNER_OFFSET};
 use mlx5_prm::opcode::EventType;
@@ -249,7 +251,7 @@ fn run_command(st: &mut State, ctx: u64, cmd: Cmd<'_>) -> Result<()> {
                 num_comp_vectors: 1,
                 max_inline_data: caps.max_inline_data,
                 phys_port_cnt: 1,
-                bf_reg_size: u32::try_from(BF_BUF_SIZE).unwrap_or(0),
+                bf_reg_size: u32::try_from(BF_REG_SIZE).unwrap_or(0),
                 uar_size: u32::try_from(UAR_PAGE_SIZE).unwrap_or(0),
                 device_index: d,
                 reserved: 0,
@@ -261,14 +263,13 @@ fn run_command(st: &mut State, ctx: u64, cmd: Cmd<'_>) -> Result<()> {
             if a.port_num != 1 {
                 return Err(os(EINVAL));
             }
-            let d = u32::try_from(dev).unwrap_or(0);
             *a = uapi::QueryPort {
                 hdr: a.hdr,
                 port_num: 1,
                 state: uapi::PORT_ACTIVE,
                 max_mtu: uapi::MTU_4096,
                 active_mtu: uapi::MTU_4096,
-                lid: d + 1,
+                lid: u32::from(lid_of_index(u16::try_from(dev).unwrap_or(u16::MAX))),
                 sm_lid: 1,
                 port_cap_flags: 0,
                 gid_tbl_len: 1,
@@ -366,7 +367,8 @@ fn run_command(st: &mut State, ctx: u64, cmd: Cmd<'_>) -> Result<()> {
             a.retry_cnt = u32::from(info.conn.retry_cnt);
             a.rnr_retry = u32::from(info.conn.rnr_retry);
             a.port_num = u32::from(info.conn.port);
-            a.dlid = u32::from(info.conn.dest.hca) + 1;
+            a.dlid = u32::from(lid_of_index(info.conn.dest.hca));
+            a.sl = u32::from(info.conn.sl);
             Ok(())
         }
         Cmd::DestroyQp(a) => {
@@ -602,7 +604,8 @@ fn create_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::CreateQp) -> Re
 
 fn modify_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::ModifyQp) -> Result<()> {
     check_hdr(&a.hdr)?;
-    if a.attr_mask & !uapi::QP_ATTR_MASK_ALL != 0 || a.reserved != 0 {
+    let av = a.attr_mask & uapi::QP_AV != 0;
+    if a.attr_mask & !uapi::QP_ATTR_MASK_ALL != 0 || a.sl > 15 || (!av && a.sl != 0) {
         return Err(os(EINVAL));
     }
     let n_dev = st.devs.len();
@@ -610,12 +613,12 @@ fn modify_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::ModifyQp) -> Re
     let rec = c.qps.get(&a.qp_handle).ok_or(os(EINVAL))?;
     let dbr = rec.dbr.slice(0, 8)?;
     let u8_of = |v: u32| u8::try_from(v).map_err(|_| os(EINVAL));
-    let dest_hca = if a.attr_mask & uapi::QP_AV != 0 {
-        let lid = usize::try_from(a.dlid).map_err(|_| os(EINVAL))?;
-        if lid == 0 || lid > n_dev {
-            return Err(os(EINVAL));
+    let dest_hca = if av {
+        let lid = u16::try_from(a.dlid).map_err(|_| os(EINVAL))?;
+        match index_of_lid(lid) {
+            Some(i) if usize::from(i) < n_dev => i,
+            _ => return Err(os(EINVAL)),
         }
-        u16::try_from(lid - 1).map_err(|_| os(EINVAL))?
     } else {
         0
     };
@@ -633,6 +636,7 @@ fn modify_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::ModifyQp) -> Re
                 hca: dest_hca,
                 qpn: a.dest_qp_num,
             },
+            sl: u8_of(a.sl)?,
             rq_psn: a.rq_psn,
             sq_psn: a.sq_psn,
             max_dest_rd_atomic: u8_of(a.max_dest_rd_atomic)?,
