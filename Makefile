@@ -28,7 +28,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check ulp guest-programs check demo perf bench clean rustfmt
+.PHONY: fuzz all setup kernel module module-check ulp guest-programs dv-sample check demo perf bench clean rustfmt
 
 all: module
 
@@ -77,10 +77,19 @@ rustfmt:
 # Static programs for the guest (its initramfs has no C library): the test
 # programs (target/guest/.../rmlx5-*-tests, run by /init) and the tools
 # (rmlx5-devinfo, rmlx5-pingpong, rmlx5-perf, put in the guest's /bin).
-guest-programs:
+guest-programs: dv-sample
 	@RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
 		--target $(GUEST_TARGET) --target-dir $(TOP)/target/guest \
 		-p rmlx5-guest-tests -p rmlx5-tools --bins
+
+# The C direct-verbs sample (samples/dv), built only from rdma-core's
+# mlx5dv.h and our uapi headers, static for the guest, where it runs as the
+# test program rmlx5-dv-c-tests.
+DV_SAMPLE := $(BUILD)/samples/rmlx5-dv-c-tests
+dv-sample:
+	@mkdir -p $(dir $(DV_SAMPLE))
+	@$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -static -I$(TOP)/include/uapi \
+		-o $(DV_SAMPLE) $(TOP)/samples/dv/rmlx5_dv_send.c
 
 check:
 	@bash scripts/check.sh

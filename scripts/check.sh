@@ -80,7 +80,8 @@ if [ "${SKIP_GUEST:-0}" != 1 ]; then
             res=$(mktemp)
             step "guest"
             programs=()
-            for p in "$top"/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-*-tests; do
+            for p in "$top"/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-*-tests \
+                "$top"/build/samples/rmlx5-dv-c-tests; do
                 programs+=(--program "$p")
             done
             python3 "$top/tests/run-guest.py" --kernel "$kdir/arch/x86/boot/bzImage" \
