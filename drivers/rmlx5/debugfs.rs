@@ -17,6 +17,7 @@ use kernel::{
     prelude::*,
     str::CString,
     sync::Arc,
+    uaccess::UserSliceReader,
 };
 
 use crate::hca::{
@@ -161,6 +162,17 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     Ok(())
 }
 
+/// `rmlx5/perf`: the software HCA's path figures (see `hca/perf.rs`).
+fn perf_show(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "{}", &*r.soft.perf)
+}
+
+/// Any write to `rmlx5/perf` zeroes the figures.
+fn perf_reset(r: &HcaRef, _input: &mut UserSliceReader) -> Result {
+    r.soft.perf.reset();
+    Ok(())
+}
+
 /// The module's debugfs tree; files are removed before their directories.
 pub(crate) struct Debugfs {
     _files: KVec<Pin<KBox<File<HcaRef>>>>,
@@ -169,11 +181,28 @@ pub(crate) struct Debugfs {
 }
 
 impl Debugfs {
-    /// Creates `rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}` for every HCA.
+    /// Creates `rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}` for every HCA, and
+    /// `rmlx5/perf`.
     pub(crate) fn new(soft: &Arc<SoftHca>) -> Result<Self> {
         let root = Dir::new(c"rmlx5");
         let mut dirs = KVec::new();
         let mut files = KVec::new();
+        let all = HcaRef {
+            soft: soft.clone(),
+            hca: 0,
+        };
+        files.push(
+            KBox::pin_init(
+                root.read_write_callback_file(
+                    c"perf",
+                    Ok::<_, Error>(all),
+                    &perf_show,
+                    &perf_reset,
+                ),
+                GFP_KERNEL,
+            )?,
+            GFP_KERNEL,
+        )?;
         for hca in 0..soft.devs.len() {
             let name = CString::try_from_fmt(fmt!("rmlx5_{}", hca))?;
             let dir = root.subdir(&name);

@@ -32,6 +32,7 @@
 
 pub(crate) mod dma;
 pub(crate) mod irq;
+pub(crate) mod perf;
 
 use core::sync::atomic::{
     AtomicBool,
@@ -70,7 +71,7 @@ use crate::hca_model::{
     caps::Caps,
     cq::Cq as ModelCq,
     eq::Eq as ModelEq,
-    fabric::{Fabric, HcaSet},
+    fabric::{Fabric, HcaSet, RunReport},
     hca::Hca as ModelHca,
     mr::Mr as ModelMr,
     pd::Pd as ModelPd,
@@ -94,6 +95,7 @@ use dma::{
     DmaRegistry,
     SoftPlatform, //
 };
+use perf::Perf;
 
 /// Largest number of completion EQs per HCA (module parameter bound).
 pub(crate) const MAX_COMP_EQS: usize = 8;
@@ -256,6 +258,9 @@ pub(crate) struct Locked {
     pub(crate) timer_at: Option<u64>,
     /// Clock timer expiries (debugfs, tests).
     pub(crate) timer_fires: u64,
+    /// The path figures, shared with [`SoftHca::perf`], so that the
+    /// platform can stamp the interrupts it raises.
+    perf: Arc<Perf>,
 }
 
 impl Locked {
@@ -273,17 +278,17 @@ impl Locked {
             SoftPlatform {
                 dma: &self.dma,
                 irqs_per_hca: self.irqs_per_hca,
+                perf: &self.perf,
             },
             &mut self.hcas,
         )
     }
 
     /// Sets the model time to `now` and runs the engine for one budget.
-    /// Returns whether work remains.
-    fn run_engine_at(&mut self, now: u64) -> bool {
+    fn run_engine_at(&mut self, now: u64) -> RunReport {
         let (fabric, mut p, _) = self.split();
         fabric.set_time(now);
-        fabric.run(&mut p, ENGINE_BUDGET).more
+        fabric.run(&mut p, ENGINE_BUDGET)
     }
 }
 
@@ -327,6 +332,9 @@ pub(crate) struct SoftHca {
     /// BH dispatch runs and CQ handler calls (debugfs, tests).
     pub(crate) dispatch_runs: AtomicU64,
     pub(crate) handler_calls: AtomicU64,
+    /// Where the time of the doorbell and event paths goes (debugfs
+    /// `rmlx5/perf`).
+    pub(crate) perf: Arc<Perf>,
     /// Objects handed to kernel ULPs, reclaimed at unload (see
     /// `ulp/objects.rs`).
     #[pin]
@@ -416,6 +424,7 @@ impl SoftHca {
                 GFP_KERNEL,
             )?;
         }
+        let perf = Arc::new(Perf::new(), GFP_KERNEL)?;
         let locked = Locked {
             fabric: Fabric::new(ModelSet(models)),
             dma,
@@ -423,6 +432,7 @@ impl SoftHca {
             irqs_per_hca,
             timer_at: None,
             timer_fires: 0,
+            perf: perf.clone(),
         };
         Arc::pin_init(
             pin_init!(Self {
@@ -434,6 +444,7 @@ impl SoftHca {
                 shutting_down: AtomicBool::new(false),
                 dispatch_runs: AtomicU64::new(0),
                 handler_calls: AtomicU64::new(0),
+                perf,
                 ulp_objects <- new_mutex!(UlpObjects::new(), "rmlx5_ulp_objects"),
                 epoch: Instant::now(),
                 clock <- HrTimer::new(),
@@ -471,9 +482,14 @@ impl SoftHca {
     /// `st`, then arms the clock timer for the earliest retry deadline.
     /// Returns whether work remains that can run now.
     pub(crate) fn engine_locked(&self, st: &mut Locked) -> bool {
-        let more = st.run_engine_at(self.model_now());
+        let start = self.perf.now();
+        let report = st.run_engine_at(self.model_now());
         self.arm_clock(st);
-        more
+        self.perf.engine.add(self.perf.now().saturating_sub(start));
+        self.perf
+            .engine_units
+            .fetch_add(u64::from(report.used), Ordering::Relaxed);
+        report.more
     }
 
     /// Starts the clock timer at the fabric's next deadline unless it is

@@ -126,6 +126,9 @@ run() {
         ;;
     esac
     echo "@@BENCH-BEGIN dev=$dev test=$test size=$size mode=$mode list=$list qps=$qps round=$round iters=$iters${tx:+ tx_depth=$tx cq_mod=$cqm}"
+    # rmlx5's path figures (debugfs rmlx5/perf) cover this run alone.
+    perf=/sys/kernel/debug/rmlx5/perf
+    [ $dev = rmlx5 ] && [ -w $perf ] && echo 0 > $perf
     start=$(date +%s)
     $server >/tmp/server.out 2>&1 &
     spid=$!
@@ -155,6 +158,9 @@ run() {
         tail -n 5 /tmp/server.out
     fi
     echo "@@BENCH-END rc=$rc secs=$(($(date +%s) - start))"
+    if [ $dev = rmlx5 ] && [ -r $perf ]; then
+        sed 's/^/@@PATH /' $perf
+    fi
     return $rc
 }
 

@@ -111,6 +111,21 @@ if [ -r /sys/kernel/debug/rmlx5/rmlx5_0/eqs ]; then
 else
     fail debugfs_present "no /sys/kernel/debug/rmlx5/rmlx5_0/eqs"
 fi
+# The path figures: the KUnit suites and the tests above ran the engine and
+# took interrupts (and, unfiltered, user programs rang doorbells), so those
+# rows must have counted; a write zeroes them.
+perf=/sys/kernel/debug/rmlx5/perf
+echo "rmlx5-guest: debugfs rmlx5/perf"
+cat $perf
+count() { awk -v s="$1" '$1 == s { print $2 }' $perf; }
+kicks=$(count kick_send)
+[ -n "$filter" ] && kicks=1
+if [ "${kicks:-0}" -gt 0 ] && [ "$(count engine)" -gt 0 ] &&
+    [ "$(count eq_handler)" -gt 0 ] && echo 0 > $perf && [ "$(count engine)" = 0 ]; then
+    pass perf_figures
+else
+    fail perf_figures "rmlx5/perf did not count the doorbell and event paths, or did not reset"
+fi
 
 if rmmod rmlx5; then
     pass module_unload

@@ -157,12 +157,20 @@ impl WorkItem<1> for SoftHca {
             return;
         }
         this.dispatch_runs.fetch_add(1, Ordering::Relaxed);
+        let perf = &this.perf;
+        let t0 = perf.now();
+        if let Some(d) = perf.bh_queued.take(t0) {
+            perf.bh_delay.add(d);
+        }
         let start = Instant::<Monotonic>::now();
         let mut calls = 0u32;
         let mut cursor = 0usize;
         loop {
             match this.next_pending(cursor) {
-                Next::Idle => return,
+                Next::Idle => {
+                    perf.bh_run.add(perf.now().saturating_sub(t0));
+                    return;
+                }
                 Next::Event(h, ev) => {
                     cursor = h + 1;
                     this.deliver_event(h, ev);
@@ -179,7 +187,9 @@ impl WorkItem<1> for SoftHca {
                 }
                 Next::Cq(cq) => {
                     cursor = cq.hca() + 1;
+                    let t = perf.now();
                     cq.call_handler();
+                    perf.cq_handler.add(perf.now().saturating_sub(t));
                     this.handler_calls.fetch_add(1, Ordering::Relaxed);
                     // After this store destroy may return; `cq` itself
                     // stays valid through our reference.
@@ -188,6 +198,7 @@ impl WorkItem<1> for SoftHca {
             }
             calls += 1;
             if calls >= DISPATCH_BUDGET || start.elapsed() > Delta::from_micros(DISPATCH_TIME_US) {
+                perf.bh_run.add(perf.now().saturating_sub(t0));
                 this.kick_dispatch();
                 return;
             }

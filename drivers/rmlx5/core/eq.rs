@@ -180,6 +180,11 @@ impl Handler for EqIrq {
 /// Consumes the EQ's EQEs. Hard-IRQ context: no allocation, no sleep.
 /// Returns whether any EQE was consumed.
 pub(crate) fn eq_interrupt(soft: &Arc<SoftHca>, hca: usize, vector: usize) -> Result<bool> {
+    let perf = &soft.perf;
+    let start = perf.now();
+    if let Some(d) = perf.irq_raised.take(start) {
+        perf.irq_delay.add(d);
+    }
     let dev = soft.dev(hca)?;
     let eq = dev.eqs.get(vector).ok_or(EINVAL)?;
     eq.irqs.fetch_add(1, Ordering::Relaxed);
@@ -223,9 +228,12 @@ pub(crate) fn eq_interrupt(soft: &Arc<SoftHca>, hca: usize, vector: usize) -> Re
     eq.eqes.fetch_add(u64::from(consumed), Ordering::Relaxed);
     let r = ring_eq_doorbell(soft, &mut st, eq, ci);
     drop(st);
+    let end = perf.now();
     if dispatch {
+        perf.bh_queued.mark(end);
         soft.kick_dispatch();
     }
+    perf.eq_handler.add(end.saturating_sub(start));
     r.map(|()| consumed != 0)
 }
 

@@ -22,6 +22,7 @@ use kernel::{
     sync::Arc, //
 };
 
+use super::perf::Perf;
 use crate::hca_model::mem::{
     DmaFault,
     DmaMemory,
@@ -364,6 +365,8 @@ pub(crate) struct SoftPlatform<'a> {
     pub(crate) dma: &'a DmaRegistry,
     /// Interrupt vectors per HCA (hwirq = hca * irqs_per_hca + vector).
     pub(crate) irqs_per_hca: u32,
+    /// Where raised interrupts are stamped (the event path's figures).
+    pub(crate) perf: &'a Perf,
 }
 
 impl DmaMemory for SoftPlatform<'_> {
@@ -386,6 +389,7 @@ impl DmaMemory for SoftPlatform<'_> {
 impl Platform for SoftPlatform<'_> {
     fn interrupt(&mut self, irq: Interrupt) {
         let hwirq = u32::from(irq.hca) * self.irqs_per_hca + u32::from(irq.vector);
+        self.perf.irq_raised.mark(self.perf.now());
         crate::hca::irq::raise(hwirq);
     }
 }
@@ -420,6 +424,7 @@ mod tests {
         let mut p = SoftPlatform {
             dma: &reg,
             irqs_per_hca: 1,
+            perf: &Perf::new(),
         };
         let data = [0x5au8; 16];
         let mut back = [0u8; 16];
@@ -450,6 +455,7 @@ mod tests {
         let p = SoftPlatform {
             dma: &reg,
             irqs_per_hca: 1,
+            perf: &Perf::new(),
         };
         assert!(p.dma.check(start, 1).is_err());
         Ok(())

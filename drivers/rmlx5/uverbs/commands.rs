@@ -522,12 +522,15 @@ fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 }
 
 fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    let perf = &ctx.soft.perf;
+    let start = perf.now();
     let a: Kick = arg.read()?;
     a.check().map_err(invalid)?;
     match a.kind {
         KICK_CQ_ARM => {
             let cq = ctx.objects.lock().cqs.obj(a.handle)?;
             cq.cq.user_arm()?;
+            perf.kick_arm.add(perf.now().saturating_sub(start));
         }
         KICK_RECV => {
             let qp = ctx.objects.lock().qps.obj(a.handle)?;
@@ -560,6 +563,7 @@ fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
                 0
             };
             qp.qp.send_doorbell(half, blueflame_len)?;
+            perf.kick_send.add(perf.now().saturating_sub(start));
         }
     }
     Ok(0)
