@@ -316,8 +316,15 @@ def finish(run, lines, end, cut=None):
         run["server_tail"] = []
 
 
+PATH_RE = re.compile(r"@@PATH\s+(\w+)\s+(\d+)\s+(\d+|-)(?:\s|$)")
+
+
 def parse_log(text):
     """-> (metadata, runs, stray_ends, skips).
+
+    `@@PATH step count total_ns ...` lines after a run's END (rmlx5's
+    debugfs `rmlx5/perf` for that run) go into the run's "path" dict as
+    {step: {"count": n, "ns": total or None}}.
 
     A skip (`@@BENCH-SKIP dev=.. test=.. ... reason="..."`) is a case the
     guest script did not run on purpose, e.g. one a tool refuses."""
@@ -329,6 +336,12 @@ def parse_log(text):
     stray = 0
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = ANSI_RE.sub("", raw).replace("\x00", "")
+        p = PATH_RE.search(line)
+        if p and cur is None and runs:
+            runs[-1].setdefault("path", {})[p.group(1)] = {
+                "count": int(p.group(2)),
+                "ns": None if p.group(3) == "-" else int(p.group(3))}
+            continue
         m = MARKER_RE.search(line)
         if not m:
             if cur is not None:
@@ -673,7 +686,7 @@ def summary(meta, runs, cells, stray, log):
     for r in homeless:
         note_lines.append(f"run {r['index']} (log line {r['line']}): {r['error']}")
 
-    text = head + render_text(groups) + legend
+    text = head + render_text(groups) + legend + path_table(runs)
     if note_lines:
         text += ["", "Notes:"] + note_lines
     md = [f"Metadata: {md_escape(meta_line(meta))}. Rounds: "
@@ -683,6 +696,50 @@ def summary(meta, runs, cells, stray, log):
     if note_lines:
         md += ["", "Notes:", ""] + [f"- {md_escape(n)}" for n in note_lines]
     return "\n".join(text) + "\n", "\n".join(md) + "\n", devices
+
+
+# ------------------------------------------------------------ path figures
+
+# (step, label): the debugfs rows the breakdown shows, as averages in µs.
+PATH_STEPS = [("kick_send", "kick µs"), ("engine", "engine µs"), ("irq_delay", "irq wait µs"),
+              ("eq_handler", "EQ hdl µs"), ("bh_delay", "BH wait µs"),
+              ("cq_handler", "CQ hdl µs")]
+
+
+def path_table(runs):
+    """Lines of the rmlx5 path breakdown: per case, each step's average
+    over all rounds (total ns / count), the number of kicks per message and
+    engine ns per budget unit; [] when no run carries @@PATH figures."""
+    per_case = {}
+    for r in runs:
+        if r.get("dev") != BASE or not r.get("path") or r.get("key_error"):
+            continue
+        acc = per_case.setdefault(case_key(r), {"iters": 0})
+        acc["iters"] += (r.get("iters") or 0) * max(r.get("qps") or 1, 1)
+        for step, v in r["path"].items():
+            a = acc.setdefault(step, [0, 0])
+            a[0] += v["count"]
+            a[1] += v["ns"] or 0
+    if not per_case:
+        return []
+    head = ["case"] + [lbl for _, lbl in PATH_STEPS] + ["kicks/msg", "engine ns/unit"]
+    rows = []
+    for case in sorted(per_case, key=case_sort):
+        acc = per_case[case]
+        row = [case_words(case)]
+        for step, _ in PATH_STEPS:
+            n, ns = acc.get(step, [0, 0])
+            row.append(f"{ns / n / 1000:.1f}" if n else "—")
+        kicks = acc.get("kick_send", [0, 0])[0]
+        row.append(f"{kicks / acc['iters']:.2f}" if acc["iters"] else "—")
+        units = acc.get("engine_units", [0, 0])[0]
+        row.append(f"{acc.get('engine', [0, 0])[1] / units:.0f}" if units else "—")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                              for i, (c, w) in enumerate(zip(r, widths)))
+    return (["", f"{BASE} path breakdown (debugfs rmlx5/perf, averages over the runs of a case; "
+             "messages = iterations x QPs):", fmt(head)] + [fmt(r) for r in rows])
 
 
 # ------------------------------------------------------------------ output

@@ -372,3 +372,54 @@ class SkippedCases(unittest.TestCase):
             self.assertEqual(devs["rxe"]["skipped"],
                              "perftest: Events feature not available on WRITE verb")
             self.assertEqual(devs["rmlx5"]["p50"]["value"], 60.0)
+
+
+class PathFigures(unittest.TestCase):
+    """@@PATH lines after an rmlx5 run (debugfs rmlx5/perf) become the
+    run's "path" in raw.json and a per-case breakdown in summary.txt."""
+
+    @staticmethod
+    def run_block(rnd, kicks, kick_ns):
+        return [
+            f"@@BENCH-BEGIN dev=rmlx5 test=write_bw size=64 mode=poll list=1 qps=2 round={rnd} "
+            "iters=100",
+            " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
+            " 64         100            n/a                2.000                0.031",
+            "@@BENCH-END rc=0 secs=1",
+            "@@PATH step                count       total_ns     avg_ns  what",
+            f"@@PATH kick_send      {kicks:>10} {kick_ns:>14} {kick_ns // kicks:>10}  KICK send",
+            "@@PATH engine                200        4000000      20000  one engine budget",
+            "@@PATH engine_units          400              -          -  budget units",
+            "@@PATH irq_delay               0              0          0  raised -> handler",
+        ]
+
+    def test_breakdown(self):
+        lines = self.run_block(1, 200, 2_000_000) + self.run_block(2, 200, 6_000_000) + [
+            # An rxe run's own output never carries path figures.
+            "@@BENCH-BEGIN dev=rxe test=write_bw size=64 mode=poll list=1 qps=2 round=1 iters=100",
+            " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
+            " 64         100            n/a                1.000                0.015",
+            "@@BENCH-END rc=0 secs=1", ""]
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "console.log")
+            with open(log, "w") as f:
+                f.write("\n".join(lines))
+            out = os.path.join(tmp, "out")
+            proc = run_report(log, out, "--no-plots")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(os.path.join(out, "raw.json"), encoding="utf-8") as f:
+                raw = json.load(f)
+            r0 = raw["runs"][0]
+            self.assertEqual(r0["path"]["kick_send"], {"count": 200, "ns": 2_000_000})
+            self.assertEqual(r0["path"]["engine_units"], {"count": 400, "ns": None})
+            self.assertNotIn("path", raw["runs"][2])
+            with open(os.path.join(out, "summary.txt"), encoding="utf-8") as f:
+                txt = f.read()
+            self.assertIn("rmlx5 path breakdown", txt)
+            after = txt.split("rmlx5 path breakdown", 1)[1].splitlines()
+            row = next(l for l in after if l.startswith("write_bw"))
+            cols = row.split()
+            # kick: (2 + 6) ms / 400 kicks = 20.0 µs; engine: 8 ms / 400 = 20.0 µs;
+            # irq wait: no events (—); kicks per message: 400 / (2 x 100 x 2) = 1.00;
+            # engine ns per unit: 8 ms / 800 units = 10000.
+            self.assertEqual(cols[-8:], ["20.0", "20.0", "—", "—", "—", "—", "1.00", "10000"])
