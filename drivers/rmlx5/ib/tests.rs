@@ -425,22 +425,35 @@ mod dispatch {
         Ok(())
     }
 
+    /// CVE-2025-68209: an EQ's completion event was handled for a CQ that
+    /// could not take it. Here a completion EQE naming a CQN that never
+    /// existed, a polling-only CQ (no handler, cannot be armed) or a CQ
+    /// that was destroyed is counted as stray and dropped; nothing is
+    /// dispatched.
     #[test]
-    fn unknown_and_polling_only_cqn_dropped() -> Result {
+    fn cve_2025_68209_eqe_for_a_missing_unarmable_or_destroyed_cq_is_dropped() -> Result {
         let soft = crate::soft()?;
         let cq = Cq::new(&soft, 0, 16, 0, None)?;
+        let gone = Cq::new(&soft, 0, 16, 0, None)?;
+        let gone_cqn = gone.cqn;
+        gone.destroy()?;
         let mut st = soft.state.lock();
         let t = st.hcas.get_mut(0).ok_or(EINVAL)?;
         let before = t.stray_eqes;
         assert!(!t.queue_cq(cq.cqn));
         assert!(!t.queue_cq(0x00ff_ffff));
-        assert_eq!(t.stray_eqes, before + 2);
+        assert!(!t.queue_cq(gone_cqn));
+        assert_eq!(t.stray_eqes, before + 3);
         drop(st);
         cq.destroy()
     }
 
+    /// The irdma class (a CQ pointer carried in an event and used after the
+    /// CQ was destroyed). Here a queued event holds the CQ by reference and
+    /// destroy waits for a dispatch in flight; after destroy returns the
+    /// handler is never called again.
     #[test]
-    fn destroy_waits_and_stale_events_are_dropped() -> Result {
+    fn irdma_class_event_for_a_destroyed_cq_never_reaches_it() -> Result {
         let soft = crate::soft()?;
         // Many create/queue/destroy rounds: an event queued for a CQ that
         // is destroyed before the BH runs must never reach a freed CQ

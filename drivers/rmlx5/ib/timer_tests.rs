@@ -80,6 +80,31 @@ mod clock {
         p.destroy()
     }
 
+    /// CVE-2026-45910: a QP's timer or work item ran after the QP was
+    /// destroyed. Here a QP waiting on its RNR retry timer is destroyed: the
+    /// expiry armed before finds no QP to retry, no later expiry is armed,
+    /// and nothing touches the freed QP (KASAN watches).
+    #[test]
+    fn cve_2026_45910_qp_destroyed_while_its_retry_timer_is_armed() -> Result {
+        let soft = crate::soft()?;
+        let r = Retry {
+            min_rnr_timer: RNR_TIMER_1_28_MS,
+            ..Retry::DEFAULT
+        };
+        let p = Pair::new_with(&soft, None, r, true)?;
+        send(&p, 1)?;
+        fsleep(Delta::from_millis(5));
+        assert!(soft.state.lock().timer_at.is_some());
+        p.destroy()?;
+        let fires = timer_fires()?;
+        fsleep(Delta::from_millis(20));
+        assert!(timer_fires()? <= fires + 1);
+        let mut st = soft.state.lock();
+        assert!(st.timer_at.is_none());
+        assert_eq!(st.fabric.next_deadline(), None);
+        Ok(())
+    }
+
     /// With rnr_retry 2 the SEND gives up with RNR_RETRY_EXC after two
     /// retries; the QP goes to ERR and the WR behind it is flushed.
     #[test]
