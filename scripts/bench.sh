@@ -15,7 +15,8 @@
 #     numbers (JSON, CSV) and PNG charts under results/bench-<time>/
 #     (results/ is not committed; results/latest points at the newest).
 #
-# BENCH="rounds=1 quick=1 ..." passes knobs to the guest script.
+# BENCH="rounds=1 quick=1 ..." passes knobs to the guest script;
+# SKIP_HOST=1 leaves out the host microbenchmarks (step 4).
 # A measurement, not a test: it fails only when it cannot measure.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,6 +46,7 @@ out=$top/results/bench-$stamp
 mkdir -p "$out"
 consolelog=$out/console.log
 
+if [ "${SKIP_HOST:-0}" != 1 ]; then
 log "host microbenchmarks (cargo bench)"
 {
     echo "== provider fast path against the in-process software HCA (cargo bench -p rmlx5) =="
@@ -52,6 +54,7 @@ log "host microbenchmarks (cargo bench)"
     echo "== software HCA execution cost per WQE (cargo bench -p hca-model) =="
     cargo bench --quiet -p hca-model --bench exec 2>&1 | grep -v '^$'
 } | tee "$out/host-microbench.txt"
+fi
 
 accel=${RMLX5_ACCEL:-tcg}
 log "booting the benchmark guest ($accel); this takes 10 to 20 minutes"

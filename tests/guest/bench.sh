@@ -13,7 +13,9 @@
 #
 # Knobs (kernel command line rmlx5.bench=key=value,...): rounds, lat_iters,
 # bw_iters, big_iters, scale_msgs, quick (1: two sizes and QP counts 1 and 16),
-# groups (which of lat+rate+bw+scale to run, joined by '+'; default all).
+# groups (which of lat+rate+bw+scale to run, joined by '+'; default all),
+# devs (which of rmlx5+rxe+siw; default all), sizes and qpcounts (lists
+# joined by '+', replacing the defaults).
 export PATH=/usr/bin:/bin:/tests
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
 
@@ -24,6 +26,7 @@ big_iters=1000
 scale_msgs=65536
 quick=0
 groups=lat+rate+bw+scale
+devs="rmlx5 rxe siw"
 # A client that has not finished after this many seconds is killed: perftest
 # in event mode has been seen to stall for good on siw (and once on rxe),
 # and siw with several QPs under TCG. A latency run takes a few seconds, a
@@ -36,6 +39,8 @@ for kv in $knobs; do
     case "$kv" in
     rounds=* | lat_iters=* | bw_iters=* | big_iters=* | scale_msgs=* | quick=* | groups=* | *_timeout=*)
         eval "$kv" ;;
+    devs=* | sizes=* | qpcounts=*)
+        eval "$(echo "$kv" | tr '+' ' ' | sed 's/=\(.*\)/="\1"/')" ;;
     esac
 done
 
@@ -160,6 +165,10 @@ run() {
     echo "@@BENCH-END rc=$rc secs=$(($(date +%s) - start))"
     if [ $dev = rmlx5 ] && [ -r $perf ]; then
         sed 's/^/@@PATH /' $perf
+        # The model's counters (cumulative: RNR NAKs, timeouts, ...).
+        for h in 0 1; do
+            grep '^model' /sys/kernel/debug/rmlx5/rmlx5_$h/stats | sed "s/^/@@MODEL rmlx5_$h /"
+        done
     fi
     return $rc
 }
@@ -182,7 +191,7 @@ run_retry() {
 each() {
     r=1
     while [ $r -le $rounds ]; do
-        for dev in rmlx5 rxe siw; do
+        for dev in $devs; do
             if [ $dev != rmlx5 ] && [ "$1" = write_lat ] && [ "$3" = event ]; then
                 # perftest refuses this case ("Events feature not available
                 # on WRITE verb"): a WRITE raises no completion at the
@@ -198,8 +207,8 @@ each() {
     done
 }
 
-sizes="8 64 4096 65536"
-qpcounts="1 16 256 1000"
+: "${sizes:=8 64 4096 65536}"
+: "${qpcounts:=1 16 256 1000}"
 if [ "$quick" = 1 ]; then
     sizes="8 4096"
     qpcounts="1 16"

@@ -371,6 +371,7 @@ pub(crate) struct SoftPlatform<'a> {
 
 impl DmaMemory for SoftPlatform<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        self.perf.dma.add(buf.len() as u64);
         let p = self.dma.check(addr, buf.len())?;
         // SAFETY: `check` found the range inside a registered region, which
         // is valid while registered (type invariant of `DmaRegistry`).
@@ -379,6 +380,7 @@ impl DmaMemory for SoftPlatform<'_> {
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+        self.perf.dma.add(data.len() as u64);
         let p = self.dma.check(addr, data.len())?;
         // SAFETY: As for `read`.
         unsafe { volatile_copy_to(p, data) };

@@ -88,6 +88,9 @@ pub(crate) struct Perf {
     pub(crate) engine: Timed,
     /// Budget units the engine used (one per WQE, plus one per 4 KiB).
     pub(crate) engine_units: AtomicU64,
+    /// The model's memory accesses (reads and writes through the DMA
+    /// registry) and the bytes they moved.
+    pub(crate) dma: Timed,
     /// Interrupt raised by the model → its EQ handler starts.
     pub(crate) irq_delay: Timed,
     /// EQ handler runs (hard IRQ) and their duration.
@@ -113,6 +116,7 @@ impl Perf {
             kick_arm: Timed::default(),
             engine: Timed::default(),
             engine_units: AtomicU64::new(0),
+            dma: Timed::default(),
             irq_delay: Timed::default(),
             eq_handler: Timed::default(),
             bh_delay: Timed::default(),
@@ -134,6 +138,7 @@ impl Perf {
             &self.kick_send,
             &self.kick_arm,
             &self.engine,
+            &self.dma,
             &self.irq_delay,
             &self.eq_handler,
             &self.bh_delay,
@@ -167,6 +172,11 @@ impl fmt::Display for Perf {
             self.engine_units.load(Ordering::Relaxed),
             "-",
             "-"
+        )?;
+        self.dma.show(
+            f,
+            "dma_access",
+            "model memory accesses (the ns column counts bytes)",
         )?;
         self.irq_delay
             .show(f, "irq_delay", "interrupt raised -> EQ handler")?;
