@@ -36,11 +36,24 @@ mod uverbs;
 #[path = "../../rust/mlx5-prm/src"]
 pub mod mlx5_prm {
     pub mod bytes;
+    pub mod cmd_cq;
+    pub mod cmd_eq;
+    pub mod cmd_hca;
+    pub mod cmd_qp;
+    pub mod cmd_queue;
+    pub mod cmd_res;
+    pub mod cmd_status;
+    pub mod command;
     pub mod cqe;
     pub mod doorbell;
     pub mod eqe;
+    pub mod eqe_async;
     pub mod error;
+    pub mod hca_cap;
+    pub mod ifc;
+    pub mod init_seg;
     pub mod opcode;
+    pub mod qpc;
     pub mod recv;
     pub mod ring;
     pub mod sq;

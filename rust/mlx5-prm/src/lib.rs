@@ -33,14 +33,35 @@
 #![no_std]
 
 // Module list (mirror it in the kernel's `mod mlx5_prm { ... }`):
-// bytes, cqe, doorbell, eqe, error, opcode, recv, ring, sq, wqe.
+// bytes, cmd_cq, cmd_eq, cmd_hca, cmd_qp, cmd_queue, cmd_res, cmd_status,
+// command, cqe, doorbell, eqe, eqe_async, error, hca_cap, ifc, init_seg,
+// opcode, qpc, recv, ring, sq, wqe.
+//
+// The command layer of a PCI backend (not used yet): `init_seg` (BAR0
+// registers), `cmd_queue` (queue entries and mailboxes), `command` (headers,
+// opcodes, the `Command` trait), `cmd_status` (status codes and errors), `ifc` (bit-addressed mlx5_ifc layouts), the
+// commands in `cmd_hca`, `hca_cap`, `cmd_res`, `cmd_eq`, `cmd_cq`, `qpc` and
+// `cmd_qp`, and the asynchronous EQEs in `eqe_async`.
 
 pub mod bytes;
+pub mod cmd_cq;
+pub mod cmd_eq;
+pub mod cmd_hca;
+pub mod cmd_qp;
+pub mod cmd_queue;
+pub mod cmd_res;
+pub mod cmd_status;
+pub mod command;
 pub mod cqe;
 pub mod doorbell;
 pub mod eqe;
+pub mod eqe_async;
 pub mod error;
+pub mod hca_cap;
+pub mod ifc;
+pub mod init_seg;
 pub mod opcode;
+pub mod qpc;
 pub mod recv;
 pub mod ring;
 pub mod sq;
