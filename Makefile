@@ -9,6 +9,8 @@
 #   make bench    rmlx5 vs rxe vs siw in one benchmark guest: table, raw
 #                 numbers and charts under results/
 #   make check    every test: host, KUnit, guest; last line "N passed, N failed"
+#   make stress   the reliability figures (fuzzing, kills, lost events,
+#                 CVE tests looped) in the test guest, up to ~45 minutes
 #   make setup    install what the two above need (idempotent)
 #   make module   build rmlx5.ko against $(KDIR) (default: the cached test kernel)
 #   make kernel   build (or find in the cache) the test kernel
@@ -28,7 +30,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check ulp guest-programs dv-sample check demo perf bench clean rustfmt
+.PHONY: fuzz all setup kernel module module-check ulp guest-programs dv-sample check demo perf bench stress clean rustfmt
 
 all: module
 
@@ -104,6 +106,11 @@ perf:
 # rmlx5 against rxe and siw (perftest) in the benchmark guest (not a test).
 bench:
 	@bash scripts/bench.sh
+
+# Reliability figures under KASAN/lockdep/kmemleak/failslab (not a part of
+# make check); STRESS="scale=100" for a quick run.
+stress:
+	@bash scripts/stress.sh
 
 clean:
 	rm -rf $(BUILD)

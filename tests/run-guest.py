@@ -57,7 +57,8 @@ def build_initramfs(args, workdir):
         shutil.copy(tool, os.path.join(root, "bin", os.path.basename(tool)))
     shutil.copy(os.path.join(HERE, "guest/perf.sh"), os.path.join(root, "tests/perf.sh"))
     shutil.copy(os.path.join(HERE, "guest/bench.sh"), os.path.join(root, "tests/bench.sh"))
-    for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh"):
+    shutil.copy(os.path.join(HERE, "guest/stress.sh"), os.path.join(root, "tests/stress.sh"))
+    for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh", "tests/stress.sh"):
         os.chmod(os.path.join(root, path), 0o755)
     # Extra file trees (the benchmark's rdma-core, perftest and iproute2,
     # staged by scripts/bench-userland.sh).
@@ -84,6 +85,8 @@ def run_qemu(args, initramfs, log_path):
         append.append("rmlx5.params=" + ",".join(args.params.split()))
     if args.bench:
         append.append("rmlx5.bench=" + ",".join(args.bench.split()))
+    if args.stress:
+        append.append("rmlx5.stress=" + ",".join(args.stress.split()))
     cmd = [args.qemu, "-nodefaults", "-no-reboot", "-display", "none",
            "-machine", "q35", "-cpu", "host" if args.accel == "kvm" else "max,la57=off", "-smp", str(args.cpus), "-m", args.memory,
            "-accel", args.accel, "-kernel", args.kernel, "-initrd", initramfs,
@@ -157,10 +160,12 @@ def main():
                     help="static guest test program (repeatable)")
     ap.add_argument("--tool", dest="tools", action="append", default=[],
                     help="static tool for the guest's /bin (repeatable)")
-    ap.add_argument("--mode", choices=("check", "demo", "perf", "bench"), default="check")
+    ap.add_argument("--mode", choices=("check", "demo", "perf", "bench", "stress"),
+                    default="check")
     ap.add_argument("--overlay", dest="overlays", action="append", default=[],
                     help="directory tree to copy into the initramfs root (repeatable)")
     ap.add_argument("--bench", default="", help="knobs for tests/guest/bench.sh (key=value ...)")
+    ap.add_argument("--stress", default="", help="knobs for tests/guest/stress.sh (key=value ...)")
     ap.add_argument("--filter", default="", help="run only guest tests matching this")
     ap.add_argument("--kunit-filter", default="", help="kunit.filter_glob for the module's suites")
     ap.add_argument("--params", default="", help="module parameters for insmod")
@@ -239,7 +244,7 @@ def main():
         guest_failed += 1
         print(f"guest: FAIL {name}: {why}")
         print(excerpt(lines, i))
-    if args.mode == "check" and not results:
+    if args.mode in ("check", "stress") and not results:
         guest_failed += 1
         print("guest: FAIL no_results: the guest reported no test results")
 

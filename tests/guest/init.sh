@@ -63,11 +63,18 @@ if [ "$mode" = bench ]; then
     /tests/bench.sh
     finish
 fi
+# make stress: the stress programs at full scale instead of the tests, then
+# the same unload, leak and splat checks as make check (below).
+stress=$(sed -n 's/.*rmlx5.stress=\([^ ]*\).*/\1/p' /proc/cmdline)
+if [ "$mode" = stress ]; then
+    RMLX5_STRESS=$stress /tests/stress.sh
+fi
 
 # Guest test programs: each prints its own PASS/FAIL markers; a program that
 # exits non-zero without printing a FAIL still fails the run (the host
 # runner checks the exit marker).
 for t in /tests/rmlx5-*-tests; do
+    [ "$mode" = stress ] && break
     [ -x "$t" ] || continue
     name=$(basename "$t")
     "$t" $filter
@@ -75,7 +82,8 @@ for t in /tests/rmlx5-*-tests; do
 done
 
 # The sample kernel ULP runs its verbs tests at load and prints markers.
-if [ -f /lib/modules/rmlx5_ulp.ko ] && [ -z "$filter" -o "${filter#ulp}" != "$filter" ]; then
+if [ "$mode" != stress ] && [ -f /lib/modules/rmlx5_ulp.ko ] &&
+    [ -z "$filter" -o "${filter#ulp}" != "$filter" ]; then
     if insmod /lib/modules/rmlx5_ulp.ko; then
         rmmod rmlx5_ulp || fail ulp_unload "rmmod rmlx5_ulp failed"
     else

@@ -1,0 +1,116 @@
+#!/bin/busybox sh
+# make stress, inside the test guest (KASAN, lockdep, kmemleak,
+# DEBUG_ATOMIC_SLEEP): the stress scenarios at full scale, then the CVE
+# regression tests in a loop. /init has loaded rmlx5.ko; afterwards it
+# unloads it and scans kmemleak, as in make check.
+#
+# Knobs (kernel command line rmlx5.stress=key=value,..., from STRESS="..."):
+#   calls        fuzzed ioctl calls (default 1000000)
+#   seed         fuzzer seed (default: the program picks one and prints it)
+#   kills        SIGKILL rounds (default 100)
+#   completions  completions of the no-lost-event run (default 10000000)
+#   threads, cqs of that run (defaults 4, 4)
+#   failslab     1: run no_lost_event a second time with kmalloc fault
+#                injection on rmlx5's call stacks (default 1)
+#   cve_loops    passes over rmlx5-cve-tests (default 20)
+#   scale        divides every count above (e.g. scale=100 for a quick run)
+#
+# Figures are printed as "@@STRESS <part> key=value ..." lines, which
+# scripts/stress.sh turns into the summary table; PASS/FAIL markers count as
+# in make check.
+
+calls=1000000
+seed=
+kills=100
+completions=10000000
+threads=4
+cqs=4
+failslab=1
+cve_loops=20
+scale=1
+for kv in $(echo "$RMLX5_STRESS" | tr ',' ' '); do
+    case "$kv" in
+    calls=* | seed=* | kills=* | completions=* | threads=* | cqs=* | failslab=* | cve_loops=* | scale=*)
+        eval "$kv" ;;
+    *) echo "stress: unknown knob $kv" ;;
+    esac
+done
+div() { v=$(($1 / scale)); [ $v -lt 1 ] && v=1; echo $v; }
+calls=$(div $calls)
+kills=$(div $kills)
+completions=$(div $completions)
+cve_loops=$(div $cve_loops)
+
+pass() { echo "rmlx5-test: PASS $1"; }
+fail() { echo "rmlx5-test: FAIL $1: $2"; }
+
+echo "==== rmlx5 stress ===="
+echo "@@STRESS-INFO kernel=$(uname -r) cpus=$(nproc) calls=$calls kills=$kills" \
+    "completions=$completions threads=$threads cqs=$cqs failslab=$failslab cve_loops=$cve_loops"
+
+# run NAME SCENARIO KNOBS: one scenario of rmlx5-stress-tests, timed.
+run() {
+    t0=$(date +%s)
+    RMLX5_STRESS=$3 /tests/rmlx5-stress-tests "$2"
+    rc=$?
+    echo "@@STRESS-TIME part=$1 rc=$rc secs=$(($(date +%s) - t0))"
+    echo "rmlx5-guest: EXIT rmlx5-stress-tests $rc"
+}
+
+run fuzz fuzz_ioctl_sequences "calls=$calls${seed:+,seed=$seed}"
+run kill kill_mid_traffic "kills=$kills"
+run events no_lost_event "completions=$completions,threads=$threads,cqs=$cqs"
+
+# The same run with kmalloc failing at random, but only for allocations
+# whose call stack passes through rmlx5 (the stacktrace filter on the
+# module's core range): completion events must not depend on allocating in
+# IRQ or BH context. The scenario turns the injection on itself once its
+# CQs and QPs exist (inject=10: 10% probability) and off before teardown.
+# `times` counts down once per injected failure.
+fs=/sys/kernel/debug/failslab
+if [ "$failslab" = 1 ]; then
+    base=$(cat /sys/module/rmlx5/sections/.text 2>/dev/null)
+    size=$(cat /sys/module/rmlx5/coresize 2>/dev/null)
+    if [ -d $fs ] && [ -n "$base" ] && [ -n "$size" ]; then
+        start=$(printf '%d' "$base")
+        echo "$start" > $fs/require-start
+        echo $((start + size)) > $fs/require-end
+        echo 0 > $fs/ignore-gfp-wait 2>/dev/null
+        echo 1 > $fs/interval
+        echo 1000000 > $fs/times
+        echo 0 > $fs/space
+        echo 0 > $fs/verbose
+        echo 0 > $fs/probability
+        echo "@@STRESS-PHASE failslab probability=10% range=$base+$size"
+        run events_failslab no_lost_event \
+            "completions=$completions,threads=$threads,cqs=$cqs,inject=10"
+        echo 0 > $fs/probability
+        injected=$((1000000 - $(cat $fs/times)))
+        echo "@@STRESS failslab injected=$injected"
+        pass failslab_configured
+    else
+        fail failslab_configured "no $fs or no /sys/module/rmlx5/sections (CONFIG_FAILSLAB, FAULT_INJECTION_DEBUG_FS, KALLSYMS)"
+    fi
+fi
+
+# The CVE regression tests, again and again.
+t0=$(date +%s)
+bad=0
+i=0
+while [ $i -lt $cve_loops ]; do
+    out=$(/tests/rmlx5-cve-tests 2>&1)
+    rc=$?
+    if [ $rc != 0 ] || echo "$out" | grep -q 'rmlx5-test: FAIL'; then
+        bad=$((bad + 1))
+        echo "stress: rmlx5-cve-tests pass $((i + 1)) failed:"
+        echo "$out" | grep -v 'rmlx5-test: PASS' | sed 's/rmlx5-test: FAIL/cve-loop FAIL/' | head -20
+    fi
+    i=$((i + 1))
+done
+echo "@@STRESS cve passes=$cve_loops failed=$bad secs=$(($(date +%s) - t0))"
+if [ $bad = 0 ]; then
+    pass cve_regressions_looped
+else
+    fail cve_regressions_looped "$bad of $cve_loops passes failed"
+fi
+echo "==== end of stress ===="
