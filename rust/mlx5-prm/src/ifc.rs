@@ -291,8 +291,15 @@ pub fn put_pas(out: &mut [u8], offset: usize, pas: &[u64]) -> Result<usize, Erro
         .ok_or(Error::OutOfRange)?;
     let end = offset.checked_add(len).ok_or(Error::OutOfRange)?;
     let dst = out.get_mut(offset..end).ok_or(Error::OutOfRange)?;
-    for (chunk, addr) in dst.chunks_exact_mut(PAS_ENTRY_SIZE).zip(pas) {
-        chunk.copy_from_slice(&addr.to_be_bytes());
+    // Indexed rather than `chunks_exact_mut(..).zip(..)`: that zip's
+    // specialised size hint ends in a panic call objtool cannot see
+    // through in the kernel build ("falls through to next function").
+    let mut at = 0;
+    for addr in pas {
+        if let Some(chunk) = dst.get_mut(at..at + PAS_ENTRY_SIZE) {
+            chunk.copy_from_slice(&addr.to_be_bytes());
+        }
+        at += PAS_ENTRY_SIZE;
     }
     Ok(end)
 }
