@@ -37,6 +37,9 @@ use super::ifc::{ifc_layout, put_pas, Layout};
 pub const IN_HEADER_SIZE: usize = 16;
 /// Size of the generic command output header (`MLX5_ST_SZ_BYTES(mbox_out)`).
 pub const OUT_HEADER_SIZE: usize = 16;
+/// Bytes of an output that carry the status (byte 0) and the syndrome
+/// (bytes 4..8): the least any command returns.
+pub const OUT_STATUS_SIZE: usize = 8;
 
 /// `MLX5_CMD_OP_QUERY_HCA_CAP`.
 pub const OP_QUERY_HCA_CAP: u16 = 0x100;
@@ -238,15 +241,25 @@ pub fn encode_in<C: Command>(input: &C::In, pas: &[u64], out: &mut [u8]) -> Resu
 ///
 /// # Errors
 ///
-/// [`CmdError::ShortOutput`] if `out` is shorter than the output header,
-/// [`CmdError::Failed`] if the status is not `MLX5_CMD_STAT_OK`.
+/// [`CmdError::ShortOutput`] if `out` is shorter than status and syndrome
+/// ([`OUT_STATUS_SIZE`]), [`CmdError::Failed`] if the status is not
+/// `MLX5_CMD_STAT_OK`.
 pub fn check<C: Command>(out: &[u8]) -> Result<(), CmdError> {
-    let header = OutHeader::decode(out).map_err(|_| CmdError::ShortOutput {
+    // Status and syndrome are the first 8 bytes; some outputs (ENABLE_HCA,
+    // DISABLE_HCA: 12 bytes) are shorter than the 16-byte `mbox_out`.
+    let short = CmdError::ShortOutput {
         command: C::NAME,
         opcode: C::OPCODE,
         len: out.len(),
-        need: OUT_HEADER_SIZE,
-    })?;
+        need: OUT_STATUS_SIZE,
+    };
+    let mut padded = [0u8; OUT_HEADER_SIZE];
+    let n = out.len().min(OUT_HEADER_SIZE);
+    match (padded.get_mut(..n), out.get(..n)) {
+        (Some(dst), Some(src)) if n >= OUT_STATUS_SIZE => dst.copy_from_slice(src),
+        _ => return Err(short),
+    }
+    let header = OutHeader::decode(&padded).map_err(|_| short)?;
     if header.status == CmdStatus::Ok {
         Ok(())
     } else {
@@ -278,6 +291,27 @@ pub fn decode_out<C: Command>(out: &[u8]) -> Result<C::Out, CmdError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn twelve_byte_outputs_check_and_decode() {
+        use super::super::cmd_hca::{DisableHca, EnableHca};
+        let ok = [0u8; 12];
+        assert!(check::<EnableHca>(&ok).is_ok());
+        assert!(decode_out::<DisableHca>(&ok).is_ok());
+        let mut bad = [0u8; 12];
+        bad[0] = 0x03;
+        bad[4..8].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+        let syndrome = match check::<EnableHca>(&bad) {
+            Err(CmdError::Failed { syndrome, .. }) => syndrome,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(syndrome, 0x1234_5678);
+        let need = match check::<EnableHca>(&ok[..7]) {
+            Err(CmdError::ShortOutput { need, .. }) => need,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(need, OUT_STATUS_SIZE);
+    }
 
     #[test]
     fn headers_known_bytes() {
