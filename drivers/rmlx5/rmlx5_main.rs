@@ -77,6 +77,7 @@ pub mod hca_model {
     pub mod exec;
     pub mod fabric;
     pub mod flush;
+    pub mod fw;
     pub mod hca;
     pub mod mem;
     pub mod mr;

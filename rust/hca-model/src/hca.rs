@@ -93,6 +93,39 @@ impl<S: Storage> Hca<S> {
         &self.stats
     }
 
+    /// The object tables, for the firmware layer's scans (page overlap
+    /// checks, UAR users, table sizes).
+    pub(super) fn tables(&mut self) -> super::table::Tables<'_> {
+        self.storage.tables()
+    }
+
+    /// Writes an EQE of type `ty` with `data` to EQ `eqn` and raises its
+    /// interrupt if it is armed (the firmware layer's command-completion
+    /// and page-request events). Returns whether the EQE was written;
+    /// a dropped one is counted in [`Stats::events_dropped`].
+    pub(super) fn post_event<P: super::mem::Platform>(
+        &mut self,
+        p: &mut P,
+        eqn: u8,
+        ty: super::prm::opcode::EventType,
+        data: super::prm::eqe::EqeData,
+    ) -> bool {
+        let id = self.id;
+        let t = self.storage.tables();
+        let posted = get_mut(t.eqs, u32::from(eqn)).is_some_and(|eq| eq.post(p, id, ty, data));
+        if posted {
+            self.stats.async_events = self.stats.async_events.wrapping_add(1);
+        } else {
+            self.stats.events_dropped = self.stats.events_dropped.wrapping_add(1);
+        }
+        posted
+    }
+
+    /// Whether an EQ receives the asynchronous events.
+    pub(super) fn has_async_eq(&self) -> bool {
+        self.async_eqn.is_some()
+    }
+
     /// Splits the instance into the borrows the engine works with.
     pub(super) fn dev(&mut self) -> Dev<'_> {
         Dev {
@@ -162,6 +195,45 @@ impl<S: Storage> Hca<S> {
             inc(&mut pd.users);
         }
         Ok(key)
+    }
+
+    /// Registers a memory region whose key ends in the byte `variant`
+    /// chosen by the caller, as CREATE_MKEY's `mkey_7_0` is, and returns
+    /// the key (`index << 8 | variant`). Slots whose key would be 0 or
+    /// `MLX5_INVALID_LKEY` (0x100) are skipped.
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::create_mr`].
+    pub(super) fn create_mr_with_variant(
+        &mut self,
+        attr: &MrAttr,
+        variant: u8,
+    ) -> Result<u32, Error> {
+        if !mr::attr_valid(attr) {
+            return Err(Error::Invalid);
+        }
+        let t = self.storage.tables();
+        if get(t.pds, attr.pdn).is_none() {
+            return Err(Error::NotFound);
+        }
+        // At most two slots (0 and 1) give a reserved key, so three tries
+        // find a usable one if any is free.
+        for _ in 0..3 {
+            let index = find_free(t.mrs, &mut self.cursors.mr, 1 << 24).ok_or(Error::NoSpace)?;
+            let key = mr::make_key(index, variant).ok_or(Error::NoSpace)?;
+            if key == 0 || key == 0x100 {
+                continue;
+            }
+            let slot = t.mrs.get_mut(index as usize).ok_or(Error::NoSpace)?;
+            slot.variant = variant;
+            slot.obj = Some(Mr { attr: *attr, key });
+            if let Some(pd) = get_mut(t.pds, attr.pdn) {
+                inc(&mut pd.users);
+            }
+            return Ok(key);
+        }
+        Err(Error::NoSpace)
     }
 
     /// Deregisters the MR with key `key`. Work already executed keeps its

@@ -35,6 +35,12 @@
 //!    fired, once per arming; the handler consumes EQEs by owner bit and
 //!    re-arms with [`hca::Hca::eq_doorbell`].
 //!
+//! For an emulated ConnectX PCI function, [`fw::Firmware`] adds the device
+//! side of the mlx5 command interface in front of an instance: the
+//! initialization segment, the command queue and its mailboxes, page
+//! management and the commands that create, modify and destroy the
+//! objects above (see its module documentation).
+//!
 //! Behaviour choices (byte order of atomics, which side reports which
 //! error, overrun, arming) are documented in the modules that implement
 //! them: [`atomic`], [`respond`], [`exec`], [`cq`], [`eq`], [`doorbell`],
@@ -75,9 +81,11 @@
 //! crate is reached only through `super::prm`: on the host [`prm`] re-exports
 //! the `mlx5-prm` dependency, in the kernel an inline `mod prm` points at the
 //! kernel's copy of it. Modules (mirror this list in the kernel):
-//! atomic, caps, cq, dev, doorbell, eq, error, exec, fabric, flush, hca, mem,
-//! mr, pd, prm, qp, qp_modify, respond, sched, stats, table, timer, transfer,
-//! wqe.
+//! atomic, caps, cq, dev, doorbell, eq, error, exec, fabric, flush, fw, hca,
+//! mem, mr, pd, prm, qp, qp_modify, respond, sched, stats, table, timer,
+//! transfer, wqe. `fw` has submodules in `fw/` (caps, cmd_hca, cmd_qp,
+//! cmd_queue, cmd_res, exec, mailbox, pages, regs, reject), which `fw.rs`
+//! declares itself: the kernel lists only `pub mod fw;`.
 
 #![no_std]
 
@@ -91,6 +99,7 @@ pub mod error;
 pub mod exec;
 pub mod fabric;
 pub mod flush;
+pub mod fw;
 pub mod hca;
 pub mod mem;
 pub mod mr;

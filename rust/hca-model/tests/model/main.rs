@@ -7,12 +7,18 @@
 #![allow(missing_docs, unreachable_pub, dead_code)]
 #![allow(clippy::cast_lossless, clippy::wrong_self_convention)]
 
+mod cmd_driver;
+mod cmd_setup;
 mod harness;
 mod mem;
 mod provider;
 mod retry;
 
 mod arming;
+mod cmd_bringup;
+mod cmd_errors;
+mod cmd_objects;
+mod cmd_props;
 mod errors;
 mod failure;
 mod hostile;

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! QP commands: CREATE_QP, the transitions RST2INIT, INIT2RTR, RTR2RTS,
+//! 2ERR and 2RST mapped onto the model's modify-QP, and DESTROY_QP.
+//!
+//! Only RC QPs exist. The buffer holds the receive queue first and the send
+//! queue right after it, as mlx5 lays them out. Each transition takes the
+//! fields that belong to it from the QP context (RST2INIT: P_Key index,
+//! port, remote access bits; INIT2RTR: path, MTU, remote QPN, receive PSN,
+//! responder resources, RNR NAK timer; RTR2RTS: ACK timeout, retry counts,
+//! send PSN, initiator depth) plus the optional ones `opt_param_mask`
+//! names; the QP must be in the transition's source state. The path's LID
+//! names the peer instance of the fabric (`fabric::index_of_lid`).
+
+use super::super::error::Error;
+use super::super::fabric::index_of_lid;
+use super::super::mem::Platform;
+use super::super::mr::Access;
+use super::super::prm::cmd_qp::{
+    CreateQpIn, CreateQpOut, DestroyQpIn, DestroyQpOut, Init2RtrQpIn, Init2RtrQpOut, Qp2ErrIn,
+    Qp2ErrOut, Qp2RstIn, Qp2RstOut, Rst2InitQpIn, Rst2InitQpOut, Rtr2RtsQpIn, Rtr2RtsQpOut,
+};
+use super::super::prm::command::{
+    OP_2ERR_QP, OP_2RST_QP, OP_INIT2RTR_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP,
+};
+use super::super::prm::ifc::Layout;
+use super::super::prm::qpc::{
+    Qpc, OPTPAR_PKEY_INDEX, OPTPAR_PRI_PORT, OPTPAR_RAE, OPTPAR_RNR_TIMEOUT, OPTPAR_RRE,
+    OPTPAR_RWE, PM_STATE_MIGRATED, RQ_TYPE_REGULAR, RQ_TYPE_ZERO_LEN, ST_RC,
+};
+use super::super::qp::{ConnAttrs, QpAttr, QpState, RemoteQp};
+use super::super::qp_modify::{AttrMask, QpModify};
+use super::super::table::{get, Storage};
+use super::cmd_queue::{doorbell_record, queue_buffer, uar, BufferDesc};
+use super::exec::Cx;
+use super::pages::PageStore;
+use super::reject::Reject;
+
+type R = Result<(), Reject>;
+
+/// The remote access bits of a QP context.
+fn access(q: &Qpc) -> Access {
+    let mut a = Access::NONE;
+    if q.rre {
+        a = a.union(Access::REMOTE_READ);
+    }
+    if q.rwe {
+        a = a.union(Access::REMOTE_WRITE);
+    }
+    if q.rae {
+        a = a.union(Access::REMOTE_ATOMIC);
+    }
+    a
+}
+
+pub(super) fn create_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>) -> R {
+    cx.no_op_mod()?;
+    let i: CreateQpIn = cx.read_in()?;
+    let q = &i.qpc;
+    if q.st != ST_RC {
+        return Err(Reject::NotRc);
+    }
+    if q.pm_state != PM_STATE_MIGRATED {
+        return Err(Reject::BadPmState);
+    }
+    let caps = *cx.hca.caps();
+    let (rq_wqes, rq_stride) = match q.rq_type {
+        RQ_TYPE_REGULAR => (1u32 << q.log_rq_size, 16u32 << q.log_rq_stride),
+        RQ_TYPE_ZERO_LEN => (0, 16),
+        _ => return Err(Reject::UnsupportedRq),
+    };
+    let sq_wqebbs = if q.no_sq { 0 } else { 1u32 << q.log_sq_size };
+    if q.log_rq_size > caps.max_log_rq_wqes || q.log_sq_size > caps.max_log_sq_wqebbs {
+        return Err(Reject::QueueTooLarge);
+    }
+    let uar_addr = uar(cx, q.uar_page)?;
+    {
+        let t = cx.hca.tables();
+        if get(t.pds, q.pd).is_none() {
+            return Err(Reject::BadPd);
+        }
+        if get(t.cqs, q.cqn_snd).is_none() || get(t.cqs, q.cqn_rcv).is_none() {
+            return Err(Reject::BadCq);
+        }
+    }
+    let dbr_addr = doorbell_record(cx, q.dbr_addr)?;
+    let rq_bytes = u64::from(rq_wqes) * u64::from(rq_stride);
+    let start = queue_buffer(
+        cx,
+        &BufferDesc {
+            pas_offset: CreateQpIn::SIZE,
+            log_page_size: q.log_page_size,
+            page_offset: q.page_offset,
+            size: rq_bytes + u64::from(sq_wqebbs) * 64,
+        },
+    )?;
+    cx.need_out(CreateQpOut::SIZE)?;
+    let attr = QpAttr {
+        pdn: q.pd,
+        send_cqn: q.cqn_snd,
+        recv_cqn: q.cqn_rcv,
+        sq_wqebbs,
+        sq_buf_addr: start.wrapping_add(rq_bytes),
+        rq_wqes,
+        rq_stride,
+        rq_buf_addr: start,
+        dbr_addr,
+        uar_addr,
+        bfreg: cx.fw.cfg.qp_bfreg,
+        max_send_sge: caps.max_send_sge,
+        max_inline_data: caps.max_inline_data,
+    };
+    let qpn = cx.hca.create_qp(&attr).map_err(|e| match e {
+        Error::NoSpace => Reject::TableFull,
+        Error::NotFound => Reject::BadCq,
+        _ => Reject::BadQpSize,
+    })?;
+    cx.fw.queues = cx.fw.queues.saturating_add(1);
+    cx.reply(&CreateQpOut { qpn, ece: 0 })
+}
+
+pub(super) fn destroy_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>) -> R {
+    cx.no_op_mod()?;
+    let i: DestroyQpIn = cx.read_in()?;
+    cx.need_out(DestroyQpOut::SIZE)?;
+    cx.hca.destroy_qp(i.qpn).map_err(|_| Reject::BadQp)?;
+    cx.fw.queues = cx.fw.queues.saturating_sub(1);
+    cx.reply(&DestroyQpOut {})
+}
+
+/// A transition as the model takes it: the source state it requires and
+/// the modify request.
+struct Transition {
+    qpn: u32,
+    from: Option<QpState>,
+    m: QpModify,
+}
+
+/// Builds the modify request of transition `opcode` from its input.
+fn transition<B: PageStore, S: Storage, P: Platform>(
+    cx: &mut Cx<'_, B, S, P>,
+    opcode: u16,
+) -> Result<Transition, Reject> {
+    let (qpn, opt, q, from, to, required, optional) = match opcode {
+        OP_RST2INIT_QP => {
+            let i: Rst2InitQpIn = cx.read_in()?;
+            cx.need_out(Rst2InitQpOut::SIZE)?;
+            let req = AttrMask::PKEY_INDEX
+                .or(AttrMask::PORT)
+                .or(AttrMask::ACCESS_FLAGS);
+            // The INIT fields are always taken; naming them is harmless.
+            let opt = OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE | OPTPAR_PKEY_INDEX | OPTPAR_PRI_PORT;
+            (
+                i.qpn,
+                i.opt_param_mask & !opt,
+                i.qpc,
+                QpState::Reset,
+                QpState::Init,
+                req,
+                0,
+            )
+        }
+        OP_INIT2RTR_QP => {
+            let i: Init2RtrQpIn = cx.read_in()?;
+            cx.need_out(Init2RtrQpOut::SIZE)?;
+            let req = AttrMask::AV
+                .or(AttrMask::PATH_MTU)
+                .or(AttrMask::DEST_QPN)
+                .or(AttrMask::RQ_PSN)
+                .or(AttrMask::MAX_DEST_RD_ATOMIC)
+                .or(AttrMask::MIN_RNR_TIMER);
+            let opt = OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE | OPTPAR_PKEY_INDEX;
+            (
+                i.qpn,
+                i.opt_param_mask,
+                i.qpc,
+                QpState::Init,
+                QpState::Rtr,
+                req,
+                opt,
+            )
+        }
+        OP_RTR2RTS_QP => {
+            let i: Rtr2RtsQpIn = cx.read_in()?;
+            cx.need_out(Rtr2RtsQpOut::SIZE)?;
+            let req = AttrMask::TIMEOUT
+                .or(AttrMask::RETRY_CNT)
+                .or(AttrMask::RNR_RETRY)
+                .or(AttrMask::SQ_PSN)
+                .or(AttrMask::MAX_QP_RD_ATOMIC);
+            let opt = OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE | OPTPAR_RNR_TIMEOUT;
+            (
+                i.qpn,
+                i.opt_param_mask,
+                i.qpc,
+                QpState::Rtr,
+                QpState::Rts,
+                req,
+                opt,
+            )
+        }
+        OP_2ERR_QP => {
+            let i: Qp2ErrIn = cx.read_in()?;
+            cx.need_out(Qp2ErrOut::SIZE)?;
+            let m = QpModify {
+                mask: AttrMask::STATE,
+                state: QpState::Err,
+                ..QpModify::default()
+            };
+            return Ok(Transition {
+                qpn: i.qpn,
+                from: None,
+                m,
+            });
+        }
+        OP_2RST_QP => {
+            let i: Qp2RstIn = cx.read_in()?;
+            cx.need_out(Qp2RstOut::SIZE)?;
+            let m = QpModify {
+                mask: AttrMask::STATE,
+                state: QpState::Reset,
+                ..QpModify::default()
+            };
+            return Ok(Transition {
+                qpn: i.qpn,
+                from: None,
+                m,
+            });
+        }
+        _ => return Err(Reject::BadOpcode),
+    };
+    if opt & !optional != 0 {
+        return Err(Reject::BadOptParam);
+    }
+    let mut mask = required.or(AttrMask::STATE);
+    if opt & (OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE) != 0 {
+        mask = mask.or(AttrMask::ACCESS_FLAGS);
+    }
+    if opt & OPTPAR_PKEY_INDEX != 0 {
+        mask = mask.or(AttrMask::PKEY_INDEX);
+    }
+    if opt & OPTPAR_RNR_TIMEOUT != 0 {
+        mask = mask.or(AttrMask::MIN_RNR_TIMER);
+    }
+    let path = &q.primary_address_path;
+    let dest_hca = if mask.contains(AttrMask::AV) {
+        index_of_lid(path.rlid).ok_or(Reject::BadRlid)?
+    } else {
+        0
+    };
+    // `log_*_max` of 0 means one outstanding operation (mlx5 writes 0 for
+    // both 0 and 1).
+    let pow2 = |log: u8| 1u8.checked_shl(u32::from(log)).unwrap_or(u8::MAX);
+    let attrs = ConnAttrs {
+        access: access(&q),
+        pkey_index: path.pkey_index,
+        port: path.vhca_port_num,
+        path_mtu: q.mtu,
+        dest: RemoteQp {
+            hca: dest_hca,
+            qpn: q.remote_qpn,
+        },
+        sl: path.sl,
+        rq_psn: q.next_rcv_psn,
+        sq_psn: q.next_send_psn,
+        max_dest_rd_atomic: pow2(q.log_rra_max),
+        max_rd_atomic: pow2(q.log_sra_max),
+        min_rnr_timer: q.min_rnr_nak,
+        timeout: path.ack_timeout,
+        retry_cnt: q.retry_count,
+        rnr_retry: q.rnr_retry,
+        sqd_async_notify: false,
+    };
+    Ok(Transition {
+        qpn,
+        from: Some(from),
+        m: QpModify {
+            mask,
+            state: to,
+            cur_state: from,
+            attrs,
+        },
+    })
+}
+
+pub(super) fn modify_qp<B: PageStore, S: Storage, P: Platform>(
+    cx: &mut Cx<'_, B, S, P>,
+    opcode: u16,
+) -> R {
+    cx.no_op_mod()?;
+    let t = transition(cx, opcode)?;
+    let info = cx.hca.query_qp(t.qpn).ok_or(Reject::BadQp)?;
+    if t.from.is_some_and(|s| s != info.state) {
+        return Err(Reject::BadQpState);
+    }
+    cx.hca.modify_qp(t.qpn, &t.m).map_err(|e| match e {
+        Error::NotFound => Reject::BadQp,
+        Error::BadTransition => Reject::BadQpState,
+        _ => Reject::BadQpAttr,
+    })?;
+    // Every transition's output is the header and the ECE word (0).
+    match opcode {
+        OP_2ERR_QP => cx.reply(&Qp2ErrOut {}),
+        OP_2RST_QP => cx.reply(&Qp2RstOut {}),
+        _ => cx.reply(&Rst2InitQpOut { ece: 0 }),
+    }
+}
