@@ -13,6 +13,8 @@
 
 pub(crate) mod kernel;
 pub(crate) mod model;
+#[cfg(feature = "bench-backend")]
+pub(crate) mod null;
 
 use std::fmt::Debug;
 use std::os::fd::OwnedFd;

@@ -8,10 +8,9 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx5_prm::cqe::{Cqe64, ErrCqe, CQE_SIZE, OP_OWN_OFFSET};
+use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
 use mlx5_prm::doorbell::{
-    set_ci_word, ArmCmd, CqArm, UarCqDoorbell, CQ_DBR_ARM_OFFSET, CQ_DBR_SET_CI_OFFSET,
-    UAR_CQ_DOORBELL_OFFSET,
+    set_ci_word, ArmCmd, CqArm, CQ_DBR_ARM_OFFSET, CQ_DBR_SET_CI_OFFSET, UAR_CQ_DOORBELL_OFFSET,
 };
 use mlx5_prm::opcode::CqeOpcode;
 use mlx5_prm::ring;
@@ -20,7 +19,7 @@ use rmlx5_abi::uapi;
 use crate::backend::Cmd;
 use crate::channel::{ChannelInner, CompChannel};
 use crate::context::{lock, Context};
-use crate::dma::{DmaRegion, PAGE_SIZE};
+use crate::dma::{mmio_flush_writes, mmio_wc_start, DmaRegion, WordRing, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::qp::QpShared;
 use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
@@ -34,9 +33,161 @@ struct PollState {
     ci: u32,
     /// The QP of the last CQE, to skip the lookup in a run of CQEs.
     last: Option<Arc<QpShared>>,
-    /// Queue slots to give back once SET_CI is published: (QP, send
-    /// side, WQE counter), latest per QP and side.
-    retire: Vec<(Arc<QpShared>, bool, u16)>,
+    /// Queue slots of `last` to give back once SET_CI is published: the
+    /// latest WQE counter completed on its send and on its receive side.
+    last_send: Option<u16>,
+    last_recv: Option<u16>,
+    /// The same for QPs that were `last` earlier in this poll, in order
+    /// (the `Arc` moved here from `last`, so a run of CQEs of one QP clones
+    /// and drops no `Arc`).
+    retire: Vec<Retire>,
+}
+
+/// Queue slots of one QP to give back after SET_CI (see [`PollState`]).
+#[derive(Debug)]
+struct Retire {
+    qp: Arc<QpShared>,
+    send: Option<u16>,
+    recv: Option<u16>,
+}
+
+impl Retire {
+    fn apply(&self) {
+        if let Some(c) = self.send {
+            self.qp.send_retired(c);
+        }
+        if let Some(c) = self.recv {
+            self.qp.recv_retired(c);
+        }
+    }
+}
+
+impl PollState {
+    /// Makes `qp` the last QP, parking what is pending for the previous
+    /// one in `retire`.
+    fn switch_to(&mut self, qp: Arc<QpShared>) {
+        let send = self.last_send.take();
+        let recv = self.last_recv.take();
+        if let Some(prev) = self.last.replace(qp) {
+            if send.is_some() || recv.is_some() {
+                self.retire.push(Retire {
+                    qp: prev,
+                    send,
+                    recv,
+                });
+            }
+        }
+    }
+
+    /// Gives back every queue slot completed in this poll (after SET_CI),
+    /// earliest first.
+    fn retire_all(&mut self) {
+        if !self.retire.is_empty() {
+            for r in self.retire.drain(..) {
+                r.apply();
+            }
+        }
+        if let Some(qp) = &self.last {
+            if let Some(c) = self.last_send.take() {
+                qp.send_retired(c);
+            }
+            if let Some(c) = self.last_recv.take() {
+                qp.recv_retired(c);
+            }
+        }
+    }
+}
+
+/// The words 2 to 7 (bytes 16 to 64) of a CQE, big-endian, and the fields
+/// of `mlx5_prm::cqe::Cqe64` and `ErrCqe` the poller reports, taken from
+/// them in registers: the values their `decode` gives (the tests hold them
+/// to it), without first copying the entry out and decoding every field.
+struct CqeWords {
+    w2: u64,
+    w3: u64,
+    w4: u64,
+    w5: u64,
+    w7: u64,
+}
+
+impl CqeWords {
+    /// The CQE whose first word is word `base` of `ring` (after the owner
+    /// check and its acquire fence).
+    fn read(ring: &WordRing, base: usize) -> CqeWords {
+        let w = |k: usize| u64::from_be_bytes(ring.load(base + k));
+        CqeWords {
+            w2: w(2),
+            w3: w(3),
+            w4: w(4),
+            w5: w(5),
+            w7: w(7),
+        }
+    }
+
+    /// `ml_path` (byte 17).
+    fn ml_path(&self) -> u8 {
+        (self.w2 >> 48) as u8
+    }
+
+    /// `slid` (bytes 22, 23).
+    fn slid(&self) -> u16 {
+        self.w2 as u16
+    }
+
+    /// `flags_rqpn` (bytes 24 to 27).
+    fn flags_rqpn(&self) -> u32 {
+        (self.w3 >> 32) as u32
+    }
+
+    fn grh(&self) -> u8 {
+        ((self.flags_rqpn() >> 28) & 0x3) as u8
+    }
+
+    fn sl(&self) -> u8 {
+        ((self.flags_rqpn() >> 24) & 0xf) as u8
+    }
+
+    fn src_qpn(&self) -> u32 {
+        self.flags_rqpn() & 0xff_ffff
+    }
+
+    /// `imm_inval_pkey` (bytes 36 to 39).
+    fn imm_inval_rkey(&self) -> u32 {
+        self.w4 as u32
+    }
+
+    /// `byte_cnt` (bytes 44 to 47).
+    fn byte_cnt(&self) -> u32 {
+        self.w5 as u32
+    }
+
+    /// `sop_drop_qpn` / `s_wqe_opcode_qpn` bits 31:24 (byte 56).
+    fn send_opcode(&self) -> u8 {
+        (self.w7 >> 56) as u8
+    }
+
+    /// The QPN (bytes 57 to 59).
+    fn qpn(&self) -> u32 {
+        (self.w7 >> 32) as u32 & 0xff_ffff
+    }
+
+    /// `wqe_counter` (bytes 60, 61).
+    fn wqe_counter(&self) -> u16 {
+        (self.w7 >> 16) as u16
+    }
+}
+
+/// Of an error CQE (`mlx5_err_cqe`), word 6: `vendor_err_synd` (byte 54)
+/// and `syndrome` (byte 55).
+fn err_syndromes(ring: &WordRing, base: usize) -> (u8, u8) {
+    let w6 = u64::from_be_bytes(ring.load(base + 6));
+    ((w6 >> 8) as u8, w6 as u8)
+}
+
+/// The 8 bytes of the UAR CQ doorbell for the ARM word `arm` of CQ `cqn`
+/// (what `UarCqDoorbell::encode` writes).
+fn uar_cq_doorbell(arm: u32, cqn: u32) -> [u8; 8] {
+    (u64::from(arm) << 32 | u64::from(cqn & ring::CI_MASK)).to_be_bytes()
 }
 
 #[derive(Debug, Default)]
@@ -56,7 +207,11 @@ pub(crate) struct CqInner {
     user_handle: u64,
     log: u32,
     buf: DmaRegion,
+    /// The ring of CQEs (the first `1 << log` entries of `buf`) as words.
+    words: WordRing,
     dbr: DmaRegion,
+    /// The backend's `needs_kick`, read once.
+    needs_kick: bool,
     poll: Mutex<PollState>,
     arm_sn: AtomicU32,
     events: Mutex<Events>,
@@ -125,7 +280,12 @@ impl Cq {
                 backend.map(a.dbr_mmap_offset, PAGE_SIZE)?,
             ))
         })();
-        let (buf, dbr) = match mapped {
+        let mapped = mapped.and_then(|(buf, dbr)| {
+            let ring = buf.slice(0, a.cqe_cnt as usize * CQE_SIZE)?;
+            let words = WordRing::new(ring).map_err(|_| Error::Invalid("kernel CQ geometry"))?;
+            Ok((buf, words, dbr))
+        });
+        let (buf, words, dbr) = match mapped {
             Ok(m) => m,
             Err(e) => {
                 let _ = backend.command(Cmd::DestroyCq(&mut destroy));
@@ -139,8 +299,10 @@ impl Cq {
             cqn: a.cqn,
             user_handle,
             log: a.cqe_cnt.trailing_zeros(),
+            words,
             buf,
             dbr,
+            needs_kick: backend.needs_kick(),
             poll: Mutex::new(PollState::default()),
             arm_sn: AtomicU32::new(0),
             events: Mutex::new(Events::default()),
@@ -311,31 +473,33 @@ impl CqInner {
         lock(&self.qps).remove(&qpn);
         let mut p = lock(&self.poll);
         if p.last.as_ref().is_some_and(|q| q.qpn == qpn) {
+            // Nothing is pending outside `poll`.
             p.last = None;
+            p.last_send = None;
+            p.last_recv = None;
         }
     }
 
     fn poll(&self, out: &mut [Wc]) -> Result<usize> {
-        let mut p = lock(&self.poll);
+        let mut guard = lock(&self.poll);
+        let p = &mut *guard;
         let mut n = 0;
         let mut result = Ok(());
-        while n < out.len() {
+        for slot in out.iter_mut() {
             let ci = p.ci;
-            let off = ring::ring_index(ci, self.log) as usize * CQE_SIZE;
-            let op_own = self.buf.load_u8(off + OP_OWN_OFFSET)?;
+            let idx = ring::ring_index(ci, self.log) as usize;
+            let op_own = self.buf.load_u8(idx * CQE_SIZE + OP_OWN_OFFSET)?;
             if !ring::cqe_sw_owned(op_own, ci, self.log) {
                 break;
             }
             // The body is read only after the owner check (udma_from_device_barrier).
             fence(Ordering::Acquire);
-            let mut b = [0u8; CQE_SIZE];
-            self.buf.read(off, &mut b)?;
+            let base = idx * (CQE_SIZE / 8);
+            let c = CqeWords::read(&self.words, base);
             p.ci = ci.wrapping_add(1);
-            match self.parse(&mut p, &b, op_own) {
+            match self.parse(p, &c, base, op_own) {
                 Ok(wc) => {
-                    if let Some(slot) = out.get_mut(n) {
-                        *slot = wc;
-                    }
+                    *slot = wc;
                     n += 1;
                 }
                 Err(e) => {
@@ -349,112 +513,117 @@ impl CqInner {
             // free their queue slots.
             fence(Ordering::Release);
             self.dbr.write(CQ_DBR_SET_CI_OFFSET, &set_ci_word(p.ci))?;
-            for (qp, send, counter) in p.retire.drain(..) {
-                if send {
-                    qp.send_retired(counter);
-                } else {
-                    qp.recv_retired(counter);
-                }
-            }
+            p.retire_all();
         }
         result.map(|()| n)
     }
 
-    fn retire(p: &mut PollState, qp: &Arc<QpShared>, send: bool, counter: u16) -> u64 {
-        match p.retire.last_mut() {
-            Some(r) if Arc::ptr_eq(&r.0, qp) && r.1 == send => r.2 = counter,
-            _ => p.retire.push((qp.clone(), send, counter)),
+    /// The QP `qpn`, made the last QP of `p` (looked up only when it
+    /// changes).
+    #[inline]
+    fn qp<'p>(&self, p: &'p mut PollState, qpn: u32) -> Result<&'p QpShared> {
+        if p.last.as_ref().is_none_or(|q| q.qpn != qpn) {
+            self.switch_qp(p, qpn)?;
         }
-        if send {
-            qp.send_wr_id(counter)
-        } else {
-            qp.recv_wr_id(counter)
-        }
+        p.last
+            .as_deref()
+            .ok_or(Error::Invalid("CQE for a QP not on this CQ"))
     }
 
-    fn qp(&self, p: &mut PollState, qpn: u32) -> Result<Arc<QpShared>> {
-        if let Some(q) = p.last.as_ref().filter(|q| q.qpn == qpn) {
-            return Ok(q.clone());
-        }
+    #[cold]
+    fn switch_qp(&self, p: &mut PollState, qpn: u32) -> Result<()> {
         let q = lock(&self.qps)
             .get(&qpn)
             .cloned()
             .ok_or(Error::Invalid("CQE for a QP not on this CQ"))?;
-        p.last = Some(q.clone());
-        Ok(q)
+        p.switch_to(q);
+        Ok(())
     }
 
-    fn parse(&self, p: &mut PollState, b: &[u8; CQE_SIZE], op_own: u8) -> Result<Wc> {
+    /// The completion of the CQE `c` (word `base` of the ring) whose
+    /// `op_own` is `op_own`.
+    fn parse(&self, p: &mut PollState, c: &CqeWords, base: usize, op_own: u8) -> Result<Wc> {
         let opcode = CqeOpcode::try_from(op_own >> 4).map_err(|_| Error::Invalid("CQE opcode"))?;
         if opcode.is_error() {
-            let e = ErrCqe::decode(b).map_err(|_| Error::Invalid("error CQE"))?;
-            let qp = self.qp(p, e.qpn)?;
+            let (vendor_syndrome, syndrome) = err_syndromes(&self.words, base);
+            let (qpn, counter) = (c.qpn(), c.wqe_counter());
             let requester = opcode == CqeOpcode::ReqErr;
-            let wr_id = Self::retire(p, &qp, requester, e.wqe_counter);
+            let qp = self.qp(p, qpn)?;
+            let wr_id = if requester {
+                qp.send_wr_id(counter)
+            } else {
+                qp.recv_wr_id(counter)
+            };
             qp.mark_error();
+            if requester {
+                p.last_send = Some(counter);
+            } else {
+                p.last_recv = Some(counter);
+            }
             return Ok(Wc {
                 wr_id,
-                status: WcStatus::from_syndrome(e.syndrome),
+                status: WcStatus::from_syndrome(syndrome),
                 opcode: if requester {
-                    WcOpcode::from_send(e.send_opcode)
+                    WcOpcode::from_send(c.send_opcode())
                 } else {
                     WcOpcode::Recv
                 },
-                vendor_err: u32::from(e.vendor_syndrome),
+                vendor_err: u32::from(vendor_syndrome),
                 byte_len: 0,
                 imm_data: 0,
-                qp_num: e.qpn,
+                qp_num: qpn,
                 flags: WcFlags::default(),
                 ..Wc::default()
             });
         }
-        let c = Cqe64::decode(b).map_err(|_| Error::Invalid("CQE"))?;
-        let qp = self.qp(p, c.qpn)?;
-        let mut flags = if c.op_own.solicited {
+        let (qpn, counter) = (c.qpn(), c.wqe_counter());
+        let qp = self.qp(p, qpn)?;
+        // The solicited-event bit of op_own.
+        let mut flags = if op_own & 0x2 != 0 {
             WcFlags::SOLICITED.0
         } else {
             0
         };
         let requester = opcode == CqeOpcode::Req;
-        if !requester && c.grh != 0 {
+        if !requester && c.grh() != 0 {
             flags |= WcFlags::GRH.0;
         }
         let (wr_id, opcode) = match opcode {
-            CqeOpcode::Req => (
-                Self::retire(p, &qp, true, c.wqe_counter),
-                WcOpcode::from_send(c.send_opcode),
-            ),
+            CqeOpcode::Req => (qp.send_wr_id(counter), WcOpcode::from_send(c.send_opcode())),
             CqeOpcode::RespWrImm => {
                 flags |= WcFlags::WITH_IMM.0;
-                (
-                    Self::retire(p, &qp, false, c.wqe_counter),
-                    WcOpcode::RecvRdmaWithImm,
-                )
+                (qp.recv_wr_id(counter), WcOpcode::RecvRdmaWithImm)
             }
             CqeOpcode::RespSendImm => {
                 flags |= WcFlags::WITH_IMM.0;
-                (Self::retire(p, &qp, false, c.wqe_counter), WcOpcode::Recv)
+                (qp.recv_wr_id(counter), WcOpcode::Recv)
             }
-            _ => (Self::retire(p, &qp, false, c.wqe_counter), WcOpcode::Recv),
+            _ => (qp.recv_wr_id(counter), WcOpcode::Recv),
         };
+        // Retired (latest per side) once SET_CI covers this CQE.
+        if requester {
+            p.last_send = Some(counter);
+        } else {
+            p.last_recv = Some(counter);
+        }
         Ok(Wc {
             wr_id,
             status: WcStatus::Success,
             opcode,
             vendor_err: 0,
-            byte_len: c.byte_cnt,
+            byte_len: c.byte_cnt(),
             imm_data: if flags & WcFlags::WITH_IMM.0 != 0 {
-                c.imm_inval_rkey
+                c.imm_inval_rkey()
             } else {
                 0
             },
-            qp_num: c.qpn,
+            qp_num: qpn,
             // As rdma-core's mlx5 provider: the packet's source fields of a
             // responder CQE (zero in requester CQEs).
-            src_qp: c.src_qpn,
-            slid: c.slid,
-            sl: c.sl,
-            dlid_path_bits: c.ml_path & 0x7f,
+            src_qp: c.src_qpn(),
+            slid: c.slid(),
+            sl: c.sl(),
+            dlid_path_bits: c.ml_path() & 0x7f,
             flags: WcFlags(flags),
         })
     }
@@ -470,17 +639,26 @@ impl CqInner {
             },
             ci: ring::ci24(p.ci),
         };
-        let mut word = [0u8; 4];
-        arm.encode(&mut word);
-        self.dbr.write(CQ_DBR_ARM_OFFSET, &word)?;
-        let mut db = [0u8; 8];
-        UarCqDoorbell { arm, cqn: self.cqn }.encode(&mut db);
+        // `CqArm::encode` and `UarCqDoorbell::encode`, built in registers
+        // (the tests hold them to it): no round trip through a buffer
+        // written in 4-byte pieces and read back as one word.
+        let word = arm.word();
+        self.dbr.write(CQ_DBR_ARM_OFFSET, &word.to_be_bytes())?;
+        let db = uar_cq_doorbell(word, self.cqn);
         let inner = &self.ctx.inner;
+        if !self.needs_kick && cfg!(target_pointer_width = "64") {
+            // One 64-bit store names the CQ by itself: no lock (rdma-core
+            // takes one only where the store is two). The doorbell record
+            // must be visible before the UAR store.
+            mmio_flush_writes();
+            return inner.uar.page.store_doorbell(UAR_CQ_DOORBELL_OFFSET, db);
+        }
+        // The software HCA reads the doorbell in the kick: store and kick
+        // under the lock, so no other CQ's arm comes between.
         let _g = lock(&inner.cq_doorbell);
-        // The doorbell record must be visible before the UAR store.
-        fence(Ordering::SeqCst);
+        mmio_wc_start();
         inner.uar.page.store_doorbell(UAR_CQ_DOORBELL_OFFSET, db)?;
-        if inner.backend.needs_kick() {
+        if self.needs_kick {
             let mut k = uapi::Kick {
                 kind: uapi::KICK_CQ_ARM,
                 handle: self.handle,
@@ -503,6 +681,73 @@ impl Drop for CqInner {
             // The last handle went without `destroy`: destroy without
             // waiting (nobody is left to acknowledge events).
             let _ = self.ctx.backend().command(Cmd::DestroyCq(&mut d));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::HeapPages;
+    use mlx5_prm::cqe::{Cqe64, ErrCqe};
+    use mlx5_prm::doorbell::UarCqDoorbell;
+
+    #[test]
+    fn cqe_words_match_the_prm_decoders() {
+        let (_p, r) = HeapPages::alloc(4 * CQE_SIZE).unwrap();
+        let ring = WordRing::new(r.slice(0, 4 * CQE_SIZE).unwrap()).unwrap();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..2000 {
+            let mut b = [0u8; CQE_SIZE];
+            for w in b.as_chunks_mut::<8>().0 {
+                *w = next().to_ne_bytes();
+            }
+            // A known opcode: success (0x0, 0x1, 0x2, 0x4) or error (0xd, 0xe).
+            b[OP_OWN_OFFSET] = [0x0, 0x1, 0x2, 0x4, 0xd, 0xe][i % 6] << 4 | (b[63] & 0xf);
+            let slot = i % 4;
+            r.write(slot * CQE_SIZE, &b).unwrap();
+            let base = slot * (CQE_SIZE / 8);
+            let c = CqeWords::read(&ring, base);
+            let d = Cqe64::decode(&b).unwrap();
+            assert_eq!(c.ml_path(), d.ml_path);
+            assert_eq!(c.slid(), d.slid);
+            assert_eq!(c.grh(), d.grh);
+            assert_eq!(c.sl(), d.sl);
+            assert_eq!(c.src_qpn(), d.src_qpn);
+            assert_eq!(c.imm_inval_rkey(), d.imm_inval_rkey);
+            assert_eq!(c.byte_cnt(), d.byte_cnt);
+            assert_eq!(c.send_opcode(), d.send_opcode);
+            assert_eq!(c.qpn(), d.qpn);
+            assert_eq!(c.wqe_counter(), d.wqe_counter);
+            assert_eq!(b[OP_OWN_OFFSET] & 0x2 != 0, d.op_own.solicited);
+            let e = ErrCqe::decode(&b).unwrap();
+            assert_eq!(err_syndromes(&ring, base), (e.vendor_syndrome, e.syndrome));
+            assert_eq!(c.send_opcode(), e.send_opcode);
+            assert_eq!(c.qpn(), e.qpn);
+            assert_eq!(c.wqe_counter(), e.wqe_counter);
+        }
+    }
+
+    #[test]
+    fn arm_words_match_the_prm_encoders() {
+        for (sn, cmd, ci, cqn) in [
+            (0, ArmCmd::Next, 0, 1),
+            (3, ArmCmd::Solicited, 0x0123_4567, 0x00ab_cdef),
+            (1, ArmCmd::Next, u32::MAX, u32::MAX),
+        ] {
+            let arm = CqArm { sn, cmd, ci };
+            let mut word = [0u8; 4];
+            arm.encode(&mut word);
+            assert_eq!(arm.word().to_be_bytes(), word);
+            let mut db = [0u8; 8];
+            UarCqDoorbell { arm, cqn }.encode(&mut db);
+            assert_eq!(uar_cq_doorbell(arm.word(), cqn), db);
         }
     }
 }

@@ -8,13 +8,21 @@
 //! another thread) while the process reads it, so it is never exposed as a
 //! Rust reference: every access is an atomic byte load or store (plain
 //! `mov`s on x86-64, and race-free in the Rust memory model), except the
-//! 64-bit doorbell store to the UAR page, which must be one aligned store
-//! and is a volatile write (device memory in the kernel backend).
+//! 64-bit doorbell stores to the UAR page, which must be aligned 64-bit
+//! stores and are volatile writes (device memory in the kernel backend),
+//! and the fast-path accesses in whole 64-bit words: WQEs into the SQ and
+//! RQ ([`DmaRegion::write_words`], [`WordRing`]) and CQEs out of the CQ
+//! ([`WordRing::load`]). Those are atomic too, and are only used where the
+//! queue protocol orders every device access to the same bytes before or
+//! after them (see their documentation), so bytes and words never race.
+//!
+//! [`mmio_wc_start`] and [`mmio_flush_writes`] are the barriers around
+//! stores to a BlueFlame register.
 
 use std::alloc::Layout;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -130,35 +138,102 @@ impl DmaRegion {
         Ok(self.byte(offset).load(Ordering::Acquire))
     }
 
-    /// Copies `data` into the ring that is the whole region, starting at
-    /// `offset` and continuing at 0 past the end (the SQ wrap).
-    pub(crate) fn ring_write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        if offset >= self.len || data.len() > self.len {
-            return Err(Error::Invalid("ring write outside the ring"));
+    /// Whether `offset..offset + len` may be accessed as whole aligned
+    /// 64-bit words: inside the region, 8-byte aligned in memory, and a
+    /// multiple of 8 bytes long.
+    fn words_ok(&self, offset: usize, len: usize) -> bool {
+        self.check(offset, len).is_ok()
+            && (self.ptr.as_ptr() as usize)
+                .wrapping_add(offset)
+                .is_multiple_of(8)
+            && len.is_multiple_of(8)
+    }
+
+    /// The aligned 64-bit word at `offset`.
+    ///
+    /// Callers must know that the word lies inside the region and is
+    /// aligned (checked with [`DmaRegion::words_ok`], or by the invariant
+    /// of [`WordRing`]), and must access it only where nothing accesses the
+    /// same bytes with another size concurrently (see
+    /// [`DmaRegion::write_words`] and [`WordRing`]).
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(self.words_ok(offset, 8));
+        // SAFETY: the caller knows that `offset + 8 <= len`, so the word is
+        // inside the region, which is valid for reads and writes while
+        // `self` lives (type invariant), and that its address is a multiple
+        // of 8, the alignment of `AtomicU64`. The memory is only accessed
+        // atomically; the callers' protocols (documented on `write_words`
+        // and `WordRing`) order every byte-sized access to these bytes by
+        // another party before or after this word access, so sizes never
+        // mix without synchronization.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset).cast::<u64>()) }
+    }
+
+    /// Stores `data` at `offset` as relaxed 64-bit stores (bytes where the
+    /// range is not whole aligned words): a WQE into the SQ, a receive WQE
+    /// into the RQ.
+    ///
+    /// For queue memory only: the caller publishes the stores with a
+    /// release fence before the doorbell record that lets the device read
+    /// them, and reuses a slot only after the device has completed what was
+    /// there, so no device access to these bytes can race with this store.
+    pub(crate) fn write_words(&self, offset: usize, data: &[u8]) -> Result<()> {
+        if !self.words_ok(offset, data.len()) {
+            self.check(offset, data.len())?;
+            for (i, b) in data.iter().enumerate() {
+                self.byte(offset + i).store(*b, Ordering::Relaxed);
+            }
+            return Ok(());
         }
-        let first = data.len().min(self.len - offset);
-        let (head, tail) = data.split_at(first);
-        self.write(offset, head)?;
-        self.write(0, tail)
+        for (i, w) in data.as_chunks::<8>().0.iter().enumerate() {
+            self.word(offset + i * 8)
+                .store(u64::from_ne_bytes(*w), Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// One aligned volatile 64-bit store of `v` at `offset`, which the
+    /// caller checked with [`DmaRegion::words_ok`].
+    fn store_volatile(&self, offset: usize, v: u64) {
+        debug_assert!(self.words_ok(offset, 8));
+        // SAFETY: the caller checked that `offset + 8 <= len`, so the word
+        // is inside the region, which is valid (type invariant), and that
+        // its address is a multiple of 8, so the `u64` store is aligned.
+        // The caller holds the lock of the register (the UAR CQ doorbell or
+        // the BlueFlame register), so no other thread stores to these
+        // bytes concurrently, and the software HCA reads them only after
+        // the kick the same thread makes under that lock.
+        unsafe { core::ptr::write_volatile(self.ptr.as_ptr().add(offset).cast::<u64>(), v) }
     }
 
     /// One aligned 64-bit store of `bytes` (already in device byte order)
     /// at `offset`: the UAR doorbell write.
     pub(crate) fn store_doorbell(&self, offset: usize, bytes: [u8; 8]) -> Result<()> {
-        self.check(offset, 8)?;
-        if !offset.is_multiple_of(8) {
+        if !self.words_ok(offset, 8) {
+            self.check(offset, 8)?;
             return Err(Error::Invalid("misaligned doorbell"));
         }
-        // SAFETY: `offset + 8 <= len` was checked and the region is valid
-        // (type invariant); the base is page aligned and `offset` a multiple
-        // of 8, so the `u64` store is aligned. The caller holds the lock of
-        // the register (the UAR CQ doorbell or the BlueFlame register), so
-        // no other thread stores to these bytes concurrently, and the
-        // software HCA reads them only after the kick the same thread
-        // makes under that lock.
-        unsafe {
-            let p = self.ptr.as_ptr().add(offset).cast::<u64>();
-            core::ptr::write_volatile(p, u64::from_ne_bytes(bytes));
+        self.store_volatile(offset, u64::from_ne_bytes(bytes));
+        Ok(())
+    }
+
+    /// The BlueFlame copy: `words` words of `sq` from word `first` on (a
+    /// WQE just written), as aligned 64-bit stores in address order from
+    /// `offset`.
+    pub(crate) fn blueflame_copy(
+        &self,
+        offset: usize,
+        sq: &WordRing,
+        first: usize,
+        words: usize,
+    ) -> Result<()> {
+        let len = words.saturating_mul(8);
+        if !self.words_ok(offset, len) {
+            self.check(offset, len)?;
+            return Err(Error::Invalid("misaligned doorbell"));
+        }
+        for i in 0..words {
+            self.store_volatile(offset + i * 8, u64::from_ne_bytes(sq.load(first + i)));
         }
         Ok(())
     }
@@ -177,6 +252,100 @@ impl DmaRegion {
             )
         })
     }
+}
+
+/// A queue (the SQ) as a ring of aligned 64-bit words.
+///
+/// # Invariants
+///
+/// The region is 8-byte aligned in memory and a power of two of 64-bit
+/// words long; `mask` is that number of words minus one. So every word
+/// index, taken modulo the ring with `mask`, names a whole aligned word
+/// inside the region.
+#[derive(Debug)]
+pub(crate) struct WordRing {
+    region: DmaRegion,
+    mask: usize,
+}
+
+impl WordRing {
+    /// The ring over all of `region`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] if the region is not 8-byte aligned or not a
+    /// power of two of words long.
+    pub(crate) fn new(region: DmaRegion) -> Result<WordRing> {
+        let words = region.len() / 8;
+        if !region.words_ok(0, region.len()) || !words.is_power_of_two() {
+            return Err(Error::Invalid("queue not a ring of aligned words"));
+        }
+        // INVARIANT: checked just above.
+        Ok(WordRing {
+            region,
+            mask: words - 1,
+        })
+    }
+
+    /// Stores word `i` (modulo the ring) with a relaxed store. As for
+    /// [`DmaRegion::write_words`]: the caller publishes it with a release
+    /// fence before the doorbell record, and reuses a word only after the
+    /// device has completed what was there.
+    pub(crate) fn store(&self, i: usize, w: [u8; 8]) {
+        // In bounds and aligned by the type invariant.
+        self.region
+            .word((i & self.mask) * 8)
+            .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+    }
+
+    /// Stores `words` at word `i` on (modulo the ring), as [`WordRing::store`].
+    pub(crate) fn store_words(&self, i: usize, words: &[[u8; 8]]) {
+        for (k, w) in words.iter().enumerate() {
+            self.store(i + k, *w);
+        }
+    }
+
+    /// Stores `n` zero words at word `i` on (modulo the ring), as
+    /// [`WordRing::store`].
+    pub(crate) fn zero_words(&self, i: usize, n: usize) {
+        for k in 0..n {
+            self.store(i + k, [0; 8]);
+        }
+    }
+
+    /// Word `i` (modulo the ring), a relaxed load: of a WQE this thread
+    /// just stored (the BlueFlame copy), or of a CQE whose `op_own` the
+    /// caller saw owned by software, with an acquire load and fence (the
+    /// device wrote the whole entry before that byte, and writes it again
+    /// only after SET_CI gives it back).
+    pub(crate) fn load(&self, i: usize) -> [u8; 8] {
+        self.region
+            .word((i & self.mask) * 8)
+            .load(Ordering::Relaxed)
+            .to_ne_bytes()
+    }
+}
+
+/// Orders the stores before it (the doorbell record) before the stores to
+/// a BlueFlame register that follow (rdma-core's `mmio_wc_start`). Call it
+/// right after taking the register's lock: on x86 the locked instruction
+/// of that lock already orders write-combining stores after every earlier
+/// store, so only the compiler needs holding back; elsewhere it is a full
+/// fence.
+pub(crate) fn mmio_wc_start() {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    compiler_fence(Ordering::SeqCst);
+    #[cfg(not(any(target_arch = "x86", target_arch = "x86_64")))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Pushes the stores to a BlueFlame register out before anything after it
+/// (rdma-core's `mmio_flush_writes`, `sfence` on x86-64). A full fence: on
+/// x86-64 a locked instruction, which drains the write-combining buffers
+/// as `sfence` does, costs no more here (measured), and needs no `unsafe`
+/// intrinsic.
+pub(crate) fn mmio_flush_writes() {
+    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Zeroed, page-aligned process memory: the in-process backend's queue
@@ -236,10 +405,7 @@ mod tests {
         assert_eq!(r.len(), PAGE_SIZE);
         assert!(r.write(PAGE_SIZE - 1, &[1, 2]).is_err());
         assert!(r.read(usize::MAX, &mut [0]).is_err());
-        r.ring_write(PAGE_SIZE - 2, &[1, 2, 3, 4]).unwrap();
-        let mut b = [0u8; 2];
-        r.read(0, &mut b).unwrap();
-        assert_eq!(b, [3, 4]);
+        r.write(PAGE_SIZE - 2, &[1, 2]).unwrap();
         assert_eq!(r.load_u8(PAGE_SIZE - 1).unwrap(), 2);
         assert!(r.store_doorbell(4, [0; 8]).is_err());
         r.store_doorbell(8, [9; 8]).unwrap();
@@ -247,5 +413,56 @@ mod tests {
         let s = r.slice(8, 8).unwrap();
         assert_eq!(s.load_u8(0).unwrap(), 9);
         assert!(r.slice(PAGE_SIZE, 1).is_err());
+    }
+
+    #[test]
+    fn words_and_their_fallbacks() {
+        let (_p, r) = HeapPages::alloc(64).unwrap();
+        let data: [u8; 24] = core::array::from_fn(|i| i as u8 + 1);
+        // Aligned: whole words.
+        r.write_words(8, &data).unwrap();
+        let mut out = [0u8; 24];
+        r.read(8, &mut out).unwrap();
+        assert_eq!(out, data);
+        // Misaligned or ragged: bytes, same result.
+        r.write_words(3, &data[..13]).unwrap();
+        let mut b = [0u8; 13];
+        r.read(3, &mut b).unwrap();
+        assert_eq!(b, data[..13]);
+        // A sub-region that is not 8-byte aligned in memory.
+        let s = r.slice(4, 64).unwrap();
+        s.write_words(0, &data[..16]).unwrap();
+        let mut c = [0u8; 16];
+        r.read(4, &mut c).unwrap();
+        assert_eq!(c, data[..16]);
+        assert!(s.store_doorbell(0, [0; 8]).is_err());
+        // Out of range either way.
+        assert!(r.write_words(PAGE_SIZE - 8, &data).is_err());
+        // A BlueFlame copy lands in order, taken across the end of a ring.
+        let ring = WordRing::new(r.slice(PAGE_SIZE - 64, 64).unwrap()).unwrap();
+        for (i, w) in data.as_chunks::<8>().0.iter().enumerate() {
+            ring.store(6 + i, *w);
+        }
+        r.blueflame_copy(64, &ring, 6, 3).unwrap();
+        r.read(64, &mut out).unwrap();
+        assert_eq!(out, data);
+        assert!(r.blueflame_copy(PAGE_SIZE - 16, &ring, 6, 3).is_err());
+        assert!(r.blueflame_copy(60, &ring, 6, 3).is_err());
+    }
+
+    #[test]
+    fn word_ring_wraps() {
+        let (_p, r) = HeapPages::alloc(PAGE_SIZE).unwrap();
+        assert!(WordRing::new(r.slice(4, 64).unwrap()).is_err());
+        assert!(WordRing::new(r.slice(0, 24).unwrap()).is_err());
+        let ring = WordRing::new(r.slice(64, 128).unwrap()).unwrap();
+        ring.store(15, [1; 8]);
+        ring.store(16, [2; 8]);
+        assert_eq!(ring.load(31), [1; 8]);
+        let mut b = [0u8; 8];
+        r.read(64, &mut b).unwrap();
+        assert_eq!(b, [2; 8]);
+        r.read(64 + 120, &mut b).unwrap();
+        assert_eq!(b, [1; 8]);
     }
 }

@@ -16,7 +16,9 @@
 //! Two backends sit below the same fast path: the kernel
 //! (`/dev/rmlx5_uverbsN`, see [`devices`]) and an in-process software HCA
 //! ([`SoftFabric`]) built on `rust/hca-model`, for host tests and `--model`
-//! runs of the tools.
+//! runs of the tools. With the `bench-backend` feature (off by default) a
+//! third, `bench::NullHca`, has nothing behind its doorbells, for
+//! measuring the provider alone.
 //!
 //! # Example
 //!
@@ -33,6 +35,8 @@
 //! ```
 
 mod backend;
+#[cfg(feature = "bench-backend")]
+pub mod bench;
 mod channel;
 mod context;
 mod cq;

@@ -14,9 +14,9 @@ use mlx5_prm::wqe::WQEBB_SHIFT;
 use rmlx5_abi::uapi;
 
 use crate::backend::Cmd;
-use crate::context::{lock, Context, Uar};
+use crate::context::{lock, Context, SpinGuard, SpinLock, Uar};
 use crate::cq::Cq;
-use crate::dma::{DmaRegion, PAGE_SIZE};
+use crate::dma::{DmaRegion, WordRing, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::mr::Access;
 use crate::pd::{Pd, PdInner};
@@ -169,13 +169,11 @@ pub type QpInfo = uapi::QueryQp;
 #[derive(Debug)]
 pub(crate) struct QpShared {
     pub(crate) qpn: u32,
-    sq_wrid: Box<[AtomicU64]>,
-    /// For the WQE starting at each WQEBB: the producer counter after it.
-    sq_next: Box<[AtomicU16]>,
+    /// Per WQEBB of the SQ, for the WQE starting there.
+    sq_slots: Box<[SqSlot]>,
     sq_tail: AtomicU16,
-    /// For the WQE starting at each WQEBB: the count of send WRs posted
-    /// up to and including it; and that count for the last completed.
-    sq_wr_next: Box<[AtomicU32]>,
+    /// The count of send WRs posted up to and including the last
+    /// completed.
     sq_wr_tail: AtomicU32,
     rq_wrid: Box<[AtomicU64]>,
     rq_tail: AtomicU16,
@@ -184,11 +182,41 @@ pub(crate) struct QpShared {
     in_error: AtomicBool,
 }
 
+/// What the poller needs of the send WQE starting at one WQEBB (one slot,
+/// so posting and retiring touch one cache line).
+#[derive(Debug, Default)]
+struct SqSlot {
+    wr_id: AtomicU64,
+    /// The producer counter after this WQE (bits 15:0) and the count of
+    /// send WRs posted up to and including it (bits 47:16): one store.
+    next: AtomicU64,
+}
+
+impl SqSlot {
+    /// Records a WQE posted (before its doorbell).
+    fn set(&self, wr_id: u64, next: u16, wr_next: u32) {
+        self.wr_id.store(wr_id, Ordering::Relaxed);
+        self.next.store(
+            u64::from(wr_next) << 16 | u64::from(next),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// `(next, wr_next)` as [`SqSlot::set`] recorded them.
+    fn next(&self) -> (u16, u32) {
+        let v = self.next.load(Ordering::Relaxed);
+        (v as u16, (v >> 16) as u32)
+    }
+}
+
 impl QpShared {
+    fn sq_slot(&self, counter: u16) -> &SqSlot {
+        &self.sq_slots[usize::from(counter) & (self.sq_slots.len() - 1)]
+    }
+
     /// The wr_id of the send WQE at `counter`.
     pub(crate) fn send_wr_id(&self, counter: u16) -> u64 {
-        let slot = usize::from(counter) & (self.sq_wrid.len() - 1);
-        self.sq_wrid[slot].load(Ordering::Relaxed)
+        self.sq_slot(counter).wr_id.load(Ordering::Relaxed)
     }
 
     /// The wr_id of the receive WQE at `counter`.
@@ -201,9 +229,7 @@ impl QpShared {
     /// is done and its room may be reused. Called only after the CQ's
     /// SET_CI covers the CQE, so new WRs cannot overrun the CQ.
     pub(crate) fn send_retired(&self, counter: u16) {
-        let slot = usize::from(counter) & (self.sq_wrid.len() - 1);
-        let next = self.sq_next[slot].load(Ordering::Relaxed);
-        let wr_next = self.sq_wr_next[slot].load(Ordering::Relaxed);
+        let (next, wr_next) = self.sq_slot(counter).next();
         self.sq_wr_tail.store(wr_next, Ordering::Release);
         self.sq_tail.store(next, Ordering::Release);
     }
@@ -226,6 +252,7 @@ impl QpShared {
     }
 }
 
+/// The SQ's producer side, as a poster holds it under the SQ lock.
 #[derive(Debug)]
 struct SqState {
     /// Producer counter in WQEBBs (`cur_post`).
@@ -233,6 +260,46 @@ struct SqState {
     /// Send WRs posted (free-running), to hold `max_send_wr`: a CQ sized
     /// for the QP's WRs never overruns.
     head_wr: u32,
+}
+
+/// The SQ lock and the producer state it guards (read into a [`SqState`]
+/// when taken, written back before it is released).
+#[derive(Debug, Default)]
+struct SqLock {
+    lock: SpinLock,
+    /// `cur_post` (bits 15:0) and `head_wr` (bits 47:16), one word.
+    state: AtomicU64,
+}
+
+/// The SQ lock, held, with the producer state.
+struct SqGuard<'a> {
+    sq: &'a SqLock,
+    state: SqState,
+    _lock: SpinGuard<'a>,
+}
+
+impl SqLock {
+    fn lock(&self) -> SqGuard<'_> {
+        let g = self.lock.lock();
+        // Relaxed: only touched under the lock, whose acquire orders it.
+        let v = self.state.load(Ordering::Relaxed);
+        SqGuard {
+            sq: self,
+            state: SqState {
+                cur_post: v as u16,
+                head_wr: (v >> 16) as u32,
+            },
+            _lock: g,
+        }
+    }
+}
+
+impl SqGuard<'_> {
+    /// Writes the producer state back (before the lock is released).
+    fn store(&self) {
+        let v = u64::from(self.state.head_wr) << 16 | u64::from(self.state.cur_post);
+        self.sq.state.store(v, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]
@@ -243,14 +310,15 @@ struct RqState {
 
 #[derive(Debug)]
 pub(crate) struct QpInner {
-    pd: Arc<PdInner>,
+    pub(crate) pd: Arc<PdInner>,
     send_cq: Cq,
     recv_cq: Cq,
-    handle: u32,
+    pub(crate) handle: u32,
     qpn: u32,
     user_handle: u64,
     _buf: DmaRegion,
-    sq: DmaRegion,
+    /// The SQ, stored to in 64-bit words.
+    sq: WordRing,
     rq: DmaRegion,
     dbr: DmaRegion,
     uar: Arc<Uar>,
@@ -265,8 +333,10 @@ pub(crate) struct QpInner {
     max_inline: u32,
     sq_sig_all: bool,
     blueflame: bool,
+    /// The backend's `needs_kick`, read once.
+    pub(crate) needs_kick: bool,
     shared: Arc<QpShared>,
-    sq_state: Mutex<SqState>,
+    sq_lock: SqLock,
     rq_state: Mutex<RqState>,
 }
 
@@ -274,7 +344,7 @@ pub(crate) struct QpInner {
 /// lock, so several threads may post to one QP.
 #[derive(Debug)]
 pub struct Qp {
-    inner: QpInner,
+    pub(crate) inner: QpInner,
 }
 
 fn pow2_ring<T: Default>(n: usize) -> Box<[T]> {
@@ -362,10 +432,8 @@ impl Qp {
         let uar = ctx.uar(a.uar_mmap_offset)?;
         let shared = Arc::new(QpShared {
             qpn: a.qpn,
-            sq_wrid: pow2_ring(a.sq_wqe_cnt as usize),
-            sq_next: pow2_ring(a.sq_wqe_cnt as usize),
+            sq_slots: pow2_ring(a.sq_wqe_cnt as usize),
             sq_tail: AtomicU16::new(0),
-            sq_wr_next: pow2_ring(a.sq_wqe_cnt as usize),
             sq_wr_tail: AtomicU32::new(0),
             rq_wrid: pow2_ring(a.rq_wqe_cnt as usize),
             rq_tail: AtomicU16::new(0),
@@ -378,7 +446,7 @@ impl Qp {
             handle: a.qp_handle,
             qpn: a.qpn,
             user_handle: init.user_handle,
-            sq: buf.slice(sq_off, sq_bytes)?,
+            sq: WordRing::new(buf.slice(sq_off, sq_bytes)?).map_err(|_| bad.clone())?,
             rq: buf.slice(rq_off, rq_bytes)?,
             _buf: buf,
             dbr,
@@ -394,11 +462,9 @@ impl Qp {
             max_inline: a.max_inline_data_out,
             sq_sig_all: init.sq_sig_all,
             blueflame: init.blueflame,
+            needs_kick: backend.needs_kick(),
             shared,
-            sq_state: Mutex::new(SqState {
-                cur_post: 0,
-                head_wr: 0,
-            }),
+            sq_lock: SqLock::default(),
             rq_state: Mutex::new(RqState { head: 0 }),
         };
         send_cq.inner.attach(a.qpn, &inner.shared);
@@ -465,11 +531,14 @@ impl Qp {
         if to == Some(uapi::QPS_RESET) {
             // Hold both queue locks so no post races the reset of the
             // counters.
-            let mut sq = lock(&self.inner.sq_state);
+            let mut sq = self.inner.sq_lock.lock();
             let mut rq = lock(&self.inner.rq_state);
             self.inner.pd.ctx.backend().command(Cmd::ModifyQp(&mut m))?;
-            sq.cur_post = 0;
-            sq.head_wr = 0;
+            sq.state = SqState {
+                cur_post: 0,
+                head_wr: 0,
+            };
+            sq.store();
             rq.head = 0;
             self.inner.shared.reset();
             return Ok(());

@@ -7,18 +7,48 @@
 use std::sync::atomic::{fence, Ordering};
 
 use mlx5_prm::doorbell::{counter_word, QP_DBR_RECV_OFFSET};
-use mlx5_prm::recv::write_recv_wqe;
 use mlx5_prm::wqe::DataSeg;
 use rmlx5_abi::uapi;
 
+use super::send::data_words;
 use super::Qp;
 use crate::backend::Cmd;
 use crate::context::lock;
-use crate::error::{Error, PostError};
+use crate::dma::DmaRegion;
+use crate::error::{Error, PostError, Result};
 use crate::wr::RecvWr;
 
 /// Largest RQ stride the provider handles (64 scatter entries).
 const MAX_STRIDE: usize = 1024;
+
+/// Writes the receive WQE of `wr` into the `stride` bytes at `offset` of
+/// the RQ, segment by segment in 64-bit words (what
+/// `mlx5_prm::recv::write_recv_wqe` lays out, without assembling it in a
+/// buffer first): the scatter entries with zero-length
+/// ones left out, then the terminator if the stride has room for it. The
+/// bytes after the terminator are left as they were (the device stops
+/// there).
+fn write_wqe(rq: &DmaRegion, offset: usize, stride: usize, wr: &RecvWr<'_>) -> Result<()> {
+    let capacity = stride / DataSeg::SIZE;
+    let segs = wr.sg_list.iter().filter(|s| s.length != 0);
+    if segs.clone().count() > capacity {
+        return Err(Error::Invalid("receive WQE"));
+    }
+    let mut at = offset;
+    for s in segs {
+        let seg = data_words(&DataSeg {
+            byte_count: s.length,
+            lkey: s.lkey,
+            addr: s.addr,
+        });
+        rq.write_words(at, seg.as_flattened())?;
+        at += DataSeg::SIZE;
+    }
+    if at < offset + capacity * DataSeg::SIZE {
+        rq.write_words(at, data_words(&DataSeg::TERMINATOR).as_flattened())?;
+    }
+    Ok(())
+}
 
 impl Qp {
     /// Posts a list of receive work requests (`ibv_post_recv`). No system
@@ -36,7 +66,6 @@ impl Qp {
         let stride = q.rq_stride;
         let mut posted = 0usize;
         let mut failure = None;
-        let mut wqe = [0u8; MAX_STRIDE];
         for (i, wr) in wrs.iter().enumerate() {
             let fail = |error| PostError {
                 index: i,
@@ -48,16 +77,6 @@ impl Qp {
                 failure = Some(fail(Error::QueueFull));
                 break;
             }
-            let segs: Vec<DataSeg> = wr
-                .sg_list
-                .iter()
-                .filter(|s| s.length != 0)
-                .map(|s| DataSeg {
-                    byte_count: s.length,
-                    lkey: s.lkey,
-                    addr: s.addr,
-                })
-                .collect();
             if wr.sg_list.len() > q.max_recv_sge as usize || stride > MAX_STRIDE {
                 failure = Some(fail(Error::Invalid("more SGEs than max_recv_sge")));
                 break;
@@ -66,13 +85,9 @@ impl Qp {
                 failure = Some(fail(Error::Invalid("SGE longer than 2 GiB")));
                 break;
             }
-            if write_recv_wqe(&mut wqe[..stride], &segs).is_err() {
-                failure = Some(fail(Error::Invalid("receive WQE")));
-                break;
-            }
             let slot = usize::from(rq.head) & (n_slots - 1);
-            if let Err(e) = q.rq.write(slot * stride, &wqe[..stride]) {
-                failure = Some(fail(e));
+            if let Err(error) = write_wqe(&q.rq, slot * stride, stride, wr) {
+                failure = Some(fail(error));
                 break;
             }
             q.shared.rq_wrid[slot].store(wr.wr_id, Ordering::Relaxed);
@@ -85,8 +100,8 @@ impl Qp {
                 .dbr
                 .write(QP_DBR_RECV_OFFSET, &counter_word(rq.head))
                 .and_then(|()| {
-                    let backend = q.pd.ctx.backend();
-                    if backend.needs_kick() && q.shared.in_error.load(Ordering::Relaxed) {
+                    if q.needs_kick && q.shared.in_error.load(Ordering::Relaxed) {
+                        let backend = q.pd.ctx.backend();
                         let mut k = uapi::Kick {
                             kind: uapi::KICK_RECV,
                             handle: q.handle,
@@ -105,5 +120,53 @@ impl Qp {
             }
         }
         failure.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dma::HeapPages;
+    use crate::wr::Sge;
+
+    #[test]
+    fn receive_wqes_match_the_prm_writer() {
+        let (_p, r) = HeapPages::alloc(256).unwrap();
+        let sge = |i: u32, length| Sge {
+            addr: 0x1000 * u64::from(i) + 7,
+            length,
+            lkey: 0x100 + i,
+        };
+        let lists: [&[Sge]; 5] = [
+            &[],
+            &[sge(1, 64)],
+            &[sge(1, 64), sge(2, 0), sge(3, 1 << 31)],
+            &[sge(1, 1), sge(2, 2), sge(3, 3), sge(4, 4)],
+            &[sge(1, 0), sge(2, 0)],
+        ];
+        for stride in [16usize, 32, 64] {
+            for list in lists {
+                r.write(0, &[0xee; 256]).unwrap();
+                let wr = RecvWr::new(1, list);
+                let segs: Vec<DataSeg> = list
+                    .iter()
+                    .filter(|s| s.length != 0)
+                    .map(|s| DataSeg {
+                        byte_count: s.length,
+                        lkey: s.lkey,
+                        addr: s.addr,
+                    })
+                    .collect();
+                let mut want = [0xeeu8; 64];
+                let expect = mlx5_prm::recv::write_recv_wqe(&mut want[..stride], &segs);
+                let got = write_wqe(&r, 64, stride, &wr);
+                assert_eq!(got.is_ok(), expect.is_ok(), "{:?} in {}", list, stride);
+                if got.is_ok() {
+                    let mut b = [0u8; 64];
+                    r.read(64, &mut b).unwrap();
+                    assert_eq!(b, want, "{:?} in {}", list, stride);
+                }
+            }
+        }
     }
 }
