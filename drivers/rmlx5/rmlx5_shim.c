@@ -4,7 +4,7 @@
  *
  * - EXPORT_SYMBOL_GPL for the ULP API (Rust cannot emit export entries).
  * - The software HCA's interrupt controller: a linear irq domain with one
- *   hwirq per EQ of every HCA, a trivial irq_chip and handle_simple_irq,
+ *   hwirq per EQ of every HCA, a trivial irq_chip and handle_edge_irq,
  *   and one irq_work per hwirq whose (hard-IRQ) callback calls
  *   generic_handle_irq(). The model "raises MSI-X vector v" by queueing the
  *   irq_work; the kernel then runs the handler registered with
@@ -60,13 +60,14 @@ struct rmlx5_intc {
 
 static struct rmlx5_intc intc;
 
-/* Edge-like interrupts with no hardware to mask: nothing to do. */
+/* Edge interrupts with no hardware to ack or mask: nothing to do. */
 static void rmlx5_irq_noop(struct irq_data *d)
 {
 }
 
 static struct irq_chip rmlx5_irq_chip = {
 	.name = "rmlx5",
+	.irq_ack = rmlx5_irq_noop,
 	.irq_mask = rmlx5_irq_noop,
 	.irq_unmask = rmlx5_irq_noop,
 };
@@ -74,7 +75,15 @@ static struct irq_chip rmlx5_irq_chip = {
 static int rmlx5_irq_map(struct irq_domain *d, unsigned int virq,
 			 irq_hw_number_t hw)
 {
-	irq_set_chip_and_handler(virq, &rmlx5_irq_chip, handle_simple_irq);
+	/*
+	 * Edge, as MSI-X is: the model may raise an EQ's interrupt from an
+	 * irq_work on one CPU while its handler still runs on another (after
+	 * the re-arm doorbell, before it returns). handle_simple_irq drops
+	 * such an interrupt, and the EQ, armed no more, stalls for good;
+	 * handle_edge_irq marks it pending and the running handler goes round
+	 * once more.
+	 */
+	irq_set_chip_and_handler(virq, &rmlx5_irq_chip, handle_edge_irq);
 	irq_modify_status(virq, IRQ_NOREQUEST | IRQ_NOPROBE, IRQ_NOPROBE);
 	return 0;
 }
