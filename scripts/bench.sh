@@ -51,6 +51,8 @@ log "host microbenchmarks (cargo bench)"
 {
     echo "== provider fast path against the in-process software HCA (cargo bench -p rmlx5) =="
     cargo bench --quiet -p rmlx5 --bench fastpath 2>&1 | grep -v '^$'
+    echo "== provider alone on the null device (cargo bench -p rmlx5 --features bench-backend --bench provider) =="
+    cargo bench --quiet -p rmlx5 --features bench-backend --bench provider 2>&1 | grep -v '^$'
     echo "== software HCA execution cost per WQE (cargo bench -p hca-model) =="
     cargo bench --quiet -p hca-model --bench exec 2>&1 | grep -v '^$'
 } | tee "$out/host-microbench.txt"

@@ -98,6 +98,61 @@ pub(crate) fn put_u8<const N: usize>(b: &mut [u8; N], off: usize, v: u8) {
     }
 }
 
+// The word forms below build and take apart layouts in whole 64-bit words
+// held in registers, for the fast paths that store WQE segments to a queue
+// or load CQEs from one a word at a time. Their callers pass constant
+// offsets, so after inlining each is a single shift.
+
+/// The 8 bytes, in memory order, of a word made of two big-endian `u32`s:
+/// `hi` in bytes 0..4 and `lo` in bytes 4..8.
+#[inline]
+pub(crate) fn be_u32_pair(hi: u32, lo: u32) -> [u8; 8] {
+    (u64::from(hi) << 32 | u64::from(lo)).to_be_bytes()
+}
+
+/// The right shift that brings the `len`-byte field at byte `off` of a
+/// layout down to bit 0 of the big-endian 64-bit word (read with
+/// `u64::from_be_bytes`) that starts at byte `start`. Only evaluated at
+/// compile time (`const { .. }` in the accessors below), where a field that
+/// does not lie wholly inside the word is an overflow, i.e. a build error,
+/// never a panic at run time.
+pub(crate) const fn word_shift(start: usize, off: usize, len: usize) -> u32 {
+    // `off - start` fails to evaluate for a field starting before the word,
+    // `8 - ...` for one ending after it.
+    ((8 - (off - start) - len) * 8) as u32
+}
+
+/// The byte at `OFF` of a layout, from the big-endian word `word` that
+/// starts at byte `START` of it.
+#[inline]
+pub(crate) fn word_u8<const START: usize, const OFF: usize>(word: u64) -> u8 {
+    (word >> const { word_shift(START, OFF, 1) }) as u8
+}
+
+/// The big-endian `u16` at `OFF` of a layout, from the big-endian word
+/// `word` that starts at byte `START` of it.
+#[inline]
+pub(crate) fn word_u16<const START: usize, const OFF: usize>(word: u64) -> u16 {
+    (word >> const { word_shift(START, OFF, 2) }) as u16
+}
+
+/// The big-endian `u32` at `OFF` of a layout, from the big-endian word
+/// `word` that starts at byte `START` of it.
+#[inline]
+pub(crate) fn word_u32<const START: usize, const OFF: usize>(word: u64) -> u32 {
+    (word >> const { word_shift(START, OFF, 4) }) as u32
+}
+
+/// Word `index` (bytes `8 * index` on) of `b` as its 8 bytes; zeros past
+/// the end.
+#[inline]
+pub(crate) fn word_at<const N: usize>(b: &[u8; N], index: usize) -> [u8; 8] {
+    index
+        .checked_mul(8)
+        .and_then(|offset| at::<8>(b, offset).ok())
+        .map_or([0; 8], |w| *w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +185,26 @@ mod tests {
         assert_eq!(get_u32(&b, 14), 0);
         put_u64(&mut b, 12, u64::MAX);
         assert_eq!(b[12..], [13, 14, 15, 0]);
+    }
+
+    #[test]
+    fn word_accessors() {
+        assert_eq!(
+            be_u32_pair(0x0102_0304, 0x0506_0708),
+            [1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        // Bytes 16..24 of a layout.
+        let w = u64::from_be_bytes([0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17]);
+        assert_eq!(word_u8::<16, 16>(w), 0x10);
+        assert_eq!(word_u8::<16, 23>(w), 0x17);
+        assert_eq!(word_u16::<16, 22>(w), 0x1617);
+        assert_eq!(word_u32::<16, 17>(w), 0x1112_1314);
+        assert_eq!(word_u32::<16, 20>(w), 0x1415_1617);
+        assert_eq!(word_shift(56, 63, 1), 0);
+        assert_eq!(word_shift(56, 56, 4), 32);
+        let b: [u8; 20] = core::array::from_fn(|i| i as u8);
+        assert_eq!(word_at(&b, 1), [8, 9, 10, 11, 12, 13, 14, 15]);
+        assert_eq!(word_at(&b, 2), [0; 8]);
+        assert_eq!(word_at(&b, usize::MAX), [0; 8]);
     }
 }

@@ -10,13 +10,25 @@
 //! decoding the whole entry with [`Cqe64::decode`] or, when
 //! [`CqeOpcode::is_error`], [`ErrCqe::decode`]. A device writes the entry
 //! body first and `op_own` last, after a write barrier.
+//!
+//! [`Cqe64Words`] and [`ErrCqeWords`] are the same two layouts read as
+//! big-endian 64-bit words: a poller that loads the CQE from the CQ a word
+//! at a time hands them the words, and they load only those that hold the
+//! fields they report (five and three of the eight) and take the fields
+//! apart in registers, giving the values `decode` gives, without copying the
+//! entry out first.
 
-use super::bytes::{get_u16, get_u32, get_u8, put_u16, put_u32, put_u8};
+use super::bytes::{
+    get_u16, get_u32, get_u8, put_u16, put_u32, put_u8, word_at, word_u16, word_u32, word_u8,
+};
 use super::error::Error;
 use super::opcode::CqeOpcode;
 
 /// Size of a CQE in bytes (`sizeof(struct mlx5_cqe64)`).
 pub const CQE_SIZE: usize = 64;
+/// Size of a CQE in 8-byte words, the unit of [`Cqe64Words::load`] and
+/// [`ErrCqeWords::load`].
+pub const CQE_WORDS: usize = CQE_SIZE / 8;
 /// Offset of `op_own` (`mlx5_cqe64.op_own`, `mlx5_err_cqe.op_own`).
 pub const OP_OWN_OFFSET: usize = 63;
 /// The owner bit of `op_own` (`MLX5_CQE_OWNER_MASK`).
@@ -52,13 +64,33 @@ impl OpOwn {
     /// # Errors
     ///
     /// [`Error::UnknownCqeOpcode`] if bits 7:4 are not a known CQE opcode.
+    #[inline]
     pub fn decode(op_own: u8) -> Result<Self, Error> {
         Ok(OpOwn {
-            opcode: CqeOpcode::try_from(op_own >> 4)?,
+            opcode: OpOwn::opcode_of(op_own)?,
             format: (op_own >> 2) & 0x3,
-            solicited: op_own & 0x2 != 0,
+            solicited: OpOwn::solicited_of(op_own),
             owner: op_own & OWNER_MASK != 0,
         })
+    }
+
+    /// The opcode of an `op_own` byte alone (bits 7:4), what
+    /// [`OpOwn::decode`] reports as `opcode`: for a poller that needs no
+    /// other field before it knows the CQE's layout.
+    ///
+    /// # Errors
+    ///
+    /// As for [`OpOwn::decode`].
+    #[inline]
+    pub fn opcode_of(op_own: u8) -> Result<CqeOpcode, Error> {
+        CqeOpcode::try_from(op_own >> 4)
+    }
+
+    /// The solicited-event bit of an `op_own` byte alone (bit 1), what
+    /// [`OpOwn::decode`] reports as `solicited`.
+    #[inline]
+    pub fn solicited_of(op_own: u8) -> bool {
+        op_own & 0x2 != 0
     }
 }
 
@@ -125,7 +157,20 @@ pub struct Cqe64 {
     pub op_own: OpOwn,
 }
 
+/// The DLID path bits of an `ml_path` byte: bits 6:0, what rdma-core
+/// reports as `ibv_wc.dlid_path_bits`.
+#[inline]
+fn dlid_path_bits(ml_path: u8) -> u8 {
+    ml_path & 0x7f
+}
+
 impl Cqe64 {
+    /// The DLID path bits of a responder CQE: [`Cqe64::ml_path`] bits 6:0,
+    /// what rdma-core reports as `ibv_wc.dlid_path_bits`.
+    pub fn dlid_path_bits(&self) -> u8 {
+        dlid_path_bits(self.ml_path)
+    }
+
     /// Writes the CQE into `out`, `op_own` included (a device copies bytes
     /// 0..63 to the CQ first and byte 63 last).
     pub fn encode(&self, out: &mut [u8; CQE_SIZE]) {
@@ -250,6 +295,303 @@ impl ErrCqe {
     }
 }
 
+/// Word `index` of a CQE as a host integer, through `word`, which returns
+/// the entry's word `index` (bytes `8 * index` on) as its 8 bytes in memory
+/// order.
+#[inline]
+fn be_word(word: &mut impl FnMut(usize) -> [u8; 8], index: usize) -> u64 {
+    u64::from_be_bytes(word(index))
+}
+
+// The last word of a CQE (bytes 56..64) has the same fields in both
+// layouts: QPN word, WQE counter, signature and op_own.
+
+/// `sop_drop_qpn` / `s_wqe_opcode_qpn` (byte 56) from word 7.
+#[inline]
+fn opcode_qpn(w7: u64) -> u32 {
+    word_u32::<56, 56>(w7)
+}
+
+/// A successful completion (`struct mlx5_cqe64`, the layout of [`Cqe64`])
+/// read as big-endian 64-bit words: words 2 to 5 (bytes 16..48) and 7
+/// (bytes 56..64), which hold every field [`Cqe64`] models. Each accessor
+/// returns the value of the [`Cqe64`] field of the same name that
+/// [`Cqe64::decode`] gives for the same bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe64Words {
+    /// Bytes 16..24: `ml_path` (17), `slid` (22).
+    w2: u64,
+    /// Bytes 24..32: `flags_rqpn` (24).
+    w3: u64,
+    /// Bytes 32..40: `srqn_uidx` (32), `imm_inval_pkey` (36).
+    w4: u64,
+    /// Bytes 40..48: `byte_cnt` (44).
+    w5: u64,
+    /// Bytes 56..64: `sop_drop_qpn` (56), `wqe_counter` (60), `signature`
+    /// (62), `op_own` (63).
+    w7: u64,
+}
+
+impl Cqe64Words {
+    /// Loads the words the fields sit in through `word`, which returns word
+    /// `index` (0 to [`CQE_WORDS`] - 1) of the entry as its 8 bytes in
+    /// memory order, and is called once for each of words 2, 3, 4, 5 and 7,
+    /// in that order. Poll as for [`Cqe64::decode`]: only after the owner
+    /// check of `op_own` and a read barrier.
+    #[inline]
+    pub fn load(mut word: impl FnMut(usize) -> [u8; 8]) -> Self {
+        Cqe64Words {
+            w2: be_word(&mut word, 2),
+            w3: be_word(&mut word, 3),
+            w4: be_word(&mut word, 4),
+            w5: be_word(&mut word, 5),
+            w7: be_word(&mut word, 7),
+        }
+    }
+
+    /// The words of the CQE in `b`.
+    #[inline]
+    pub fn from_bytes(b: &[u8; CQE_SIZE]) -> Self {
+        Self::load(|index| word_at(b, index))
+    }
+
+    /// [`Cqe64::ml_path`]: `ml_path`, byte 17.
+    #[inline]
+    pub fn ml_path(&self) -> u8 {
+        word_u8::<16, 17>(self.w2)
+    }
+
+    /// [`Cqe64::dlid_path_bits`]: `ml_path` bits 6:0.
+    #[inline]
+    pub fn dlid_path_bits(&self) -> u8 {
+        dlid_path_bits(self.ml_path())
+    }
+
+    /// [`Cqe64::slid`]: `slid`, byte 22.
+    #[inline]
+    pub fn slid(&self) -> u16 {
+        word_u16::<16, 22>(self.w2)
+    }
+
+    /// `flags_rqpn`, byte 24.
+    #[inline]
+    fn flags_rqpn(&self) -> u32 {
+        word_u32::<24, 24>(self.w3)
+    }
+
+    /// [`Cqe64::grh`]: `flags_rqpn` bits 29:28.
+    #[inline]
+    pub fn grh(&self) -> u8 {
+        ((self.flags_rqpn() >> 28) & 0x3) as u8
+    }
+
+    /// [`Cqe64::sl`]: `flags_rqpn` bits 27:24.
+    #[inline]
+    pub fn sl(&self) -> u8 {
+        ((self.flags_rqpn() >> 24) & 0xf) as u8
+    }
+
+    /// [`Cqe64::src_qpn`]: `flags_rqpn` bits 23:0.
+    #[inline]
+    pub fn src_qpn(&self) -> u32 {
+        self.flags_rqpn() & 0xff_ffff
+    }
+
+    /// [`Cqe64::srqn_uidx`]: `srqn_uidx` bits 23:0, byte 32.
+    #[inline]
+    pub fn srqn_uidx(&self) -> u32 {
+        word_u32::<32, 32>(self.w4) & 0xff_ffff
+    }
+
+    /// [`Cqe64::imm_inval_rkey`]: `imm_inval_pkey`, byte 36.
+    #[inline]
+    pub fn imm_inval_rkey(&self) -> u32 {
+        word_u32::<32, 36>(self.w4)
+    }
+
+    /// [`Cqe64::byte_cnt`]: `byte_cnt`, byte 44.
+    #[inline]
+    pub fn byte_cnt(&self) -> u32 {
+        word_u32::<40, 44>(self.w5)
+    }
+
+    /// [`Cqe64::send_opcode`]: `sop_drop_qpn` bits 31:24.
+    #[inline]
+    pub fn send_opcode(&self) -> u8 {
+        (opcode_qpn(self.w7) >> 24) as u8
+    }
+
+    /// [`Cqe64::qpn`]: `sop_drop_qpn` bits 23:0.
+    #[inline]
+    pub fn qpn(&self) -> u32 {
+        opcode_qpn(self.w7) & 0xff_ffff
+    }
+
+    /// [`Cqe64::wqe_counter`]: `wqe_counter`, byte 60.
+    #[inline]
+    pub fn wqe_counter(&self) -> u16 {
+        word_u16::<56, 60>(self.w7)
+    }
+
+    /// [`Cqe64::signature`]: `signature`, byte 62.
+    #[inline]
+    pub fn signature(&self) -> u8 {
+        word_u8::<56, 62>(self.w7)
+    }
+
+    /// [`Cqe64::op_own`]: `op_own`, byte 63.
+    ///
+    /// # Errors
+    ///
+    /// As for [`OpOwn::decode`].
+    #[inline]
+    pub fn op_own(&self) -> Result<OpOwn, Error> {
+        OpOwn::decode(word_u8::<56, OP_OWN_OFFSET>(self.w7))
+    }
+
+    /// The same entry read with the error layout, for a poller that loaded
+    /// these words before finding an error opcode in `op_own`: `mlx5_err_cqe`
+    /// keeps its fields in words 4 and 7, which are at hand, and 6, which
+    /// `word` is called once to load (as for [`Cqe64Words::load`]).
+    #[inline]
+    pub fn err_words(&self, mut word: impl FnMut(usize) -> [u8; 8]) -> ErrCqeWords {
+        ErrCqeWords {
+            w4: self.w4,
+            w6: be_word(&mut word, 6),
+            w7: self.w7,
+        }
+    }
+
+    /// Every field: what [`Cqe64::decode`] returns for the same bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownCqeOpcode`] if the opcode is unknown.
+    pub fn decode(&self) -> Result<Cqe64, Error> {
+        Ok(Cqe64 {
+            ml_path: self.ml_path(),
+            slid: self.slid(),
+            grh: self.grh(),
+            sl: self.sl(),
+            src_qpn: self.src_qpn(),
+            srqn_uidx: self.srqn_uidx(),
+            imm_inval_rkey: self.imm_inval_rkey(),
+            byte_cnt: self.byte_cnt(),
+            send_opcode: self.send_opcode(),
+            qpn: self.qpn(),
+            wqe_counter: self.wqe_counter(),
+            signature: self.signature(),
+            op_own: self.op_own()?,
+        })
+    }
+}
+
+/// A completion in error (`struct mlx5_err_cqe`, the layout of [`ErrCqe`])
+/// read as big-endian 64-bit words: words 4 (bytes 32..40), 6 (48..56) and
+/// 7 (56..64), which hold every field [`ErrCqe`] models. Each accessor
+/// returns the value of the [`ErrCqe`] field of the same name that
+/// [`ErrCqe::decode`] gives for the same bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrCqeWords {
+    /// Bytes 32..40: `srqn` (32).
+    w4: u64,
+    /// Bytes 48..56: `vendor_err_synd` (54), `syndrome` (55).
+    w6: u64,
+    /// Bytes 56..64: `s_wqe_opcode_qpn` (56), `wqe_counter` (60),
+    /// `signature` (62), `op_own` (63).
+    w7: u64,
+}
+
+impl ErrCqeWords {
+    /// Loads the words the fields sit in through `word` (as for
+    /// [`Cqe64Words::load`]), called once for each of words 4, 6 and 7, in
+    /// that order.
+    #[inline]
+    pub fn load(mut word: impl FnMut(usize) -> [u8; 8]) -> Self {
+        ErrCqeWords {
+            w4: be_word(&mut word, 4),
+            w6: be_word(&mut word, 6),
+            w7: be_word(&mut word, 7),
+        }
+    }
+
+    /// The words of the CQE in `b`.
+    #[inline]
+    pub fn from_bytes(b: &[u8; CQE_SIZE]) -> Self {
+        Self::load(|index| word_at(b, index))
+    }
+
+    /// [`ErrCqe::srqn`]: `srqn` bits 23:0, byte 32.
+    #[inline]
+    pub fn srqn(&self) -> u32 {
+        word_u32::<32, 32>(self.w4) & 0xff_ffff
+    }
+
+    /// [`ErrCqe::vendor_syndrome`]: `vendor_err_synd`, byte 54.
+    #[inline]
+    pub fn vendor_syndrome(&self) -> u8 {
+        word_u8::<48, 54>(self.w6)
+    }
+
+    /// [`ErrCqe::syndrome`]: `syndrome`, byte 55.
+    #[inline]
+    pub fn syndrome(&self) -> u8 {
+        word_u8::<48, 55>(self.w6)
+    }
+
+    /// [`ErrCqe::send_opcode`]: `s_wqe_opcode_qpn` bits 31:24.
+    #[inline]
+    pub fn send_opcode(&self) -> u8 {
+        (opcode_qpn(self.w7) >> 24) as u8
+    }
+
+    /// [`ErrCqe::qpn`]: `s_wqe_opcode_qpn` bits 23:0.
+    #[inline]
+    pub fn qpn(&self) -> u32 {
+        opcode_qpn(self.w7) & 0xff_ffff
+    }
+
+    /// [`ErrCqe::wqe_counter`]: `wqe_counter`, byte 60.
+    #[inline]
+    pub fn wqe_counter(&self) -> u16 {
+        word_u16::<56, 60>(self.w7)
+    }
+
+    /// [`ErrCqe::signature`]: `signature`, byte 62.
+    #[inline]
+    pub fn signature(&self) -> u8 {
+        word_u8::<56, 62>(self.w7)
+    }
+
+    /// [`ErrCqe::op_own`]: `op_own`, byte 63.
+    ///
+    /// # Errors
+    ///
+    /// As for [`OpOwn::decode`].
+    #[inline]
+    pub fn op_own(&self) -> Result<OpOwn, Error> {
+        OpOwn::decode(word_u8::<56, OP_OWN_OFFSET>(self.w7))
+    }
+
+    /// Every field: what [`ErrCqe::decode`] returns for the same bytes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownCqeOpcode`] if the opcode is unknown.
+    pub fn decode(&self) -> Result<ErrCqe, Error> {
+        Ok(ErrCqe {
+            srqn: self.srqn(),
+            vendor_syndrome: self.vendor_syndrome(),
+            syndrome: self.syndrome(),
+            send_opcode: self.send_opcode(),
+            qpn: self.qpn(),
+            wqe_counter: self.wqe_counter(),
+            signature: self.signature(),
+            op_own: self.op_own()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +607,13 @@ mod tests {
         assert_eq!(o.encode(), 0x3b);
         assert_eq!(OpOwn::decode(0x3b), Ok(o));
         assert_eq!(OpOwn::decode(0x70), Err(Error::UnknownCqeOpcode(7)));
+        for b in 0..=255u8 {
+            let d = OpOwn::decode(b);
+            assert_eq!(OpOwn::opcode_of(b), d.map(|o| o.opcode));
+            if let Ok(o) = d {
+                assert_eq!(OpOwn::solicited_of(b), o.solicited);
+            }
+        }
         assert_eq!(OpOwn::decode(0xf0).unwrap().opcode, CqeOpcode::Invalid);
     }
 
@@ -298,6 +647,7 @@ mod tests {
         assert_eq!(b[44..48], [0, 0, 0x10, 0]);
         assert_eq!(b[56..64], [0x0a, 0xab, 0xcd, 0xef, 0xff, 0xfe, 0x5a, 0x01]);
         assert_eq!(Cqe64::decode(&b), Ok(c));
+        assert_eq!(Cqe64Words::from_bytes(&b).decode(), Ok(c));
     }
 
     #[test]
@@ -331,9 +681,15 @@ mod tests {
         );
         assert_eq!(b[63], 0x22);
         assert_eq!(Cqe64::decode(&b), Ok(c));
+        assert_eq!(Cqe64Words::from_bytes(&b).decode(), Ok(c));
+        assert_eq!(c.dlid_path_bits(), 5);
+        b[17] = 0x85;
+        assert_eq!(Cqe64Words::from_bytes(&b).dlid_path_bits(), 5);
+        b[17] = 0x05;
         // Bits 31:30 of flags_rqpn are not modelled: decode ignores them.
         b[24] |= 0xc0;
         assert_eq!(Cqe64::decode(&b), Ok(c));
+        assert_eq!(Cqe64Words::from_bytes(&b).decode(), Ok(c));
     }
 
     #[test]
@@ -358,5 +714,29 @@ mod tests {
         assert_eq!(b[32..36], [0, 0, 0, 7]);
         assert_eq!(b[54..64], [0x93, 0x05, 0x10, 0, 0, 0x42, 0, 3, 0, 0xd0]);
         assert_eq!(ErrCqe::decode(&b), Ok(c));
+        assert_eq!(ErrCqeWords::from_bytes(&b).decode(), Ok(c));
+        b[63] = 0x70;
+        assert_eq!(
+            ErrCqeWords::from_bytes(&b).decode(),
+            Err(Error::UnknownCqeOpcode(7))
+        );
+    }
+
+    #[test]
+    fn word_views_load_only_their_words() {
+        let mut loaded = [0usize; 9];
+        let mut n = 0;
+        let mut word = |i: usize| {
+            loaded[n] = i;
+            n += 1;
+            [i as u8; 8]
+        };
+        let c = Cqe64Words::load(&mut word);
+        assert_eq!(c.ml_path(), 2);
+        assert_eq!(c.byte_cnt(), 0x0505_0505);
+        let e = ErrCqeWords::load(&mut word);
+        assert_eq!(e.syndrome(), 6);
+        assert_eq!(c.err_words(&mut word), e);
+        assert_eq!(loaded[..n], [2, 3, 4, 5, 7, 4, 6, 7, 6]);
     }
 }

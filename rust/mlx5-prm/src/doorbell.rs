@@ -24,7 +24,7 @@
 //! store of the first 8 bytes of the control segment, or a BlueFlame copy of
 //! the whole WQE in 64-byte chunks) the next one goes to the other half.
 
-use super::bytes::{get_u32, put_u32};
+use super::bytes::{be_u32_pair, get_u32, put_u32};
 use super::error::Error;
 use super::ring::CI_MASK;
 
@@ -101,13 +101,18 @@ impl QpDbRec {
 }
 
 /// The 4 bytes of one QP doorbell record word holding `counter` (a
-/// big-endian `u32` with 16 significant bits), for updating one word alone.
+/// big-endian `u32` with 16 significant bits), for updating one word alone
+/// (with one aligned 32-bit store, so that the device never reads a
+/// half-updated counter).
+#[inline]
 pub fn counter_word(counter: u16) -> [u8; 4] {
     u32::from(counter).to_be_bytes()
 }
 
 /// The 4 bytes of the CQ doorbell record's SET_CI word: `ci & 0xffffff`,
-/// big-endian.
+/// big-endian (stored, like every record word, with one aligned 32-bit
+/// store).
+#[inline]
 pub fn set_ci_word(ci: u32) -> [u8; 4] {
     (ci & CI_MASK).to_be_bytes()
 }
@@ -124,6 +129,7 @@ pub enum ArmCmd {
 
 impl ArmCmd {
     /// The command bits as they sit in the ARM word.
+    #[inline]
     pub fn bits(self) -> u32 {
         match self {
             ArmCmd::Next => 0,
@@ -147,8 +153,17 @@ pub struct CqArm {
 
 impl CqArm {
     /// The ARM word as a host integer.
+    #[inline]
     pub fn word(&self) -> u32 {
         u32::from(self.sn & 3) << 28 | self.cmd.bits() | (self.ci & CI_MASK)
+    }
+
+    /// The 4 bytes of the ARM word as they sit in the doorbell record at
+    /// [`CQ_DBR_ARM_OFFSET`] (what [`CqArm::encode`] writes), to be stored
+    /// with one aligned 32-bit store.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; 4] {
+        self.word().to_be_bytes()
     }
 
     /// Splits an ARM word given as a host integer.
@@ -240,6 +255,13 @@ impl UarCqDoorbell {
         put_u32(out, 4, self.cqn & CI_MASK);
     }
 
+    /// The 8 doorbell bytes (what [`UarCqDoorbell::encode`] writes), built
+    /// in a register for the one 64-bit store.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; 8] {
+        be_u32_pair(self.arm.word(), self.cqn & CI_MASK)
+    }
+
     /// Reads the 8 doorbell bytes from `b`.
     ///
     /// # Errors
@@ -314,6 +336,14 @@ pub fn send_doorbell(ctrl: &[u8; 16]) -> [u8; 8] {
     db
 }
 
+/// [`send_doorbell`] of a control segment given as its two words in memory
+/// order ([`super::wqe::CtrlSeg::to_words`], or loaded from the SQ a word at
+/// a time): the first word, `opmod_idx_opcode` and `qpn_ds`.
+#[inline]
+pub fn send_doorbell_words(ctrl: &[[u8; 8]; 2]) -> [u8; 8] {
+    ctrl[0]
+}
+
 /// What a plain send doorbell names: the first 8 bytes of a control
 /// segment (`mlx5_wqe_ctrl_seg.opmod_idx_opcode` and `qpn_ds`), read back
 /// by the device to find the WQE that was rung.
@@ -380,6 +410,11 @@ mod tests {
                 ds: 0x23
             }
         );
+        let words = [
+            <[u8; 8]>::try_from(&ctrl[..8]).unwrap(),
+            <[u8; 8]>::try_from(&ctrl[8..]).unwrap(),
+        ];
+        assert_eq!(send_doorbell_words(&words), send_doorbell(&ctrl));
         // An unknown opcode still decodes.
         let mut db = send_doorbell(&ctrl);
         db[3] = 0x7f;
@@ -425,9 +460,15 @@ mod tests {
                 }
             })
         );
+        assert_eq!(arm.to_bytes(), [0x31, 0x23, 0x45, 0x67]);
         let mut db = [0u8; 8];
         UarCqDoorbell { arm, cqn: 0x42 }.encode(&mut db);
         assert_eq!(db, [0x31, 0x23, 0x45, 0x67, 0, 0, 0, 0x42]);
+        let db = UarCqDoorbell {
+            arm,
+            cqn: 0xff00_0042,
+        };
+        assert_eq!(db.to_bytes(), [0x31, 0x23, 0x45, 0x67, 0, 0, 0, 0x42]);
         assert_eq!(CqArm::from_word(0x4000_0000), Err(Error::ReservedBits));
         assert_eq!(CqArm::from_word(0x0200_0000), Err(Error::ReservedBits));
         assert_eq!(set_ci_word(0x0100_0002), [0, 0, 0, 2]);

@@ -21,6 +21,14 @@
 //!   device-written layouts (CQE, EQE) are ignored.
 //! - Multi-byte immediates and keys are kept as host integers; their
 //!   big-endian bytes are what sits in the queue.
+//! - Word forms, for fast paths that store to and load from the queues in
+//!   whole words: `to_words` (a WQE segment as its 8-byte words in memory
+//!   order), `InlineHeader::words`, `recv::recv_wqe_words`, the CQE views
+//!   `Cqe64Words`/`ErrCqeWords`, and the doorbell words as the bytes of one
+//!   store (`counter_word`, `set_ci_word`, `to_bytes`). Each gives exactly
+//!   what the byte form writes or reads (the tests hold them to it), never
+//!   panics, and is `#[inline]`, so that a caller in another crate pays no
+//!   call for it.
 //!
 //! The crate is `no_std`, uses `core` only, has no dependencies and no
 //! `unsafe`, so that rmlx5.ko can compile the same files. Kbuild builds one

@@ -32,6 +32,7 @@ macro_rules! raw_enum {
         }
 
         impl From<$name> for u8 {
+            #[inline]
             fn from(v: $name) -> u8 {
                 v as u8
             }
@@ -40,6 +41,7 @@ macro_rules! raw_enum {
         impl TryFrom<u8> for $name {
             type Error = Error;
 
+            #[inline]
             fn try_from(raw: u8) -> Result<Self, Error> {
                 match raw {
                     $( $value => Ok($name::$variant), )*
@@ -155,6 +157,7 @@ impl CqeOpcode {
     /// Whether a CQE with this opcode has the error layout
     /// (`mlx5_err_cqe`), i.e. the opcode is `MLX5_CQE_REQ_ERR` or
     /// `MLX5_CQE_RESP_ERR`.
+    #[inline]
     pub fn is_error(self) -> bool {
         matches!(self, CqeOpcode::ReqErr | CqeOpcode::RespErr)
     }

@@ -29,12 +29,14 @@ pub const EQE_INIT_OWNER: u8 = 1;
 /// the entry it produces at producer index `counter`, and the one software
 /// expects in the CQE at consumer index `counter`. A `log_size` of 32 or
 /// more yields `false`.
+#[inline]
 pub fn owner_bit(counter: u32, log_size: u32) -> bool {
     counter.checked_shr(log_size).unwrap_or(0) & 1 != 0
 }
 
 /// Position of `counter` in a ring of `1 << log_size` entries (the low
 /// `log_size` bits). A `log_size` of 32 or more leaves the counter whole.
+#[inline]
 pub fn ring_index(counter: u32, log_size: u32) -> u32 {
     match 1u32.checked_shl(log_size) {
         Some(size) => counter & size.wrapping_sub(1),
@@ -47,6 +49,7 @@ pub fn ring_index(counter: u32, log_size: u32) -> u32 {
 /// opcode is not `MLX5_CQE_INVALID` and its owner bit (bit 0,
 /// `MLX5_CQE_OWNER_MASK`) equals the pass parity of `ci`. Read the rest of
 /// the CQE only after a read barrier that follows this check.
+#[inline]
 pub fn cqe_sw_owned(op_own: u8, ci: u32, log_size: u32) -> bool {
     op_own >> 4 != 0xf && (op_own & 1 != 0) == owner_bit(ci, log_size)
 }
@@ -59,6 +62,7 @@ pub fn eqe_valid(owner: u8, ci: u32, log_size: u32) -> bool {
 }
 
 /// The low 24 bits of a consumer index, as a CQ or EQ doorbell carries it.
+#[inline]
 pub fn ci24(ci: u32) -> u32 {
     ci & CI_MASK
 }
@@ -83,6 +87,7 @@ pub fn wqe_counter_distance(from: u16, to: u16) -> u16 {
 ///
 /// [`Error::BadDsCount`] if `wqe_bytes` is zero or the WQE would not fit in
 /// 16 WQEBBs and a 6-bit DS field (at most 63 units, 1008 bytes).
+#[inline]
 pub fn ds_count(wqe_bytes: usize) -> Result<u8, Error> {
     let ds = wqe_bytes.div_ceil(DS_SIZE);
     if ds == 0 || ds > 0x3f || ds * DS_SIZE > MAX_WQEBBS * WQEBB_SIZE {
@@ -108,6 +113,7 @@ pub fn ds_count_of(segment_bytes: &[usize]) -> Result<u8, Error> {
 
 /// How many WQEBBs a WQE of `ds` DS units occupies (4 DS per WQEBB,
 /// rounding up); the SQ producer counter advances by this much.
+#[inline]
 pub fn wqebb_count(ds: u8) -> u8 {
     ds.div_ceil(4)
 }

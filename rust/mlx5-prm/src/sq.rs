@@ -122,7 +122,7 @@ pub fn read_wqe(ring: &[u8], offset: usize, out: &mut [u8; MAX_WQE_SIZE]) -> Res
         return Err(Error::Misaligned);
     }
     let ctrl: &[u8; CtrlSeg::SIZE] = at(ring, offset)?;
-    let ds = usize::from(ctrl[7] & 0x3f);
+    let ds = usize::from(CtrlSeg::ds_of(ctrl));
     if ds == 0 {
         return Err(Error::BadDsCount);
     }

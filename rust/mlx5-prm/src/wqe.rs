@@ -15,8 +15,16 @@
 //!
 //! Sizing (DS and WQEBB counts) is in [`super::ring`]; copying segments into
 //! the wrapping SQ buffer is in [`super::sq`].
+//!
+//! Every segment also has a word form, `to_words` (and
+//! [`InlineHeader::words`] for inline data): the bytes `encode` writes, as
+//! the 8-byte words they occupy, in memory order, built in registers. A fast
+//! path stores those words straight into the SQ with 64-bit stores instead
+//! of encoding into a buffer in 1- to 8-byte pieces and copying it; SQ
+//! segments are 16-byte aligned, so every word is an aligned one. The word
+//! forms are `#[inline]` so that they cost no call from another crate.
 
-use super::bytes::{get_u32, get_u64, get_u8, put_u32, put_u64, put_u8};
+use super::bytes::{be_u32_pair, get_u32, get_u64, get_u8, put_u32, put_u64, put_u8};
 use super::error::Error;
 use super::opcode::SendOpcode;
 
@@ -103,24 +111,57 @@ impl CtrlSeg {
     /// Size in bytes (`sizeof(struct mlx5_wqe_ctrl_seg)`).
     pub const SIZE: usize = 16;
 
+    /// `opmod_idx_opcode` (byte 0) as a host integer.
+    #[inline]
+    fn opmod_idx_opcode(&self) -> u32 {
+        u32::from(self.opmod) << 24
+            | u32::from(self.wqe_index) << 8
+            | u32::from(u8::from(self.opcode))
+    }
+
+    /// `qpn_ds` (byte 4) as a host integer.
+    #[inline]
+    fn qpn_ds(&self) -> u32 {
+        (self.qpn & 0xff_ffff) << 8 | u32::from(self.ds & 0x3f)
+    }
+
+    /// The `fm_ce_se` byte (byte 11).
+    #[inline]
+    fn fm_ce_se(&self) -> u8 {
+        (self.fence_mode & 0x7) << 5 | (self.ce & 0x3) << 2 | u8::from(self.solicited) << 1
+    }
+
     /// Writes the segment into `out`.
     pub fn encode(&self, out: &mut [u8; 16]) {
-        let word0 = u32::from(self.opmod) << 24
-            | u32::from(self.wqe_index) << 8
-            | u32::from(u8::from(self.opcode));
-        put_u32(out, 0, word0);
-        put_u32(
-            out,
-            4,
-            (self.qpn & 0xff_ffff) << 8 | u32::from(self.ds & 0x3f),
-        );
+        put_u32(out, 0, self.opmod_idx_opcode());
+        put_u32(out, 4, self.qpn_ds());
         put_u8(out, 8, self.signature);
         put_u8(out, 9, 0);
         put_u8(out, 10, 0);
-        let fm_ce_se =
-            (self.fence_mode & 0x7) << 5 | (self.ce & 0x3) << 2 | u8::from(self.solicited) << 1;
-        put_u8(out, 11, fm_ce_se);
+        put_u8(out, 11, self.fm_ce_se());
         put_u32(out, 12, self.imm);
+    }
+
+    /// The segment as its two 8-byte words, in memory order: the bytes
+    /// [`CtrlSeg::encode`] writes. Word 0 is `opmod_idx_opcode` and
+    /// `qpn_ds` (also the 8 bytes of the send doorbell,
+    /// [`super::doorbell::send_doorbell_words`]); word 1 is `signature`, the
+    /// two reserved bytes (zero), `fm_ce_se` and `imm`.
+    #[inline]
+    pub fn to_words(&self) -> [[u8; 8]; 2] {
+        // Bytes 8..12: signature, two reserved bytes, fm_ce_se.
+        let signature_fm_ce_se = u32::from(self.signature) << 24 | u32::from(self.fm_ce_se());
+        [
+            be_u32_pair(self.opmod_idx_opcode(), self.qpn_ds()),
+            be_u32_pair(signature_fm_ce_se, self.imm),
+        ]
+    }
+
+    /// The DS count of the encoded control segment `b` (`qpn_ds` bits 5:0),
+    /// without decoding the rest: the size of the WQE it starts, in 16-byte
+    /// units, whatever its opcode.
+    pub fn ds_of(b: &[u8; 16]) -> u8 {
+        get_u8(b, 7) & 0x3f
     }
 
     /// Reads a segment from `b`.
@@ -169,6 +210,14 @@ impl RaddrSeg {
         put_u32(out, 12, 0);
     }
 
+    /// The segment as its two 8-byte words, in memory order: the bytes
+    /// [`RaddrSeg::encode`] writes. Word 0 is `raddr`; word 1 is `rkey` and
+    /// the reserved word (zero).
+    #[inline]
+    pub fn to_words(&self) -> [[u8; 8]; 2] {
+        [self.raddr.to_be_bytes(), be_u32_pair(self.rkey, 0)]
+    }
+
     /// Reads a segment from `b` (the reserved word is ignored).
     pub fn decode(b: &[u8; 16]) -> Self {
         RaddrSeg {
@@ -198,6 +247,13 @@ impl AtomicSeg {
     pub fn encode(&self, out: &mut [u8; 16]) {
         put_u64(out, 0, self.swap_add);
         put_u64(out, 8, self.compare);
+    }
+
+    /// The segment as its two 8-byte words, in memory order: the bytes
+    /// [`AtomicSeg::encode`] writes, `swap_add` then `compare`.
+    #[inline]
+    pub fn to_words(&self) -> [[u8; 8]; 2] {
+        [self.swap_add.to_be_bytes(), self.compare.to_be_bytes()]
     }
 
     /// Reads a segment from `b`.
@@ -234,6 +290,19 @@ impl MaskedAtomicSeg {
         put_u64(out, 8, self.compare);
         put_u64(out, 16, self.swap_add_mask);
         put_u64(out, 24, self.compare_mask);
+    }
+
+    /// The segment as its four 8-byte words, in memory order: the bytes
+    /// [`MaskedAtomicSeg::encode`] writes, `swap_add`, `compare`,
+    /// `swap_add_mask`, `compare_mask`.
+    #[inline]
+    pub fn to_words(&self) -> [[u8; 8]; 4] {
+        [
+            self.swap_add.to_be_bytes(),
+            self.compare.to_be_bytes(),
+            self.swap_add_mask.to_be_bytes(),
+            self.compare_mask.to_be_bytes(),
+        ]
     }
 
     /// Reads a segment from `b`.
@@ -278,6 +347,18 @@ impl DataSeg {
         put_u32(out, 0, self.byte_count);
         put_u32(out, 4, self.lkey);
         put_u64(out, 8, self.addr);
+    }
+
+    /// The segment as its two 8-byte words, in memory order: the bytes
+    /// [`DataSeg::encode`] writes. Word 0 is `byte_count` and `lkey`; word 1
+    /// is `addr`. Also the entries of a receive WQE
+    /// ([`super::recv::recv_wqe_words`]).
+    #[inline]
+    pub fn to_words(&self) -> [[u8; 8]; 2] {
+        [
+            be_u32_pair(self.byte_count, self.lkey),
+            self.addr.to_be_bytes(),
+        ]
     }
 
     /// Reads a segment from `b`.
@@ -331,6 +412,89 @@ impl InlineHeader {
     pub fn is_inline(first_word: &[u8; 4]) -> bool {
         get_u32(first_word, 0) & INLINE_SEG != 0
     }
+
+    /// The inline data segment of this header and `payload` as the 8-byte
+    /// words it occupies (the bytes [`super::sq::write_inline`] writes),
+    /// for storing it word by word: see [`InlineWords`]. `self.byte_count`
+    /// should be `payload.len()`; the words carry all of `payload` either
+    /// way.
+    #[inline]
+    pub fn words<'a>(&self, payload: &'a [u8]) -> InlineWords<'a> {
+        let header = (self.byte_count & !INLINE_SEG) | INLINE_SEG;
+        // The payload's first bytes share word 0 with the header.
+        let (head, rest) = match payload.split_first_chunk::<INLINE_HEAD_BYTES>() {
+            Some((head, rest)) => (*head, rest),
+            None => {
+                // Fewer: they go first, zeros after.
+                let mut head = [0u8; INLINE_HEAD_BYTES];
+                for (d, s) in head.iter_mut().zip(payload) {
+                    *d = *s;
+                }
+                (head, &[][..])
+            }
+        };
+        let (middle, tail) = rest.as_chunks::<8>();
+        InlineWords {
+            first: be_u32_pair(header, u32::from_be_bytes(head)),
+            middle,
+            last: if tail.is_empty() {
+                None
+            } else {
+                Some(last_bytes_word(payload, tail.len()))
+            },
+            words: inline_seg_size(payload.len()) / 8,
+        }
+    }
+}
+
+/// Payload bytes that share the first word of an inline data segment with
+/// its 4-byte header.
+const INLINE_HEAD_BYTES: usize = 8 - InlineHeader::SIZE;
+
+/// An inline data segment as 8-byte words in memory order
+/// ([`InlineHeader::words`]): `first`, then the words of `middle`, then
+/// `last` if there is one, then zero words up to `words` in all (the
+/// segment is padded to a multiple of 16 bytes with zeros).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineWords<'a> {
+    /// Word 0: the header (`byte_count | MLX5_INLINE_SEG`, big-endian) in
+    /// bytes 0..4, the first 4 bytes of the payload in bytes 4..8 (zeros
+    /// after a shorter payload).
+    pub first: [u8; 8],
+    /// The payload from its byte 4 on, as whole words: words 1 to
+    /// `middle.len()` (a view of the payload, nothing copied).
+    pub middle: &'a [[u8; 8]],
+    /// The payload's remaining 1 to 7 bytes at the start of one more
+    /// word, zeros after them; `None` if the payload ends at a word
+    /// boundary.
+    pub last: Option<[u8; 8]>,
+    /// Words the whole segment occupies, zero padding included
+    /// ([`inline_seg_size`] / 8).
+    pub words: usize,
+}
+
+/// The last `k` (1 to 7) bytes of `payload` at the start of a word, then
+/// zeros.
+#[inline]
+fn last_bytes_word(payload: &[u8], k: usize) -> [u8; 8] {
+    let start = payload.len().saturating_sub(8);
+    if let Some(last8) = payload.get(start..).and_then(|s| s.first_chunk::<8>()) {
+        // One (unaligned) load of the payload's last 8 bytes, the wanted
+        // ones moved to the front: bytes are taken in memory order, so
+        // little-endian here, whatever the host.
+        let shift = 8usize.saturating_sub(k).saturating_mul(8);
+        return u32::try_from(shift)
+            .ok()
+            .and_then(|shift| u64::from_le_bytes(*last8).checked_shr(shift))
+            .unwrap_or(0)
+            .to_le_bytes();
+    }
+    let mut w = [0u8; 8];
+    let from = payload.len().saturating_sub(k);
+    for (d, s) in w.iter_mut().zip(payload.get(from..).unwrap_or(&[])) {
+        *d = *s;
+    }
+    w
 }
 
 /// Bytes an inline segment with a `payload_len`-byte payload occupies in the
@@ -443,6 +607,95 @@ mod tests {
         }
         .encode(&mut m);
         assert_eq!([m[7], m[15], m[23], m[31]], [1, 2, 3, 4]);
+    }
+
+    /// Words in memory order as bytes.
+    fn flat<const W: usize, const N: usize>(words: [[u8; 8]; W]) -> [u8; N] {
+        let mut b = [0u8; N];
+        for (i, w) in words.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(w);
+        }
+        b
+    }
+
+    #[test]
+    fn words_are_the_encoded_bytes() {
+        let c = CtrlSeg {
+            opmod: 0x5a,
+            wqe_index: 0x1234,
+            opcode: SendOpcode::RdmaWriteImm,
+            qpn: 0xffab_cdef,
+            ds: 0xc3,
+            signature: 0x77,
+            fence_mode: 0xff,
+            ce: CE_CQ_UPDATE,
+            solicited: true,
+            imm: 0x0102_0304,
+        };
+        let mut b = [0u8; 16];
+        c.encode(&mut b);
+        assert_eq!(flat::<2, 16>(c.to_words()), b);
+        assert_eq!(CtrlSeg::ds_of(&b), 3);
+        let r = RaddrSeg {
+            raddr: 0x1122_3344_5566_7788,
+            rkey: 0x99aa_bbcc,
+        };
+        r.encode(&mut b);
+        assert_eq!(flat::<2, 16>(r.to_words()), b);
+        let d = DataSeg {
+            byte_count: 0x8000_0040,
+            lkey: 0x100,
+            addr: 0x7f00_0000_1000,
+        };
+        d.encode(&mut b);
+        assert_eq!(flat::<2, 16>(d.to_words()), b);
+        let a = AtomicSeg {
+            swap_add: 1,
+            compare: u64::MAX,
+        };
+        a.encode(&mut b);
+        assert_eq!(flat::<2, 16>(a.to_words()), b);
+        let m = MaskedAtomicSeg {
+            swap_add: 1,
+            compare: 2,
+            swap_add_mask: 3,
+            compare_mask: 0x0102_0304_0506_0708,
+        };
+        let mut b = [0u8; 32];
+        m.encode(&mut b);
+        assert_eq!(flat::<4, 32>(m.to_words()), b);
+    }
+
+    #[test]
+    fn inline_words_are_the_written_segment() {
+        let payload: [u8; 70] = core::array::from_fn(|i| i as u8 + 1);
+        for len in 0..=payload.len() {
+            let data = &payload[..len];
+            let mut want = [0xeeu8; 128];
+            let size = super::super::sq::write_inline(&mut want, 0, data).unwrap();
+            let w = InlineHeader {
+                byte_count: len as u32,
+            }
+            .words(data);
+            assert_eq!(w.words * 8, size, "{len} bytes");
+            let mut got = [0xeeu8; 128];
+            got[..8].copy_from_slice(&w.first);
+            let mut at = 8;
+            for word in w.middle.iter().chain(w.last.as_ref()) {
+                got[at..at + 8].copy_from_slice(word);
+                at += 8;
+            }
+            assert!(at <= size, "{len} bytes: {at} of {size}");
+            got[at..size].fill(0);
+            assert_eq!(got, want, "{len} bytes");
+        }
+        // The header says what it is told; bit 31 is always set.
+        let w = InlineHeader {
+            byte_count: u32::MAX,
+        }
+        .words(b"ab");
+        assert_eq!(w.first, [0xff, 0xff, 0xff, 0xff, b'a', b'b', 0, 0]);
+        assert_eq!((w.middle.len(), w.last, w.words), (0, None, 2));
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! offsets and sizes, and thousands of pseudo-random vectors built with the
 //! header's own helpers and structs. Every test here checks one kind of
 //! record: our encoders must produce the same bytes, our decoders must read
-//! the same fields back, and our constants must equal the header's.
+//! the same fields back, and our constants must equal the header's. The word
+//! forms (`to_words`, `InlineHeader::words`, `recv_wqe_words`, the CQE word
+//! views, the doorbell `to_bytes`) are held to the same vectors.
 //!
 //! A missing header is a failure, not a skip: `make setup` installs
 //! libibverbs-dev.
@@ -18,11 +20,11 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use common::{array, bytes, num, records, LayoutMap, ZERO_CTRL};
-use mlx5_prm::cqe::{self, Cqe64, ErrCqe, OpOwn};
+use mlx5_prm::cqe::{self, Cqe64, Cqe64Words, ErrCqe, ErrCqeWords, OpOwn};
 use mlx5_prm::doorbell::{self, ArmCmd, CqArm, QpDbRec, UarCqDoorbell};
 use mlx5_prm::error::Error;
 use mlx5_prm::opcode::{CqeOpcode, CqeSyndrome, SendOpcode, VENDOR_SYNDROME_ODP_PFAULT};
-use mlx5_prm::recv::{write_recv_wqe, RecvSegs};
+use mlx5_prm::recv::{recv_wqe_words, write_recv_wqe, RecvSegs};
 use mlx5_prm::wqe::{
     self, AtomicSeg, CtrlSeg, DataSeg, InlineHeader, RaddrSeg, CE_CQ_UPDATE,
     FENCE_MODE_INITIATOR_SMALL, FENCE_MODE_SMALL_AND_FENCE,
@@ -53,6 +55,11 @@ fn cases(kind: &'static str) -> Vec<Vec<&'static str>> {
     let v: Vec<_> = records(vectors(), kind).collect();
     assert_eq!(v.len(), CASES, "expected {CASES} `{kind}` vectors");
     v
+}
+
+/// Words in memory order as the bytes they hold.
+fn flat<const W: usize>(words: [[u8; 8]; W]) -> Vec<u8> {
+    words.concat()
 }
 
 fn ctrl_bytes(c: CtrlSeg) -> [u8; 16] {
@@ -266,8 +273,11 @@ fn control_segments() {
             imm: imm as u32,
         };
         assert_eq!(ctrl_bytes(seg), b, "encode {seg:?}");
+        assert_eq!(flat(seg.to_words()), b, "words of {seg:?}");
         assert_eq!(CtrlSeg::decode(&b), Ok(seg));
+        assert_eq!(CtrlSeg::ds_of(&b), ds as u8 & 0x3f);
         assert_eq!(doorbell::send_doorbell(&b), b[..8]);
+        assert_eq!(doorbell::send_doorbell_words(&seg.to_words()), b[..8]);
     }
     assert!(unknown > 0, "no vector exercised an unknown opcode");
 }
@@ -284,6 +294,7 @@ fn data_segments() {
         let mut ours = [0u8; 16];
         seg.encode(&mut ours);
         assert_eq!(ours, b, "encode {seg:?}");
+        assert_eq!(flat(seg.to_words()), b, "words of {seg:?}");
         assert_eq!(DataSeg::decode(&b), seg);
     }
 }
@@ -299,6 +310,7 @@ fn remote_address_segments() {
         let mut ours = [0u8; 16];
         seg.encode(&mut ours);
         assert_eq!(ours, b, "encode {seg:?}");
+        assert_eq!(flat(seg.to_words()), b, "words of {seg:?}");
         assert_eq!(RaddrSeg::decode(&b), seg);
     }
 }
@@ -314,6 +326,7 @@ fn atomic_segments() {
         let mut ours = [0u8; 16];
         seg.encode(&mut ours);
         assert_eq!(ours, b, "encode {seg:?}");
+        assert_eq!(flat(seg.to_words()), b, "words of {seg:?}");
         assert_eq!(AtomicSeg::decode(&b), seg);
     }
 }
@@ -328,6 +341,7 @@ fn inline_headers() {
         let mut ours = [0u8; 4];
         h.encode(&mut ours);
         assert_eq!(ours, b, "encode {h:?}");
+        assert_eq!(h.words(&[]).first[..4], b, "header word of {h:?}");
         assert_eq!(InlineHeader::decode(&b), Ok(h));
         assert!(InlineHeader::is_inline(&b));
     }
@@ -352,6 +366,29 @@ fn inline_payloads_in_the_sq_ring() {
         let mut back = vec![0u8; size];
         sq::ring_read(&ring, offset, &mut back).unwrap();
         assert_eq!(wqe::inline_payload(&back, 0), Ok(&payload[..]));
+        // The same segment stored word by word, wrapping as the SQ does.
+        let mut ring: Vec<u8> = (0..ring_len).map(|i| (i * 7 + 3) as u8).collect();
+        let w = InlineHeader {
+            byte_count: payload.len() as u32,
+        }
+        .words(&payload);
+        assert_eq!(w.words * 8, size);
+        let zero = [0u8; 8];
+        let words = [&w.first]
+            .into_iter()
+            .chain(w.middle)
+            .chain(w.last.as_ref())
+            .chain(std::iter::repeat(&zero));
+        for (k, word) in words.take(w.words).enumerate() {
+            let at = (offset + 8 * k) % ring_len;
+            ring[at..at + 8].copy_from_slice(word);
+        }
+        assert_eq!(
+            ring,
+            expected,
+            "inline of {} bytes at {offset}, by words",
+            payload.len()
+        );
     }
 }
 
@@ -370,6 +407,11 @@ fn receive_wqes() {
         let mut ours = vec![0xa5u8; capacity * DataSeg::SIZE];
         write_recv_wqe(&mut ours, &segs).unwrap();
         assert_eq!(ours, slot, "receive WQE of {nsegs} of {capacity} segments");
+        let mut ours = vec![0xa5u8; capacity * DataSeg::SIZE];
+        for (at, words) in recv_wqe_words(segs.iter().copied(), ours.len()).unwrap() {
+            ours[at..at + DataSeg::SIZE].copy_from_slice(&flat(words));
+        }
+        assert_eq!(ours, slot, "receive WQE of {nsegs} of {capacity}, by words");
         let read: Vec<DataSeg> = RecvSegs::new(&slot).unwrap().collect();
         assert_eq!(read, segs);
     }
@@ -387,6 +429,7 @@ fn success_cqes() {
             ring::cqe_sw_owned(b[cqe::OP_OWN_OFFSET], 0, 0),
             opcode != 0xf && owner == 0
         );
+        assert_eq!(Cqe64Words::from_bytes(&b).decode(), Cqe64::decode(&b));
         let Ok(op) = CqeOpcode::try_from(opcode as u8) else {
             assert_eq!(
                 Cqe64::decode(&b),
@@ -433,6 +476,7 @@ fn error_cqes() {
         let b: [u8; 64] = array(&bytes(r[1]));
         let [opcode, owner, srqn, vendor, syndrome, sop, qpn, wqe_counter, signature] =
             std::array::from_fn(|i| num(r[2 + i]));
+        assert_eq!(ErrCqeWords::from_bytes(&b).decode(), ErrCqe::decode(&b));
         let Ok(op) = CqeOpcode::try_from(opcode as u8) else {
             assert_eq!(
                 ErrCqe::decode(&b),
@@ -489,6 +533,8 @@ fn qp_doorbell_records() {
         assert_eq!(QpDbRec::decode(&b), Ok(rec));
         let send = doorbell::QP_DBR_SEND_OFFSET;
         assert_eq!(doorbell::counter_word(rec.send_counter), b[send..send + 4]);
+        let recv = doorbell::QP_DBR_RECV_OFFSET;
+        assert_eq!(doorbell::counter_word(rec.recv_counter), b[recv..recv + 4]);
     }
 }
 
@@ -510,6 +556,7 @@ fn cq_arm_doorbells() {
         let mut ours = [0u8; 4];
         arm.encode(&mut ours);
         assert_eq!(ours, word, "ARM word of {arm:?}");
+        assert_eq!(arm.to_bytes(), word, "ARM word of {arm:?}, in a register");
         let db = UarCqDoorbell {
             arm,
             cqn: cqn as u32,
@@ -517,6 +564,7 @@ fn cq_arm_doorbells() {
         let mut ours = [0u8; 8];
         db.encode(&mut ours);
         assert_eq!(ours, uar, "UAR CQ doorbell {db:?}");
+        assert_eq!(db.to_bytes(), uar, "UAR CQ doorbell {db:?}, in a register");
         let masked = CqArm {
             ci: ring::ci24(arm.ci),
             ..arm

@@ -579,6 +579,7 @@ fn cq_arm_matches_mlx5_cq_arm() {
         let mut ours = [0u8; 4];
         arm.encode(&mut ours);
         assert_eq!(ours, dbrec, "ARM word of {arm:?}");
+        assert_eq!(arm.to_bytes(), dbrec, "ARM word of {arm:?}, in a register");
         assert_eq!(num(r[5]) as usize, doorbell::UAR_CQ_DOORBELL_OFFSET);
         let uar: [u8; 8] = array(&bytes(r[6]));
         let db = UarCqDoorbell {
@@ -588,6 +589,7 @@ fn cq_arm_matches_mlx5_cq_arm() {
         let mut ours = [0u8; 8];
         db.encode(&mut ours);
         assert_eq!(ours, uar, "UAR CQ doorbell {db:?}");
+        assert_eq!(db.to_bytes(), uar, "UAR CQ doorbell {db:?}, in a register");
     }
 }
 

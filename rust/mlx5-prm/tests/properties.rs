@@ -8,16 +8,23 @@
 //!   re-encoding gives back exactly the bits the layout defines (the input
 //!   under a per-layout mask of significant bits). That pins down which
 //!   bits each decoder reads and each encoder writes;
-//! - the ring helpers never panic on arbitrary offsets, sizes and contents.
+//! - the ring helpers never panic on arbitrary offsets, sizes and contents;
+//! - every word form (`to_words`, `InlineHeader::words`, `recv_wqe_words`,
+//!   `Cqe64Words`, `ErrCqeWords`, the doorbell `to_bytes`) gives exactly
+//!   what the byte encoder writes or the decoder reads, for arbitrary field
+//!   values and arbitrary bytes.
 //!
 //! Each property runs `CASES` times (at least 100,000 per layout).
 
-use mlx5_prm::cqe::{Cqe64, ErrCqe, OpOwn, CQE_SIZE};
-use mlx5_prm::doorbell::{ArmCmd, CqArm, CqDbRec, EqDoorbell, QpDbRec, UarCqDoorbell};
+use mlx5_prm::cqe::{Cqe64, Cqe64Words, ErrCqe, ErrCqeWords, OpOwn, CQE_SIZE};
+use mlx5_prm::doorbell::{
+    self, ArmCmd, CqArm, CqDbRec, EqDoorbell, QpDbRec, UarCqDoorbell, CQ_DBR_ARM_OFFSET,
+    CQ_DBR_SET_CI_OFFSET, QP_DBR_RECV_OFFSET, QP_DBR_SEND_OFFSET,
+};
 use mlx5_prm::eqe::{Eqe, EqeData, DATA_SIZE, EQE_SIZE};
 use mlx5_prm::error::Error;
 use mlx5_prm::opcode::{CqeOpcode, EventType, SendOpcode};
-use mlx5_prm::recv::{write_recv_wqe, RecvSegs};
+use mlx5_prm::recv::{recv_wqe_words, write_recv_wqe, RecvSegs};
 use mlx5_prm::wqe::{
     AtomicSeg, CtrlSeg, DataSeg, InlineHeader, MaskedAtomicSeg, RaddrSeg, MAX_WQE_SIZE,
 };
@@ -621,5 +628,247 @@ fn receive_wqe() {
             }
             Err(e) => assert_eq!(e, Error::Misaligned),
         }
+    }
+}
+
+/// Words in memory order as the bytes they hold.
+fn flat<const W: usize, const N: usize>(words: [[u8; 8]; W]) -> [u8; N] {
+    assert_eq!(W * 8, N);
+    let mut b = [0u8; N];
+    for (i, w) in words.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(w);
+    }
+    b
+}
+
+#[test]
+fn segment_words_match_the_encoders() {
+    let mut r = Rng::new(12);
+    for _ in 0..CASES {
+        // Any value in every field, bits above the field widths included:
+        // the words must drop them as `encode` does.
+        let c = CtrlSeg {
+            opmod: r.bits(8) as u8,
+            wqe_index: r.bits(16) as u16,
+            opcode: r.pick(SendOpcode::ALL),
+            qpn: r.bits(32) as u32,
+            ds: r.bits(8) as u8,
+            signature: r.bits(8) as u8,
+            fence_mode: r.bits(8) as u8,
+            ce: r.bits(8) as u8,
+            solicited: r.bool(),
+            imm: r.bits(32) as u32,
+        };
+        let mut b: [u8; 16] = r.array();
+        c.encode(&mut b);
+        assert_eq!(flat::<2, 16>(c.to_words()), b, "{c:?}");
+        assert_eq!(CtrlSeg::ds_of(&b), c.ds & 0x3f);
+        assert_eq!(
+            doorbell::send_doorbell_words(&c.to_words()),
+            doorbell::send_doorbell(&b)
+        );
+
+        let a = RaddrSeg {
+            raddr: r.bits(64),
+            rkey: r.bits(32) as u32,
+        };
+        let mut b: [u8; 16] = r.array();
+        a.encode(&mut b);
+        assert_eq!(flat::<2, 16>(a.to_words()), b, "{a:?}");
+
+        let d = DataSeg {
+            byte_count: r.bits(32) as u32,
+            lkey: r.bits(32) as u32,
+            addr: r.bits(64),
+        };
+        d.encode(&mut b);
+        assert_eq!(flat::<2, 16>(d.to_words()), b, "{d:?}");
+
+        let t = AtomicSeg {
+            swap_add: r.bits(64),
+            compare: r.bits(64),
+        };
+        t.encode(&mut b);
+        assert_eq!(flat::<2, 16>(t.to_words()), b, "{t:?}");
+
+        let m = MaskedAtomicSeg {
+            swap_add: r.bits(64),
+            compare: r.bits(64),
+            swap_add_mask: r.bits(64),
+            compare_mask: r.bits(64),
+        };
+        let mut b: [u8; 32] = r.array();
+        m.encode(&mut b);
+        assert_eq!(flat::<4, 32>(m.to_words()), b, "{m:?}");
+    }
+}
+
+#[test]
+fn inline_words_match_the_sq_writer() {
+    let mut r = Rng::new(13);
+    let mut ring = vec![0u8; 2 * MAX_WQE_SIZE];
+    for _ in 0..CASES / 4 {
+        // Payloads up to what one WQE holds; short ones often.
+        let len = if r.bool() {
+            r.below(40)
+        } else {
+            r.below(MAX_WQE_SIZE - 3)
+        };
+        let payload: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+        r.fill(&mut ring);
+        let size = sq::write_inline(&mut ring, 0, &payload).unwrap();
+        let w = InlineHeader {
+            byte_count: len as u32,
+        }
+        .words(&payload);
+        assert_eq!(w.words * 8, size, "{len} bytes");
+        let mut got = vec![0u8; size];
+        got[..8].copy_from_slice(&w.first);
+        for (i, word) in w.middle.iter().chain(w.last.as_ref()).enumerate() {
+            got[8 + 8 * i..16 + 8 * i].copy_from_slice(word);
+        }
+        assert_eq!(got, ring[..size], "{len} bytes");
+        assert_eq!(w.last.is_some(), (len + 4) % 8 != 0 && len > 4);
+
+        // The header word alone, for any byte count.
+        let h = InlineHeader {
+            byte_count: r.bits(32) as u32,
+        };
+        let mut hb = [0u8; 4];
+        h.encode(&mut hb);
+        assert_eq!(h.words(&payload).first[..4], hb);
+    }
+}
+
+#[test]
+fn receive_wqe_words_match_the_writer() {
+    let mut r = Rng::new(14);
+    let mut want = [0u8; 16 * 17];
+    let mut got = [0u8; 16 * 17];
+    for _ in 0..CASES {
+        let stride = r.below(18) * 16;
+        let n = r.below(stride / 16 + 3);
+        let segs: Vec<DataSeg> = (0..n)
+            .map(|_| DataSeg {
+                byte_count: r.bits(32) as u32,
+                lkey: r.bits(32) as u32,
+                addr: r.bits(64),
+            })
+            .collect();
+        let fill = r.next() as u8;
+        want.fill(fill);
+        got.fill(fill);
+        let expect = write_recv_wqe(&mut want[..stride.min(16 * 17)], &segs);
+        match recv_wqe_words(segs.iter().copied(), stride) {
+            Ok(entries) => {
+                assert_eq!(expect, Ok(()));
+                for (at, words) in entries {
+                    got[at..at + 16].copy_from_slice(&flat::<2, 16>(words));
+                }
+                assert_eq!(got, want, "{n} segments in {stride}");
+            }
+            Err(e) => assert_eq!(Err(e), expect),
+        }
+    }
+    // A stride that is not a multiple of 16 is refused like a slot of that
+    // size.
+    for stride in [1, 8, 24, 100] {
+        assert_eq!(
+            recv_wqe_words(core::iter::empty(), stride).err(),
+            Some(Error::Misaligned)
+        );
+    }
+}
+
+#[test]
+fn cqe_word_views_match_the_decoders() {
+    let mut r = Rng::new(15);
+    for _ in 0..CASES {
+        let mut b: [u8; CQE_SIZE] = r.array();
+        // Mostly known opcodes, so that the fields get compared.
+        if r.below(8) != 0 {
+            b[63] = u8::from(r.pick(CqeOpcode::ALL)) << 4 | b[63] & 0xf;
+        }
+        assert_eq!(Cqe64Words::from_bytes(&b).decode(), Cqe64::decode(&b));
+        assert_eq!(ErrCqeWords::from_bytes(&b).decode(), ErrCqe::decode(&b));
+        // Through `load`, from the words as a queue would hand them out.
+        let word = |i: usize| <[u8; 8]>::try_from(&b[i * 8..i * 8 + 8]).unwrap();
+        let c = Cqe64Words::load(word);
+        let e = ErrCqeWords::load(word);
+        assert_eq!(c.err_words(word), e);
+        if let Ok(d) = Cqe64::decode(&b) {
+            assert_eq!(
+                (c.ml_path(), c.slid(), c.grh(), c.sl(), c.src_qpn()),
+                (d.ml_path, d.slid, d.grh, d.sl, d.src_qpn)
+            );
+            assert_eq!(c.dlid_path_bits(), d.dlid_path_bits());
+            assert_eq!(
+                (c.srqn_uidx(), c.imm_inval_rkey(), c.byte_cnt()),
+                (d.srqn_uidx, d.imm_inval_rkey, d.byte_cnt)
+            );
+            assert_eq!(
+                (c.send_opcode(), c.qpn(), c.wqe_counter(), c.signature()),
+                (d.send_opcode, d.qpn, d.wqe_counter, d.signature)
+            );
+            assert_eq!(c.op_own(), Ok(d.op_own));
+        }
+        if let Ok(d) = ErrCqe::decode(&b) {
+            assert_eq!(
+                (e.srqn(), e.vendor_syndrome(), e.syndrome()),
+                (d.srqn, d.vendor_syndrome, d.syndrome)
+            );
+            assert_eq!(
+                (e.send_opcode(), e.qpn(), e.wqe_counter(), e.signature()),
+                (d.send_opcode, d.qpn, d.wqe_counter, d.signature)
+            );
+            assert_eq!(e.op_own(), Ok(d.op_own));
+        }
+    }
+}
+
+#[test]
+fn doorbell_words_match_the_encoders() {
+    let mut r = Rng::new(16);
+    for _ in 0..CASES {
+        // Any value in every field, bits above the field widths included.
+        let arm = CqArm {
+            sn: r.bits(8) as u8,
+            cmd: if r.bool() {
+                ArmCmd::Solicited
+            } else {
+                ArmCmd::Next
+            },
+            ci: r.bits(32) as u32,
+        };
+        let mut b4: [u8; 4] = r.array();
+        arm.encode(&mut b4);
+        assert_eq!(arm.to_bytes(), b4, "{arm:?}");
+
+        let uar = UarCqDoorbell {
+            arm,
+            cqn: r.bits(32) as u32,
+        };
+        let mut b8: [u8; 8] = r.array();
+        uar.encode(&mut b8);
+        assert_eq!(uar.to_bytes(), b8, "{uar:?}");
+
+        // The record words, one at a time, are the record's bytes.
+        let cq = CqDbRec {
+            set_ci: r.bits(32) as u32,
+            arm,
+        };
+        cq.encode(&mut b8);
+        let set_ci = doorbell::set_ci_word(cq.set_ci);
+        assert_eq!(b8[CQ_DBR_SET_CI_OFFSET..CQ_DBR_SET_CI_OFFSET + 4], set_ci);
+        assert_eq!(b8[CQ_DBR_ARM_OFFSET..CQ_DBR_ARM_OFFSET + 4], arm.to_bytes());
+        let qp = QpDbRec {
+            recv_counter: r.bits(16) as u16,
+            send_counter: r.bits(16) as u16,
+        };
+        qp.encode(&mut b8);
+        let recv = doorbell::counter_word(qp.recv_counter);
+        let send = doorbell::counter_word(qp.send_counter);
+        assert_eq!(b8[QP_DBR_RECV_OFFSET..QP_DBR_RECV_OFFSET + 4], recv);
+        assert_eq!(b8[QP_DBR_SEND_OFFSET..QP_DBR_SEND_OFFSET + 4], send);
     }
 }

@@ -87,9 +87,7 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
-use mlx5_prm::doorbell::{
-    CQ_DBR_ARM_OFFSET, CQ_DBR_SET_CI_OFFSET, QP_DBR_RECV_OFFSET, QP_DBR_SEND_OFFSET,
-};
+use mlx5_prm::doorbell::{CqDbRec, QpDbRec, CQ_DBR_SIZE, QP_DBR_SIZE};
 use mlx5_prm::ring;
 use mlx5_prm::wqe::{CtrlSeg, WQEBB_SIZE};
 
@@ -201,10 +199,27 @@ impl NullHca {
     }
 }
 
-fn be32(r: &DmaRegion, offset: usize) -> u32 {
-    let mut b = [0u8; 4];
-    // The regions are the 8-byte doorbell records; the offsets are 0 or 4.
-    r.read(offset, &mut b).map_or(0, |()| u32::from_be_bytes(b))
+/// The QP doorbell record in `r` as the device reads it (whole words),
+/// decoded; zero counters if it cannot be read or holds reserved bits
+/// (which the provider never writes).
+fn qp_record(r: &DmaRegion) -> QpDbRec {
+    let mut b = [0u8; QP_DBR_SIZE];
+    r.read_u32s(0, &mut b)
+        .ok()
+        .and_then(|()| QpDbRec::decode(&b).ok())
+        .unwrap_or(QpDbRec {
+            recv_counter: 0,
+            send_counter: 0,
+        })
+}
+
+/// The CQ doorbell record in `r` as the device reads it (whole words),
+/// decoded; `None` if it cannot be read or holds reserved bits (which the
+/// provider never writes).
+fn cq_record(r: &DmaRegion) -> Option<CqDbRec> {
+    let mut b = [0u8; CQ_DBR_SIZE];
+    r.read_u32s(0, &mut b).ok()?;
+    CqDbRec::decode(&b).ok()
 }
 
 /// The device's side of a CQ: see [`NullHca::cq_ring`].
@@ -229,12 +244,13 @@ impl CqRing {
     /// The SET_CI word of the doorbell record: how far software has
     /// consumed (24 bits).
     pub fn set_ci(&self) -> u32 {
-        be32(&self.dbr, CQ_DBR_SET_CI_OFFSET)
+        cq_record(&self.dbr).map_or(0, |r| r.set_ci)
     }
 
-    /// The ARM word of the doorbell record, as a host integer.
+    /// The ARM word of the doorbell record, as a host integer (0 if the
+    /// record holds reserved bits).
     pub fn arm_word(&self) -> u32 {
-        be32(&self.dbr, CQ_DBR_ARM_OFFSET)
+        cq_record(&self.dbr).map_or(0, |r| r.arm.word())
     }
 
     /// Writes `cqe` as the CQE of producer index `index`: bytes 0..63
@@ -273,7 +289,7 @@ impl SendQueue {
     /// The send counter of the doorbell record: the WQEBB index up to
     /// which software has posted.
     pub fn producer(&self) -> u16 {
-        be32(&self.dbr, QP_DBR_SEND_OFFSET) as u16
+        qp_record(&self.dbr).send_counter
     }
 
     /// The control segment of the WQE whose first WQEBB has index
@@ -295,8 +311,7 @@ impl SendQueue {
     ///
     /// [`Error::Invalid`] if the control segment's DS count is 0.
     pub fn wqe(&self, wqe_index: u16) -> Result<PostedWqe> {
-        let ctrl = self.ctrl(wqe_index)?;
-        let ds = ctrl[7] & 0x3f;
+        let ds = CtrlSeg::ds_of(&self.ctrl(wqe_index)?);
         if ds == 0 {
             return Err(Error::Invalid("no WQE there"));
         }
@@ -316,7 +331,7 @@ pub struct RecvQueue {
 impl RecvQueue {
     /// The receive counter of the doorbell record: receive WQEs posted.
     pub fn producer(&self) -> u16 {
-        be32(&self.dbr, QP_DBR_RECV_OFFSET) as u16
+        qp_record(&self.dbr).recv_counter
     }
 }
 

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-use mlx5_prm::doorbell::{BFREGS_PER_UAR, BF_REG_SIZE, UAR_BF_OFFSET, UAR_PAGE_SIZE};
+use mlx5_prm::doorbell::{bf_reg_offset, BFREGS_PER_UAR, UAR_PAGE_SIZE};
 use rmlx5_abi::mmap::{self, Kind};
 use rmlx5_abi::uapi;
 
@@ -315,14 +315,9 @@ impl Context {
     /// Index of the BlueFlame register at `bf_offset` of a UAR page.
     pub(crate) fn bfreg_index(bf_offset: u32) -> Result<usize> {
         let off = usize::try_from(bf_offset).map_err(|_| Error::Invalid("bf offset"))?;
-        let rel = off
-            .checked_sub(UAR_BF_OFFSET)
-            .ok_or(Error::Invalid("bf offset"))?;
-        let i = rel / BF_REG_SIZE;
-        if !rel.is_multiple_of(BF_REG_SIZE) || i >= BFREGS_PER_UAR {
-            return Err(Error::Invalid("bf offset"));
-        }
-        Ok(i)
+        (0..BFREGS_PER_UAR)
+            .find(|&i| bf_reg_offset(i) == Ok(off))
+            .ok_or(Error::Invalid("bf offset"))
     }
 
     pub(crate) fn new_handle(&self) -> u64 {

@@ -8,9 +8,10 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
+use mlx5_prm::cqe::{Cqe64Words, OpOwn, CQE_SIZE, CQE_WORDS, OP_OWN_OFFSET};
 use mlx5_prm::doorbell::{
-    set_ci_word, ArmCmd, CqArm, CQ_DBR_ARM_OFFSET, CQ_DBR_SET_CI_OFFSET, UAR_CQ_DOORBELL_OFFSET,
+    set_ci_word, ArmCmd, CqArm, UarCqDoorbell, CQ_DBR_ARM_OFFSET, CQ_DBR_SET_CI_OFFSET,
+    UAR_CQ_DOORBELL_OFFSET,
 };
 use mlx5_prm::opcode::CqeOpcode;
 use mlx5_prm::ring;
@@ -96,98 +97,6 @@ impl PollState {
             }
         }
     }
-}
-
-/// The words 2 to 7 (bytes 16 to 64) of a CQE, big-endian, and the fields
-/// of `mlx5_prm::cqe::Cqe64` and `ErrCqe` the poller reports, taken from
-/// them in registers: the values their `decode` gives (the tests hold them
-/// to it), without first copying the entry out and decoding every field.
-struct CqeWords {
-    w2: u64,
-    w3: u64,
-    w4: u64,
-    w5: u64,
-    w7: u64,
-}
-
-impl CqeWords {
-    /// The CQE whose first word is word `base` of `ring` (after the owner
-    /// check and its acquire fence).
-    fn read(ring: &WordRing, base: usize) -> CqeWords {
-        let w = |k: usize| u64::from_be_bytes(ring.load(base + k));
-        CqeWords {
-            w2: w(2),
-            w3: w(3),
-            w4: w(4),
-            w5: w(5),
-            w7: w(7),
-        }
-    }
-
-    /// `ml_path` (byte 17).
-    fn ml_path(&self) -> u8 {
-        (self.w2 >> 48) as u8
-    }
-
-    /// `slid` (bytes 22, 23).
-    fn slid(&self) -> u16 {
-        self.w2 as u16
-    }
-
-    /// `flags_rqpn` (bytes 24 to 27).
-    fn flags_rqpn(&self) -> u32 {
-        (self.w3 >> 32) as u32
-    }
-
-    fn grh(&self) -> u8 {
-        ((self.flags_rqpn() >> 28) & 0x3) as u8
-    }
-
-    fn sl(&self) -> u8 {
-        ((self.flags_rqpn() >> 24) & 0xf) as u8
-    }
-
-    fn src_qpn(&self) -> u32 {
-        self.flags_rqpn() & 0xff_ffff
-    }
-
-    /// `imm_inval_pkey` (bytes 36 to 39).
-    fn imm_inval_rkey(&self) -> u32 {
-        self.w4 as u32
-    }
-
-    /// `byte_cnt` (bytes 44 to 47).
-    fn byte_cnt(&self) -> u32 {
-        self.w5 as u32
-    }
-
-    /// `sop_drop_qpn` / `s_wqe_opcode_qpn` bits 31:24 (byte 56).
-    fn send_opcode(&self) -> u8 {
-        (self.w7 >> 56) as u8
-    }
-
-    /// The QPN (bytes 57 to 59).
-    fn qpn(&self) -> u32 {
-        (self.w7 >> 32) as u32 & 0xff_ffff
-    }
-
-    /// `wqe_counter` (bytes 60, 61).
-    fn wqe_counter(&self) -> u16 {
-        (self.w7 >> 16) as u16
-    }
-}
-
-/// Of an error CQE (`mlx5_err_cqe`), word 6: `vendor_err_synd` (byte 54)
-/// and `syndrome` (byte 55).
-fn err_syndromes(ring: &WordRing, base: usize) -> (u8, u8) {
-    let w6 = u64::from_be_bytes(ring.load(base + 6));
-    ((w6 >> 8) as u8, w6 as u8)
-}
-
-/// The 8 bytes of the UAR CQ doorbell for the ARM word `arm` of CQ `cqn`
-/// (what `UarCqDoorbell::encode` writes).
-fn uar_cq_doorbell(arm: u32, cqn: u32) -> [u8; 8] {
-    (u64::from(arm) << 32 | u64::from(cqn & ring::CI_MASK)).to_be_bytes()
 }
 
 #[derive(Debug, Default)]
@@ -494,8 +403,11 @@ impl CqInner {
             }
             // The body is read only after the owner check (udma_from_device_barrier).
             fence(Ordering::Acquire);
-            let base = idx * (CQE_SIZE / 8);
-            let c = CqeWords::read(&self.words, base);
+            // The words of the success layout, loaded before the opcode is
+            // looked at; an error CQE (rare) adds the one more word its
+            // layout needs in `parse`.
+            let base = idx * CQE_WORDS;
+            let c = Cqe64Words::load(|k| self.words.load(base + k));
             p.ci = ci.wrapping_add(1);
             match self.parse(p, &c, base, op_own) {
                 Ok(wc) => {
@@ -512,7 +424,8 @@ impl CqInner {
             // Publish the consumer index after the CQEs were read, then
             // free their queue slots.
             fence(Ordering::Release);
-            self.dbr.write(CQ_DBR_SET_CI_OFFSET, &set_ci_word(p.ci))?;
+            self.dbr
+                .store_u32(CQ_DBR_SET_CI_OFFSET, set_ci_word(p.ci))?;
             p.retire_all();
         }
         result.map(|()| n)
@@ -540,12 +453,13 @@ impl CqInner {
         Ok(())
     }
 
-    /// The completion of the CQE `c` (word `base` of the ring) whose
-    /// `op_own` is `op_own`.
-    fn parse(&self, p: &mut PollState, c: &CqeWords, base: usize, op_own: u8) -> Result<Wc> {
-        let opcode = CqeOpcode::try_from(op_own >> 4).map_err(|_| Error::Invalid("CQE opcode"))?;
+    /// The completion of the CQE at word `base` of the ring, read as `c`
+    /// (the success layout's words), whose `op_own` is `op_own` (owned by
+    /// software, after the read barrier).
+    fn parse(&self, p: &mut PollState, c: &Cqe64Words, base: usize, op_own: u8) -> Result<Wc> {
+        let opcode = OpOwn::opcode_of(op_own).map_err(|_| Error::Invalid("CQE opcode"))?;
         if opcode.is_error() {
-            let (vendor_syndrome, syndrome) = err_syndromes(&self.words, base);
+            let c = c.err_words(|k| self.words.load(base + k));
             let (qpn, counter) = (c.qpn(), c.wqe_counter());
             let requester = opcode == CqeOpcode::ReqErr;
             let qp = self.qp(p, qpn)?;
@@ -562,13 +476,13 @@ impl CqInner {
             }
             return Ok(Wc {
                 wr_id,
-                status: WcStatus::from_syndrome(syndrome),
+                status: WcStatus::from_syndrome(c.syndrome()),
                 opcode: if requester {
                     WcOpcode::from_send(c.send_opcode())
                 } else {
                     WcOpcode::Recv
                 },
-                vendor_err: u32::from(vendor_syndrome),
+                vendor_err: u32::from(c.vendor_syndrome()),
                 byte_len: 0,
                 imm_data: 0,
                 qp_num: qpn,
@@ -578,8 +492,7 @@ impl CqInner {
         }
         let (qpn, counter) = (c.qpn(), c.wqe_counter());
         let qp = self.qp(p, qpn)?;
-        // The solicited-event bit of op_own.
-        let mut flags = if op_own & 0x2 != 0 {
+        let mut flags = if OpOwn::solicited_of(op_own) {
             WcFlags::SOLICITED.0
         } else {
             0
@@ -623,7 +536,7 @@ impl CqInner {
             src_qp: c.src_qpn(),
             slid: c.slid(),
             sl: c.sl(),
-            dlid_path_bits: c.ml_path() & 0x7f,
+            dlid_path_bits: c.dlid_path_bits(),
             flags: WcFlags(flags),
         })
     }
@@ -631,7 +544,8 @@ impl CqInner {
     fn arm(&self, solicited_only: bool) -> Result<()> {
         let p = lock(&self.poll);
         let arm = CqArm {
-            sn: u8::try_from(self.arm_sn.load(Ordering::Relaxed) & 3).unwrap_or(0),
+            // Truncated: the ARM word keeps the low bits of the count.
+            sn: self.arm_sn.load(Ordering::Relaxed) as u8,
             cmd: if solicited_only {
                 ArmCmd::Solicited
             } else {
@@ -639,12 +553,8 @@ impl CqInner {
             },
             ci: ring::ci24(p.ci),
         };
-        // `CqArm::encode` and `UarCqDoorbell::encode`, built in registers
-        // (the tests hold them to it): no round trip through a buffer
-        // written in 4-byte pieces and read back as one word.
-        let word = arm.word();
-        self.dbr.write(CQ_DBR_ARM_OFFSET, &word.to_be_bytes())?;
-        let db = uar_cq_doorbell(word, self.cqn);
+        self.dbr.store_u32(CQ_DBR_ARM_OFFSET, arm.to_bytes())?;
+        let db = UarCqDoorbell { arm, cqn: self.cqn }.to_bytes();
         let inner = &self.ctx.inner;
         if !self.needs_kick && cfg!(target_pointer_width = "64") {
             // One 64-bit store names the CQ by itself: no lock (rdma-core
@@ -681,73 +591,6 @@ impl Drop for CqInner {
             // The last handle went without `destroy`: destroy without
             // waiting (nobody is left to acknowledge events).
             let _ = self.ctx.backend().command(Cmd::DestroyCq(&mut d));
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::dma::HeapPages;
-    use mlx5_prm::cqe::{Cqe64, ErrCqe};
-    use mlx5_prm::doorbell::UarCqDoorbell;
-
-    #[test]
-    fn cqe_words_match_the_prm_decoders() {
-        let (_p, r) = HeapPages::alloc(4 * CQE_SIZE).unwrap();
-        let ring = WordRing::new(r.slice(0, 4 * CQE_SIZE).unwrap()).unwrap();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for i in 0..2000 {
-            let mut b = [0u8; CQE_SIZE];
-            for w in b.as_chunks_mut::<8>().0 {
-                *w = next().to_ne_bytes();
-            }
-            // A known opcode: success (0x0, 0x1, 0x2, 0x4) or error (0xd, 0xe).
-            b[OP_OWN_OFFSET] = [0x0, 0x1, 0x2, 0x4, 0xd, 0xe][i % 6] << 4 | (b[63] & 0xf);
-            let slot = i % 4;
-            r.write(slot * CQE_SIZE, &b).unwrap();
-            let base = slot * (CQE_SIZE / 8);
-            let c = CqeWords::read(&ring, base);
-            let d = Cqe64::decode(&b).unwrap();
-            assert_eq!(c.ml_path(), d.ml_path);
-            assert_eq!(c.slid(), d.slid);
-            assert_eq!(c.grh(), d.grh);
-            assert_eq!(c.sl(), d.sl);
-            assert_eq!(c.src_qpn(), d.src_qpn);
-            assert_eq!(c.imm_inval_rkey(), d.imm_inval_rkey);
-            assert_eq!(c.byte_cnt(), d.byte_cnt);
-            assert_eq!(c.send_opcode(), d.send_opcode);
-            assert_eq!(c.qpn(), d.qpn);
-            assert_eq!(c.wqe_counter(), d.wqe_counter);
-            assert_eq!(b[OP_OWN_OFFSET] & 0x2 != 0, d.op_own.solicited);
-            let e = ErrCqe::decode(&b).unwrap();
-            assert_eq!(err_syndromes(&ring, base), (e.vendor_syndrome, e.syndrome));
-            assert_eq!(c.send_opcode(), e.send_opcode);
-            assert_eq!(c.qpn(), e.qpn);
-            assert_eq!(c.wqe_counter(), e.wqe_counter);
-        }
-    }
-
-    #[test]
-    fn arm_words_match_the_prm_encoders() {
-        for (sn, cmd, ci, cqn) in [
-            (0, ArmCmd::Next, 0, 1),
-            (3, ArmCmd::Solicited, 0x0123_4567, 0x00ab_cdef),
-            (1, ArmCmd::Next, u32::MAX, u32::MAX),
-        ] {
-            let arm = CqArm { sn, cmd, ci };
-            let mut word = [0u8; 4];
-            arm.encode(&mut word);
-            assert_eq!(arm.word().to_be_bytes(), word);
-            let mut db = [0u8; 8];
-            UarCqDoorbell { arm, cqn }.encode(&mut db);
-            assert_eq!(uar_cq_doorbell(arm.word(), cqn), db);
         }
     }
 }

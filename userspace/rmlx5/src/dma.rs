@@ -16,13 +16,21 @@
 //! queue protocol orders every device access to the same bytes before or
 //! after them (see their documentation), so bytes and words never race.
 //!
+//! Doorbell records are the exception to that ordering: the device reads
+//! them whenever it likes (the kernel's software HCA with one aligned 64-bit
+//! load of the 8-byte record, a ConnectX the 32-bit word), so each of their
+//! words is only ever stored whole, with one aligned 32-bit atomic store
+//! ([`DmaRegion::store_u32`]), and read whole in-process
+//! ([`DmaRegion::read_u32s`]): a reader never sees a counter half updated
+//! (0x00ff to 0x0100 read as 0x01ff), and sizes never mix.
+//!
 //! [`mmio_wc_start`] and [`mmio_flush_writes`] are the barriers around
 //! stores to a BlueFlame register.
 
 use std::alloc::Layout;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -114,15 +122,6 @@ impl DmaRegion {
         Ok(())
     }
 
-    /// Stores `len` zero bytes at `offset`.
-    pub(crate) fn zero(&self, offset: usize, len: usize) -> Result<()> {
-        self.check(offset, len)?;
-        for i in 0..len {
-            self.byte(offset + i).store(0, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-
     /// Fills `out` from `offset` (acquire loads).
     pub(crate) fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
@@ -136,6 +135,75 @@ impl DmaRegion {
     pub(crate) fn load_u8(&self, offset: usize) -> Result<u8> {
         self.check(offset, 1)?;
         Ok(self.byte(offset).load(Ordering::Acquire))
+    }
+
+    /// Whether the 4 bytes at `offset` may be accessed as one aligned
+    /// 32-bit word: inside the region and 4-byte aligned in memory.
+    fn u32_ok(&self, offset: usize) -> bool {
+        self.check(offset, 4).is_ok()
+            && (self.ptr.as_ptr() as usize)
+                .wrapping_add(offset)
+                .is_multiple_of(4)
+    }
+
+    /// The aligned 32-bit word at `offset`, which the caller checked with
+    /// [`DmaRegion::u32_ok`]: a doorbell record word, accessed only whole
+    /// (see the [module documentation](self)).
+    fn word32(&self, offset: usize) -> &AtomicU32 {
+        debug_assert!(self.u32_ok(offset));
+        // SAFETY: the caller checked that `offset + 4 <= len`, so the word
+        // is inside the region, which is valid for reads and writes while
+        // `self` lives (type invariant), and that its address is a multiple
+        // of 4, the alignment of `AtomicU32`. The memory is only accessed
+        // atomically, and doorbell record words, the only memory accessed
+        // through this, are accessed by every party that may run
+        // concurrently as whole 32-bit atomics (`store_u32`, `read_u32s`);
+        // the byte accesses of a backend (zeroing a fresh record) are
+        // ordered before or after by the backend's locks, so sizes never
+        // mix without synchronization.
+        unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast::<u32>()) }
+    }
+
+    /// Stores `bytes` (already in device byte order) at `offset` with one
+    /// aligned 32-bit release store: a doorbell record word (a QP's receive
+    /// or send counter, a CQ's SET_CI or ARM word), which the device may
+    /// read at any time and must never see half written. Release: the
+    /// device, or another thread, sees it after anything this thread wrote
+    /// before (the fast path also issues the fence rdma-core does first).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] if the word is outside the region or not 4-byte
+    /// aligned in memory (nothing is stored).
+    pub(crate) fn store_u32(&self, offset: usize, bytes: [u8; 4]) -> Result<()> {
+        if !self.u32_ok(offset) {
+            self.check(offset, 4)?;
+            return Err(Error::Invalid("misaligned doorbell record"));
+        }
+        self.word32(offset)
+            .store(u32::from_ne_bytes(bytes), Ordering::Release);
+        Ok(())
+    }
+
+    /// Fills `out` from `offset` as [`DmaRegion::read`] does (acquire
+    /// loads), but with one aligned 32-bit load for each whole aligned word
+    /// of the range (bytes only where it is not): for reading doorbell
+    /// records, whose words [`DmaRegion::store_u32`] stores whole.
+    pub(crate) fn read_u32s(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        let mut i = 0;
+        while i < out.len() {
+            let at = offset + i;
+            if out.len() - i >= 4 && self.u32_ok(at) {
+                let w = self.word32(at).load(Ordering::Acquire).to_ne_bytes();
+                out[i..i + 4].copy_from_slice(&w);
+                i += 4;
+            } else {
+                out[i] = self.byte(at).load(Ordering::Acquire);
+                i += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Whether `offset..offset + len` may be accessed as whole aligned
@@ -413,6 +481,69 @@ mod tests {
         let s = r.slice(8, 8).unwrap();
         assert_eq!(s.load_u8(0).unwrap(), 9);
         assert!(r.slice(PAGE_SIZE, 1).is_err());
+    }
+
+    #[test]
+    fn doorbell_record_words() {
+        use mlx5_prm::doorbell::{
+            counter_word, set_ci_word, CQ_DBR_ARM_OFFSET, CQ_DBR_SET_CI_OFFSET, QP_DBR_RECV_OFFSET,
+            QP_DBR_SEND_OFFSET,
+        };
+        let (_p, r) = HeapPages::alloc(64).unwrap();
+        r.write(0, &[0xee; 16]).unwrap();
+        // A QP record: receive counter in word 0, send counter in word 1,
+        // each big-endian; nothing else touched.
+        r.store_u32(QP_DBR_RECV_OFFSET, counter_word(0x0100))
+            .unwrap();
+        r.store_u32(QP_DBR_SEND_OFFSET, counter_word(0xabcd))
+            .unwrap();
+        let mut b = [0u8; 12];
+        r.read(0, &mut b).unwrap();
+        assert_eq!(b, [0, 0, 1, 0, 0, 0, 0xab, 0xcd, 0xee, 0xee, 0xee, 0xee]);
+        // A CQ record: SET_CI in word 0, ARM in word 1.
+        r.store_u32(CQ_DBR_SET_CI_OFFSET, set_ci_word(0x0112_3456))
+            .unwrap();
+        r.store_u32(CQ_DBR_ARM_OFFSET, [0x31, 2, 3, 4]).unwrap();
+        let mut rec = [0u8; 8];
+        r.read_u32s(0, &mut rec).unwrap();
+        assert_eq!(rec, [0, 0x12, 0x34, 0x56, 0x31, 2, 3, 4]);
+        // Misaligned or outside: refused, nothing stored.
+        assert!(r.store_u32(2, [9; 4]).is_err());
+        assert!(r.store_u32(PAGE_SIZE - 2, [9; 4]).is_err());
+        assert!(r.store_u32(PAGE_SIZE, [9; 4]).is_err());
+        r.read(0, &mut rec).unwrap();
+        assert_eq!(rec, [0, 0x12, 0x34, 0x56, 0x31, 2, 3, 4]);
+        // read_u32s takes bytes where words do not fit.
+        let mut odd = [0u8; 7];
+        r.read_u32s(1, &mut odd).unwrap();
+        assert_eq!(odd, [0x12, 0x34, 0x56, 0x31, 2, 3, 4]);
+        assert!(r.read_u32s(PAGE_SIZE - 2, &mut odd).is_err());
+        // A sub-region 2 bytes off alignment cannot hold a record.
+        let s = r.slice(2, 16).unwrap();
+        assert!(s.store_u32(0, [9; 4]).is_err());
+    }
+
+    #[test]
+    fn a_concurrent_reader_never_sees_half_a_counter() {
+        use mlx5_prm::doorbell::{counter_word, QpDbRec, QP_DBR_SEND_OFFSET};
+        let (_p, r) = HeapPages::alloc(64).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // The counter steps across byte boundaries (0x00ff, 0x0100).
+                for i in 0..200_000u32 {
+                    let c = if i % 2 == 0 { 0x00ff } else { 0x0100 };
+                    r.store_u32(QP_DBR_SEND_OFFSET, counter_word(c)).unwrap();
+                }
+                done.store(true, Ordering::Release);
+            });
+            while !done.load(Ordering::Acquire) {
+                let mut rec = [0u8; 8];
+                r.read_u32s(0, &mut rec).unwrap();
+                let send = QpDbRec::decode(&rec).unwrap().send_counter;
+                assert!(matches!(send, 0 | 0x00ff | 0x0100), "torn {:#x}", send);
+            }
+        });
     }
 
     #[test]

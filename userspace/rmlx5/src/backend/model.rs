@@ -97,18 +97,38 @@ impl HcaSet for Hcas {
     }
 }
 
+/// A region the model may reach.
+#[derive(Debug)]
+struct Registered {
+    region: DmaRegion,
+    /// It holds doorbell records, which the provider stores a whole 32-bit
+    /// word at a time, concurrently with the model's reads: read them in
+    /// whole words too.
+    records: bool,
+}
+
 /// Process memory as the model's DMA space: only registered regions.
 #[derive(Debug, Default)]
 pub(crate) struct ProcMem {
-    regions: BTreeMap<u64, DmaRegion>,
+    regions: BTreeMap<u64, Registered>,
     irqs: Vec<Interrupt>,
 }
 
 impl ProcMem {
     /// Makes `region` reachable by the model.
     pub(crate) fn add(&mut self, region: &DmaRegion) -> Result<()> {
+        self.register(region, false)
+    }
+
+    /// Makes `region`, a page of doorbell records, reachable by the model.
+    pub(crate) fn add_records(&mut self, region: &DmaRegion) -> Result<()> {
+        self.register(region, true)
+    }
+
+    fn register(&mut self, region: &DmaRegion, records: bool) -> Result<()> {
         let r = region.slice(0, region.len())?;
-        self.regions.insert(region.addr(), r);
+        self.regions
+            .insert(region.addr(), Registered { region: r, records });
         Ok(())
     }
 
@@ -117,11 +137,11 @@ impl ProcMem {
         self.regions.remove(&addr);
     }
 
-    fn find(&self, addr: u64, len: usize) -> core::result::Result<(&DmaRegion, usize), DmaFault> {
+    fn find(&self, addr: u64, len: usize) -> core::result::Result<(&Registered, usize), DmaFault> {
         let (start, r) = self.regions.range(..=addr).next_back().ok_or(DmaFault)?;
         let off = usize::try_from(addr - start).map_err(|_| DmaFault)?;
         match off.checked_add(len) {
-            Some(end) if end <= r.len() => Ok((r, off)),
+            Some(end) if end <= r.region.len() => Ok((r, off)),
             _ => Err(DmaFault),
         }
     }
@@ -130,12 +150,18 @@ impl ProcMem {
 impl DmaMemory for ProcMem {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> core::result::Result<(), DmaFault> {
         let (r, off) = self.find(addr, buf.len())?;
-        r.read(off, buf).map_err(|_| DmaFault)
+        let read = if r.records {
+            // Never half a counter the provider is storing.
+            r.region.read_u32s(off, buf)
+        } else {
+            r.region.read(off, buf)
+        };
+        read.map_err(|_| DmaFault)
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> core::result::Result<(), DmaFault> {
         let (r, off) = self.find(addr, data.len())?;
-        r.write(off, data).map_err(|_| DmaFault)
+        r.region.write(off, data).map_err(|_| DmaFault)
     }
 }
 

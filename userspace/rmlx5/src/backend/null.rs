@@ -17,7 +17,10 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
-use mlx5_prm::doorbell::{bf_reg_offset, BFREGS_PER_UAR, BF_BUF_SIZE, BF_REG_SIZE, UAR_PAGE_SIZE};
+use mlx5_prm::doorbell::{
+    bf_reg_offset, BFREGS_PER_UAR, BF_BUF_SIZE, BF_REG_SIZE, QP_DBR_RECV_OFFSET,
+    QP_DBR_SEND_OFFSET, UAR_PAGE_SIZE,
+};
 use mlx5_prm::ring::CQE_INIT_OP_OWN;
 use mlx5_prm::wqe::{
     inline_seg_size, CtrlSeg, DataSeg, MaskedAtomicSeg, RaddrSeg, MAX_WQE_SIZE, WQEBB_SHIFT,
@@ -258,8 +261,10 @@ fn modify_qp(st: &mut NullState, a: &uapi::ModifyQp) -> Result<()> {
         return Err(einval());
     }
     if a.qp_state == uapi::QPS_RESET {
-        // As the kernel: a QP back in RESET has a zeroed doorbell record.
-        qp.dbr.zero(0, 8)?;
+        // As the kernel: a QP back in RESET has a zeroed doorbell record
+        // (word by word, as the provider stores it).
+        qp.dbr.store_u32(QP_DBR_RECV_OFFSET, [0; 4])?;
+        qp.dbr.store_u32(QP_DBR_SEND_OFFSET, [0; 4])?;
     }
     qp.state = a.qp_state;
     qp.caps.path_mtu = a.path_mtu;

@@ -7,10 +7,10 @@
 use std::sync::atomic::{fence, Ordering};
 
 use mlx5_prm::doorbell::{counter_word, QP_DBR_RECV_OFFSET};
+use mlx5_prm::recv::recv_wqe_words;
 use mlx5_prm::wqe::DataSeg;
 use rmlx5_abi::uapi;
 
-use super::send::data_words;
 use super::Qp;
 use crate::backend::Cmd;
 use crate::context::lock;
@@ -22,30 +22,24 @@ use crate::wr::RecvWr;
 const MAX_STRIDE: usize = 1024;
 
 /// Writes the receive WQE of `wr` into the `stride` bytes at `offset` of
-/// the RQ, segment by segment in 64-bit words (what
-/// `mlx5_prm::recv::write_recv_wqe` lays out, without assembling it in a
-/// buffer first): the scatter entries with zero-length
-/// ones left out, then the terminator if the stride has room for it. The
-/// bytes after the terminator are left as they were (the device stops
-/// there).
+/// the RQ, entry by entry in 64-bit words as `mlx5_prm::recv` lays it out
+/// (without assembling it in a buffer first): the scatter entries with
+/// zero-length ones left out, then the terminator if the stride has room
+/// for it. The bytes after the terminator are left as they were (the
+/// device stops there).
 fn write_wqe(rq: &DmaRegion, offset: usize, stride: usize, wr: &RecvWr<'_>) -> Result<()> {
-    let capacity = stride / DataSeg::SIZE;
-    let segs = wr.sg_list.iter().filter(|s| s.length != 0);
-    if segs.clone().count() > capacity {
-        return Err(Error::Invalid("receive WQE"));
-    }
-    let mut at = offset;
-    for s in segs {
-        let seg = data_words(&DataSeg {
+    let segs = wr
+        .sg_list
+        .iter()
+        .filter(|s| s.length != 0)
+        .map(|s| DataSeg {
             byte_count: s.length,
             lkey: s.lkey,
             addr: s.addr,
         });
-        rq.write_words(at, seg.as_flattened())?;
-        at += DataSeg::SIZE;
-    }
-    if at < offset + capacity * DataSeg::SIZE {
-        rq.write_words(at, data_words(&DataSeg::TERMINATOR).as_flattened())?;
+    let entries = recv_wqe_words(segs, stride).map_err(|_| Error::Invalid("receive WQE"))?;
+    for (at, words) in entries {
+        rq.write_words(offset + at, words.as_flattened())?;
     }
     Ok(())
 }
@@ -98,7 +92,7 @@ impl Qp {
             fence(Ordering::Release);
             let r = q
                 .dbr
-                .write(QP_DBR_RECV_OFFSET, &counter_word(rq.head))
+                .store_u32(QP_DBR_RECV_OFFSET, counter_word(rq.head))
                 .and_then(|()| {
                     if q.needs_kick && q.shared.in_error.load(Ordering::Relaxed) {
                         let backend = q.pd.ctx.backend();

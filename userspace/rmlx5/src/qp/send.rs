@@ -2,20 +2,19 @@
 
 //! Posting send work requests: each WR is checked and sized first, then
 //! its segments are stored straight into the SQ ring in 64-bit words
-//! (wrapping at its end), laid out as the `mlx5-prm` encoders lay them out
-//! (the common segments built in registers and held to the encoders by the
-//! tests, atomics through the encoders); then the mlx5 doorbell sequence
-//! (a BlueFlame copy of a single small WQE, read back from the SQ) and, on
-//! the software HCA, one kick.
+//! (wrapping at its end), as the `mlx5-prm` word forms build them
+//! (`to_words`, `InlineHeader::words`, in registers); then the mlx5
+//! doorbell sequence (a BlueFlame copy of a single small WQE, read back
+//! from the SQ) and, on the software HCA, one kick.
 
 use std::sync::atomic::{fence, Ordering};
 
-use mlx5_prm::doorbell::{counter_word, send_doorbell, QP_DBR_SEND_OFFSET};
+use mlx5_prm::doorbell::{counter_word, send_doorbell_words, QP_DBR_SEND_OFFSET};
 use mlx5_prm::opcode::SendOpcode;
 use mlx5_prm::ring;
 use mlx5_prm::wqe::{
-    inline_seg_size, AtomicSeg, CtrlSeg, DataSeg, MaskedAtomicSeg, RaddrSeg, CE_CQ_UPDATE,
-    CE_ERROR_ONLY, FENCE_MODE_NONE, FENCE_MODE_SMALL_AND_FENCE, INLINE_SEG, MAX_WQE_SIZE,
+    inline_seg_size, AtomicSeg, CtrlSeg, DataSeg, InlineHeader, MaskedAtomicSeg, RaddrSeg,
+    CE_CQ_UPDATE, CE_ERROR_ONLY, FENCE_MODE_NONE, FENCE_MODE_SMALL_AND_FENCE, MAX_WQE_SIZE,
     WQEBB_SIZE,
 };
 use rmlx5_abi::uapi;
@@ -47,76 +46,6 @@ struct Plan {
     bbs: u16,
 }
 
-/// Two big-endian 32-bit fields as one word.
-fn be_pair(hi: u32, lo: u32) -> [u8; 8] {
-    (u64::from(hi) << 32 | u64::from(lo)).to_be_bytes()
-}
-
-// The segments of the common WQEs as the 64-bit words the SQ receives:
-// the same bytes as their `mlx5-prm` encoders write (the tests below hold
-// them to it), but built in registers. An encoder is an out-of-line call
-// writing a buffer in 1- to 8-byte pieces; reading that buffer back as
-// whole words stalls on store forwarding, several nanoseconds a segment.
-
-/// [`CtrlSeg::encode`] as two words.
-fn ctrl_words(c: &CtrlSeg) -> [[u8; 8]; 2] {
-    let opmod_idx_opcode =
-        u32::from(c.opmod) << 24 | u32::from(c.wqe_index) << 8 | u32::from(u8::from(c.opcode));
-    let qpn_ds = (c.qpn & 0xff_ffff) << 8 | u32::from(c.ds & 0x3f);
-    let fm_ce_se = (c.fence_mode & 0x7) << 5 | (c.ce & 0x3) << 2 | u8::from(c.solicited) << 1;
-    // Bytes 8 to 11: signature, two reserved bytes, fm_ce_se.
-    let sig_fm_ce_se = u32::from(c.signature) << 24 | u32::from(fm_ce_se);
-    [
-        be_pair(opmod_idx_opcode, qpn_ds),
-        be_pair(sig_fm_ce_se, c.imm),
-    ]
-}
-
-/// [`RaddrSeg::encode`] as two words.
-fn raddr_words(r: &RaddrSeg) -> [[u8; 8]; 2] {
-    [r.raddr.to_be_bytes(), be_pair(r.rkey, 0)]
-}
-
-/// [`DataSeg::encode`] as two words (also the receive WQE's entries).
-pub(super) fn data_words(d: &DataSeg) -> [[u8; 8]; 2] {
-    [be_pair(d.byte_count, d.lkey), d.addr.to_be_bytes()]
-}
-
-/// The first word of an inline data segment: the header
-/// ([`mlx5_prm::wqe::InlineHeader::encode`] of `len`), then the first (up
-/// to) 4 bytes of the payload.
-fn inline_first_word(len: u32, data: &[u8]) -> [u8; 8] {
-    let header = (len & !INLINE_SEG) | INLINE_SEG;
-    let head = match data.first_chunk::<4>() {
-        Some(h) => u32::from_be_bytes(*h),
-        // Fewer than 4 bytes: they go first, zeros after.
-        None => data
-            .iter()
-            .enumerate()
-            .fold(0, |v, (i, b)| v | u32::from(*b) << (24 - 8 * i)),
-    };
-    be_pair(header, head)
-}
-
-/// The last `k` (1 to 7) bytes of `data` as the start of a word, then
-/// zeros.
-fn tail_word(data: &[u8], k: usize) -> [u8; 8] {
-    let start = data.len().saturating_sub(8);
-    if let Some(last8) = data.get(start..).and_then(|s| s.first_chunk::<8>()) {
-        // One (unaligned) load of the last 8 bytes, shifted down.
-        let shift = 8 * 8usize.saturating_sub(k);
-        return u64::from_le_bytes(*last8)
-            .checked_shr(shift as u32)
-            .unwrap_or(0)
-            .to_le_bytes();
-    }
-    let mut w = [0u8; 8];
-    for (d, s) in w.iter_mut().zip(&data[data.len().saturating_sub(k)..]) {
-        *d = *s;
-    }
-    w
-}
-
 /// Stores the segments of one WQE into the SQ ring, word after word.
 struct WqeWriter<'a> {
     ring: &'a WordRing,
@@ -125,30 +54,24 @@ struct WqeWriter<'a> {
 }
 
 impl WqeWriter<'_> {
-    /// One encoded segment (a multiple of 8 bytes).
-    fn put<const N: usize>(&mut self, seg: &[u8; N]) {
-        let words = seg.as_chunks::<8>().0;
-        self.ring.store_words(self.word, words);
-        self.word += words.len();
-    }
-
     /// A segment as words.
     fn put_words<const N: usize>(&mut self, words: [[u8; 8]; N]) {
         self.ring.store_words(self.word, &words);
         self.word += N;
     }
 
-    /// An inline data segment (`mlx5_wqe_inl_data_seg`): the header, the
-    /// payload, zeros up to the next 16-byte boundary.
+    /// An inline data segment (`mlx5_wqe_inl_data_seg`) with `header` and
+    /// the payload `data`, as [`InlineHeader::words`] lays it out: its
+    /// words, then zero words to its end.
     #[inline(always)]
-    fn inline(&mut self, len: u32, data: &[u8]) {
-        let end = self.word + inline_seg_size(data.len()) / 8;
-        self.put_words([inline_first_word(len, data)]);
-        let (words, tail) = data.get(4..).unwrap_or(&[]).as_chunks::<8>();
-        self.ring.store_words(self.word, words);
-        self.word += words.len();
-        if !tail.is_empty() {
-            self.put_words([tail_word(data, tail.len())]);
+    fn inline(&mut self, header: InlineHeader, data: &[u8]) {
+        let seg = header.words(data);
+        let end = self.word + seg.words;
+        self.put_words([seg.first]);
+        self.ring.store_words(self.word, seg.middle);
+        self.word += seg.middle.len();
+        if let Some(last) = seg.last {
+            self.put_words([last]);
         }
         self.zero_to(end);
     }
@@ -258,76 +181,79 @@ impl QpInner {
             word: base + CtrlSeg::SIZE / 8,
         };
         if let Some(r) = p.remote {
-            w.put_words(raddr_words(&RaddrSeg {
-                raddr: r.addr,
-                rkey: r.rkey,
-            }));
+            w.put_words(
+                RaddrSeg {
+                    raddr: r.addr,
+                    rkey: r.rkey,
+                }
+                .to_words(),
+            );
         }
         match wr.op {
             _ if !p.atomic => {}
-            SendOp::CompSwap { compare, swap, .. } => {
-                let mut seg = [0u8; AtomicSeg::SIZE];
+            SendOp::CompSwap { compare, swap, .. } => w.put_words(
                 AtomicSeg {
                     swap_add: swap,
                     compare,
                 }
-                .encode(&mut seg);
-                w.put(&seg);
-            }
-            SendOp::FetchAdd { add, .. } => {
-                let mut seg = [0u8; AtomicSeg::SIZE];
+                .to_words(),
+            ),
+            SendOp::FetchAdd { add, .. } => w.put_words(
                 AtomicSeg {
                     swap_add: add,
                     compare: 0,
                 }
-                .encode(&mut seg);
-                w.put(&seg);
-            }
+                .to_words(),
+            ),
             SendOp::MaskedCompSwap {
                 compare,
                 compare_mask,
                 swap,
                 swap_mask,
                 ..
-            } => {
-                let mut seg = [0u8; MaskedAtomicSeg::SIZE];
+            } => w.put_words(
                 MaskedAtomicSeg {
                     swap_add: swap,
                     compare,
                     swap_add_mask: swap_mask,
                     compare_mask,
                 }
-                .encode(&mut seg);
-                w.put(&seg);
-            }
-            SendOp::MaskedFetchAdd { add, boundary, .. } => {
-                let mut seg = [0u8; MaskedAtomicSeg::SIZE];
+                .to_words(),
+            ),
+            SendOp::MaskedFetchAdd { add, boundary, .. } => w.put_words(
                 MaskedAtomicSeg {
                     swap_add: add,
                     compare: 0,
                     swap_add_mask: boundary,
                     compare_mask: 0,
                 }
-                .encode(&mut seg);
-                w.put(&seg);
-            }
+                .to_words(),
+            ),
             _ => {}
         }
         if let Some(data) = wr.inline {
-            w.inline(p.inline_len, data);
+            w.inline(
+                InlineHeader {
+                    byte_count: p.inline_len,
+                },
+                data,
+            );
         } else {
             for s in wr.sg_list.iter().filter(|s| s.length != 0) {
-                w.put_words(data_words(&DataSeg {
-                    byte_count: s.length,
-                    lkey: s.lkey,
-                    addr: s.addr,
-                }));
+                w.put_words(
+                    DataSeg {
+                        byte_count: s.length,
+                        lkey: s.lkey,
+                        addr: s.addr,
+                    }
+                    .to_words(),
+                );
             }
         }
         // Whole WQEBBs go to the SQ (and to a BlueFlame copy).
         w.zero_to(base + usize::from(p.bbs) * BB_WORDS);
         let signaled = self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-        let ctrl = ctrl_words(&CtrlSeg {
+        let ctrl = CtrlSeg {
             opmod: 0,
             wqe_index: cur_post,
             opcode: p.opcode,
@@ -346,7 +272,8 @@ impl QpInner {
             },
             solicited: wr.flags.contains(SendFlags::SOLICITED),
             imm: p.imm,
-        });
+        }
+        .to_words();
         w.word = base;
         w.put_words(ctrl);
     }
@@ -383,7 +310,7 @@ impl QpInner {
         // udma_to_device_barrier: WQEs (and wr_id slots) before the record.
         fence(Ordering::Release);
         self.dbr
-            .write(QP_DBR_SEND_OFFSET, &counter_word(cur_post))?;
+            .store_u32(QP_DBR_SEND_OFFSET, counter_word(cur_post))?;
         let wqe_words = usize::from(bbs) * BB_WORDS;
         let first = usize::from(last) * BB_WORDS;
         let reg = self
@@ -402,11 +329,10 @@ impl QpInner {
                 .blueflame_copy(off, &self.sq, first, wqe_words)?;
             uapi::KICK_SEND_BLUEFLAME
         } else {
-            let mut ctrl = [0u8; CtrlSeg::SIZE];
-            let (lo, hi) = ctrl.split_at_mut(8);
-            lo.copy_from_slice(&self.sq.load(first));
-            hi.copy_from_slice(&self.sq.load(first + 1));
-            self.uar.page.store_doorbell(off, send_doorbell(&ctrl))?;
+            let ctrl = [self.sq.load(first), self.sq.load(first + 1)];
+            self.uar
+                .page
+                .store_doorbell(off, send_doorbell_words(&ctrl))?;
             uapi::KICK_SEND
         };
         // Then the next doorbell uses the other half.
@@ -485,24 +411,24 @@ impl Qp {
 mod tests {
     use super::*;
     use crate::dma::HeapPages;
-    use mlx5_prm::wqe::InlineHeader;
 
     #[test]
-    fn inline_segments_match_the_prm_encoder() {
+    fn inline_segments_match_the_prm_writer() {
         // A 4-WQEBB ring; segments written where they wrap at its end.
         let (_p, r) = HeapPages::alloc(256).unwrap();
         let ring = WordRing::new(r.slice(0, 256).unwrap()).unwrap();
         let data: [u8; 70] = core::array::from_fn(|i| i as u8 + 1);
         for len in [0usize, 1, 3, 4, 5, 8, 11, 12, 13, 20, 64, 70] {
             for start in [0usize, 16, 224, 240] {
-                for b in 0..256 {
-                    r.write(b, &[0xee]).unwrap();
-                }
+                r.write(0, &[0xee; 256]).unwrap();
                 let mut w = WqeWriter {
                     ring: &ring,
                     word: start / 8,
                 };
-                w.inline(len as u32, &data[..len]);
+                let header = InlineHeader {
+                    byte_count: len as u32,
+                };
+                w.inline(header, &data[..len]);
                 let mut got = [0u8; 256];
                 r.read(0, &mut got).unwrap();
                 let mut want = [0xeeu8; 256];
@@ -511,84 +437,5 @@ mod tests {
                 assert_eq!(got, want, "len {} at {}", len, start);
             }
         }
-    }
-
-    #[test]
-    fn segment_words_match_the_prm_encoders() {
-        let flat = |w: [[u8; 8]; 2]| {
-            let mut b = [0u8; 16];
-            b[..8].copy_from_slice(&w[0]);
-            b[8..].copy_from_slice(&w[1]);
-            b
-        };
-        let opcodes = [
-            SendOpcode::Send,
-            SendOpcode::SendImm,
-            SendOpcode::RdmaWrite,
-            SendOpcode::RdmaWriteImm,
-            SendOpcode::RdmaRead,
-            SendOpcode::AtomicCs,
-            SendOpcode::AtomicFa,
-            SendOpcode::AtomicMaskedCs,
-            SendOpcode::AtomicMaskedFa,
-        ];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for i in 0..2000 {
-            let r = next();
-            let c = CtrlSeg {
-                opmod: r as u8,
-                wqe_index: (r >> 8) as u16,
-                opcode: opcodes[i % opcodes.len()],
-                qpn: (r >> 24) as u32,
-                ds: (r >> 56) as u8,
-                signature: (r >> 40) as u8,
-                fence_mode: (r >> 48) as u8,
-                ce: (r >> 52) as u8,
-                solicited: r & 1 != 0,
-                imm: next() as u32,
-            };
-            let mut want = [0u8; 16];
-            c.encode(&mut want);
-            assert_eq!(flat(ctrl_words(&c)), want, "{:?}", c);
-            let ra = RaddrSeg {
-                raddr: next(),
-                rkey: next() as u32,
-            };
-            ra.encode(&mut want);
-            assert_eq!(flat(raddr_words(&ra)), want);
-            let d = DataSeg {
-                byte_count: next() as u32,
-                lkey: next() as u32,
-                addr: next(),
-            };
-            d.encode(&mut want);
-            assert_eq!(flat(data_words(&d)), want);
-            let len = next() as u32;
-            let data = next().to_ne_bytes();
-            let mut h = [0u8; 4];
-            InlineHeader { byte_count: len }.encode(&mut h);
-            for n in 0..=8 {
-                let mut first = [0u8; 8];
-                first[..4].copy_from_slice(&h);
-                let m = n.min(4);
-                first[4..4 + m].copy_from_slice(&data[..m]);
-                assert_eq!(inline_first_word(len, &data[..n]), first);
-            }
-        }
-    }
-
-    #[test]
-    fn tail_words() {
-        let data: [u8; 10] = core::array::from_fn(|i| i as u8 + 1);
-        assert_eq!(tail_word(&data, 3), [8, 9, 10, 0, 0, 0, 0, 0]);
-        assert_eq!(tail_word(&data, 7), [4, 5, 6, 7, 8, 9, 10, 0]);
-        assert_eq!(tail_word(&data[..5], 1), [5, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(tail_word(&data[..5], 5), [1, 2, 3, 4, 5, 0, 0, 0]);
     }
 }

@@ -15,8 +15,8 @@ use hca_model::qp::{ConnAttrs, QpAttr, QpState, RemoteQp};
 use hca_model::qp_modify::{AttrMask, QpModify};
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
 use mlx5_prm::doorbell::{
-    bf_reg_offset, EqDoorbell, BFREGS_PER_UAR, BF_BUF_SIZE, BF_REG_SIZE, UAR_EQ_ARM_OFFSET,
-    UAR_PAGE_SIZE,
+    bf_reg_offset, EqDoorbell, BFREGS_PER_UAR, BF_BUF_SIZE, BF_REG_SIZE, QP_DBR_RECV_OFFSET,
+    QP_DBR_SEND_OFFSET, UAR_EQ_ARM_OFFSET, UAR_PAGE_SIZE,
 };
 use mlx5_prm::eqe::{Eqe, EqeData, EQE_SIZE, OWNER_OFFSET};
 use mlx5_prm::opcode::EventType;
@@ -46,6 +46,14 @@ fn model_err(e: hca_model::error::Error) -> Error {
 fn alloc_dma(mem: &mut ProcMem, len: usize) -> Result<DmaRegion> {
     let (_pages, region) = HeapPages::alloc(len)?;
     mem.add(&region)?;
+    Ok(region)
+}
+
+/// Allocates a zeroed page for a doorbell record and registers it with the
+/// model's memory as one (read in whole 32-bit words).
+fn alloc_dbr(mem: &mut ProcMem) -> Result<DmaRegion> {
+    let (_pages, region) = HeapPages::alloc(PAGE_SIZE)?;
+    mem.add_records(&region)?;
     Ok(region)
 }
 
@@ -454,7 +462,7 @@ fn create_cq(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::CreateCq) -> Re
     for i in 0..(1usize << log) {
         buf.write(i * CQE_SIZE + OP_OWN_OFFSET, &[CQE_INIT_OP_OWN])?;
     }
-    let dbr = alloc_dma(&mut st.mem, PAGE_SIZE)?;
+    let dbr = alloc_dbr(&mut st.mem)?;
     let uar_addr = ctx_mut(st, ctx)?.uar.addr();
     let eqn = st.devs.get(dev).ok_or(Error::NoDevice)?.comp.eqn;
     let attr = CqAttr {
@@ -537,7 +545,7 @@ fn create_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::CreateQp) -> Re
     {
         return Err(os(EINVAL));
     }
-    let rq_stride = (a.max_recv_sge.max(1) * 16).next_power_of_two();
+    let rq_stride = (a.max_recv_sge.max(1) * DataSeg::SIZE as u32).next_power_of_two();
     let rq_size = (rq_wqes as usize) * (rq_stride as usize);
     let sq_off = rq_size.next_multiple_of(WQEBB_SIZE);
     let sq_size = (sq_wqebbs as usize) * WQEBB_SIZE;
@@ -547,7 +555,7 @@ fn create_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::CreateQp) -> Re
     let uar_addr = c.uar.addr();
     let bf_offset = bf_reg_offset(bfreg).map_err(|_| os(EINVAL))?;
     let buf = alloc_dma(&mut st.mem, total)?;
-    let dbr = alloc_dma(&mut st.mem, PAGE_SIZE)?;
+    let dbr = alloc_dbr(&mut st.mem)?;
     let attr = QpAttr {
         pdn: a.pd_handle,
         send_cqn: a.send_cq_handle,
@@ -652,8 +660,10 @@ fn modify_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::ModifyQp) -> Re
         .modify_qp(a.qp_handle, &m)
         .map_err(model_err)?;
     if a.attr_mask & uapi::QP_STATE != 0 && state == QpState::Reset {
-        // The kernel zeroes the doorbell record when a QP goes to RESET.
-        dbr.zero(0, 8)?;
+        // The kernel zeroes the doorbell record when a QP goes to RESET
+        // (word by word, as the provider stores it).
+        dbr.store_u32(QP_DBR_RECV_OFFSET, [0; 4])?;
+        dbr.store_u32(QP_DBR_SEND_OFFSET, [0; 4])?;
     }
     Ok(())
 }
@@ -679,8 +689,8 @@ fn kick(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::Kick) -> Result<()> 
             let blueflame_len = if a.kind == uapi::KICK_SEND_BLUEFLAME {
                 let mut ctrl = [0u8; CtrlSeg::SIZE];
                 uar.read(off, &mut ctrl)?;
-                let ds = ctrl[7] & 0x3f;
-                u32::from(ring::wqebb_count(ds)) * 64
+                let ds = CtrlSeg::ds_of(&ctrl);
+                u32::from(ring::wqebb_count(ds)) * WQEBB_SIZE as u32
             } else {
                 0
             };
