@@ -29,7 +29,9 @@ KERNEL_PROBLEMS = re.compile(
     r"general protection fault|unreferenced object|suspected memory leak|"
     r"possible (circular|recursive) locking|inconsistent lock state|"
     r"Unable to handle kernel|kernel BUG at|rcu_sched detected stalls|"
-    r"rcu: INFO|hung_task|soft lockup|hard LOCKUP|list_(add|del) corruption)"
+    r"rcu: INFO|hung_task|soft lockup|hard LOCKUP|list_(add|del) corruption|"
+    # rmlx5's own: an object the device refused to let go is kept forever.
+    r"uverbs: (CQ|QP) \S+ not destroyed|[1-9]\d* could not be destroyed)"
 )
 MARKER = re.compile(r"rmlx5-test: (PASS|FAIL) ([^:\s]+)(?::\s*(.*))?")
 EXIT = re.compile(r"rmlx5-guest: EXIT (\S+) (\d+)")

@@ -345,6 +345,9 @@ impl Cq {
     /// `EINVAL` if the model refused the doorbell (counted in its stats).
     pub(crate) fn user_arm(&self) -> Result {
         let mut st = self.soft.state.lock();
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(EINVAL);
+        }
         let (fabric, mut pf, _) = st.split();
         let m = fabric.hca(self.hca).ok_or(ENODEV)?;
         m.cq_doorbell(&mut pf, self.uar_addr).map_err(|_| EINVAL)
@@ -565,23 +568,28 @@ impl Cq {
     }
 
     /// Destroys the CQ: `EBUSY` while QPs use it. On success no completion
-    /// handler call is running or will start.
+    /// handler call is running or will start, and a second destroy
+    /// succeeds and does nothing (a destroy command ends the CQ while a
+    /// racing command may still hold a reference to it).
     pub(crate) fn destroy(&self) -> Result {
         {
             let mut st = self.soft.state.lock();
-            let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-            m.destroy_cq(self.cqn).map_err(model_err)?;
-            st.dma.remove_buf(&self.buf);
-            st.dma.remove_buf(&self.dbr);
-            if let Some(t) = st.hcas.get_mut(self.hca()) {
-                if let Some(slot) = t.cqs.get_mut(self.cqn as usize) {
-                    if slot.as_ref().is_some_and(|c| core::ptr::eq(&**c, self)) {
-                        *slot = None;
-                        t.pending.clear_bit(self.cqn as usize);
+            // A second destroy only waits for the dispatcher, like the first.
+            if !self.destroyed.load(Ordering::Acquire) {
+                let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+                m.destroy_cq(self.cqn).map_err(model_err)?;
+                st.dma.remove_buf(&self.buf);
+                st.dma.remove_buf(&self.dbr);
+                if let Some(t) = st.hcas.get_mut(self.hca()) {
+                    if let Some(slot) = t.cqs.get_mut(self.cqn as usize) {
+                        if slot.as_ref().is_some_and(|c| core::ptr::eq(&**c, self)) {
+                            *slot = None;
+                            t.pending.clear_bit(self.cqn as usize);
+                        }
                     }
                 }
+                self.destroyed.store(true, Ordering::Release);
             }
-            self.destroyed.store(true, Ordering::Release);
         }
         while self.busy.load(Ordering::Acquire) {
             fsleep(Delta::from_micros(100));

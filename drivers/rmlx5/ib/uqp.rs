@@ -201,6 +201,7 @@ impl UserQp {
     pub(crate) fn modify(&self, m: &QpModify) -> Result {
         {
             let mut st = self.soft.state.lock();
+            self.live()?;
             let model = st.fabric.hca(self.hca).ok_or(ENODEV)?;
             model.modify_qp(self.qpn, m).map_err(model_err)?;
             if m.mask
@@ -217,6 +218,7 @@ impl UserQp {
     /// The QP's state and attributes from the model.
     pub(crate) fn query(&self) -> Result<QpInfo> {
         let mut st = self.soft.state.lock();
+        self.live()?;
         let model = st.fabric.hca(self.hca).ok_or(ENODEV)?;
         model.query_qp(self.qpn).ok_or(EINVAL)
     }
@@ -231,6 +233,7 @@ impl UserQp {
     pub(crate) fn send_doorbell(&self, half: u8, blueflame_len: u32) -> Result {
         {
             let mut st = self.soft.state.lock();
+            self.live()?;
             let (fabric, mut p, _) = st.split();
             let m = fabric.hca(self.hca).ok_or(ENODEV)?;
             m.send_doorbell(
@@ -252,6 +255,7 @@ impl UserQp {
     pub(crate) fn recv_doorbell(&self) -> Result {
         {
             let mut st = self.soft.state.lock();
+            self.live()?;
             let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
             m.recv_doorbell(self.qpn).map_err(|_| EINVAL)?;
         }
@@ -259,25 +263,41 @@ impl UserQp {
         Ok(())
     }
 
+    /// `EINVAL` once the QP is destroyed: its QPN may already name
+    /// another QP. Called under the fabric lock, which `destroy` holds
+    /// while it sets `destroyed`, so the answer holds until it is released.
+    fn live(&self) -> Result {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
     /// Destroys the QP: it leaves the model at once (no further DMA to its
     /// pages, no CQE; unpolled work is discarded as ib_destroy_qp does) and
-    /// the event table; on success no event is delivered afterwards.
+    /// the event table; on success no event is delivered afterwards, and
+    /// every later call on this object fails with `EINVAL`. A second
+    /// destroy succeeds and does nothing, so a destroy command can end the
+    /// QP while a racing command still holds a reference to it.
     pub(crate) fn destroy(&self) -> Result {
         {
             let mut st = self.soft.state.lock();
-            let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-            m.destroy_qp(self.qpn).map_err(model_err)?;
-            for b in [&self.buf, &self.dbr] {
-                st.dma.remove_buf(b);
-            }
-            if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
-                if let Some(s) = t.uqps.get_mut((self.qpn - QPN_BASE) as usize) {
-                    if s.as_ref().is_some_and(|q| core::ptr::eq(&**q, self)) {
-                        *s = None;
+            // A second destroy only waits for the dispatcher, like the first.
+            if !self.destroyed.load(Ordering::Acquire) {
+                let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+                m.destroy_qp(self.qpn).map_err(model_err)?;
+                for b in [&self.buf, &self.dbr] {
+                    st.dma.remove_buf(b);
+                }
+                if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
+                    if let Some(s) = t.uqps.get_mut((self.qpn - QPN_BASE) as usize) {
+                        if s.as_ref().is_some_and(|q| core::ptr::eq(&**q, self)) {
+                            *s = None;
+                        }
                     }
                 }
+                self.destroyed.store(true, Ordering::Release);
             }
-            self.destroyed.store(true, Ordering::Release);
         }
         while self.busy.load(Ordering::Acquire) {
             fsleep(Delta::from_micros(100));

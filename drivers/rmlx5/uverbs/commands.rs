@@ -348,7 +348,19 @@ fn create_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 
 fn destroy_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a = read_destroy(arg)?;
-    let cq = ctx.objects.lock().cqs.remove(a.handle)?;
+    let cq = {
+        let mut o = ctx.objects.lock();
+        let e = o.cqs.get(a.handle)?;
+        if e.users > 0 {
+            return Err(EBUSY);
+        }
+        // The CQ ends here, not when the last reference goes: a command
+        // racing with this one may still hold the object, and the handle
+        // stays until the device has let go of the CQ (on failure nothing
+        // changed and the caller may retry).
+        e.obj.cq.destroy()?;
+        o.cqs.remove(a.handle)?
+    };
     a.comp_events_reported = cq.comp_events_reported();
     a.async_events_reported = cq.async_events_reported();
     // Detaching from the channel removes the CQ's unread event.
@@ -432,7 +444,9 @@ fn destroy_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a = read_destroy(arg)?;
     let qp = {
         let mut o = ctx.objects.lock();
-        o.qps.get(a.handle)?;
+        // As for a CQ: the QP leaves the device now, before its CQs and PD
+        // lose this user, whoever else still holds the object.
+        o.qps.get(a.handle)?.obj.qp.destroy()?;
         unlink_qp(&mut o, a.handle).ok_or(EINVAL)?
     };
     a.async_events_reported = qp.async_events_reported();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! KUnit tests of the uverbs layer's parts that need no process: handle
-//! tables, event queues, QP geometry and shared pages.
+//! tables, event queues, QP geometry, shared pages and the lifetime of
+//! the objects behind a handle.
 
 use kernel::{
     prelude::*,
@@ -15,7 +16,14 @@ use super::{
         EventSlot,
         QueueKind, //
     },
-    objects::qp_geometry,
+    objects::{
+        qp_geometry,
+        CqPlace,
+        QpPlace,
+        Ucq,
+        Upd,
+        Uqp, //
+    },
     pages::PageBuf,
     table::Table,
 };
@@ -207,6 +215,70 @@ mod uverbs_kunit {
         assert_eq!(b.read_u32(4096).err(), Some(EINVAL));
         assert_eq!(b.read_u32(2).err(), Some(EINVAL));
         assert_eq!(PageBuf::new(8193)?.len(), 3 * 4096);
+        Ok(())
+    }
+
+    /// A destroy command ends the device object even while a racing
+    /// command (MODIFY_QP, QUERY_QP, KICK) still holds a reference to it:
+    /// once the QP's destroy returned, its CQ can be destroyed, and the
+    /// stale reference gets `EINVAL`, never another QP that reused the
+    /// number. (Found by the racing-destroy CVE test: the CQ's destroy
+    /// failed and the CQ, and with it the software HCA, leaked.)
+    #[test]
+    fn destroy_ends_an_object_a_racing_command_holds() -> Result {
+        let soft = crate::soft()?;
+        let async_queue = EventQueue::new(QueueKind::Async)?;
+        let pd = Upd::new(&soft, 0)?;
+        let cq_place = CqPlace {
+            soft: &soft,
+            hca: 0,
+            comp_vector: 0,
+            uar_addr: 0,
+        };
+        let cq = Arc::new(
+            Ucq::new(&cq_place, 16, 1, None, async_queue.clone())?,
+            GFP_KERNEL,
+        )?;
+        let req = CreateQp {
+            hdr: CmdHdr {
+                size: CreateQp::SIZE as u32,
+                flags: 0,
+            },
+            qp_type: QPT_RC,
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            ..CreateQp::default()
+        };
+        let geom = qp_geometry(&req, &default_limits())?;
+        let place = QpPlace {
+            pd: &pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            uar_addr: 0,
+        };
+        let qp = Arc::new(
+            Uqp::new(&place, 2, 1, 1, 1, geom, 0, async_queue.clone())?,
+            GFP_KERNEL,
+        )?;
+        // What a command racing with DESTROY_QP holds.
+        let held = qp.clone();
+        assert!(held.qp.query().is_ok());
+        // The device refuses to drop a CQ that a QP still uses.
+        assert_eq!(cq.cq.destroy().err(), Some(EBUSY));
+        qp.qp.destroy()?;
+        assert_eq!(held.qp.query().err(), Some(EINVAL));
+        assert_eq!(held.qp.recv_doorbell().err(), Some(EINVAL));
+        assert_eq!(held.qp.send_doorbell(0, 0).err(), Some(EINVAL));
+        // A second destroy (the drop of the last reference) does nothing.
+        qp.qp.destroy()?;
+        drop(qp);
+        cq.cq.destroy()?;
+        assert_eq!(cq.cq.user_arm().err(), Some(EINVAL));
+        drop(held);
+        drop(cq);
+        drop(pd);
         Ok(())
     }
 }
