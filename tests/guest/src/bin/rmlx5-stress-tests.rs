@@ -5736,8 +5736,25 @@ fn no_lost_event() -> TestResult {
     }
     let elapsed = start.elapsed();
     stop.store(true, Ordering::Release);
+    // The positive control: with the same injection, CQ creation (which
+    // allocates in rmlx5) must see ENOMEM, so the zero failures of the
+    // event path above are because it does not allocate, not because
+    // failslab never reached rmlx5.
+    let mut control = None;
     if inject > 0 {
+        const CREATES: u32 = 200;
+        let mut enomem = 0u32;
+        let mut other = Vec::new();
+        for _ in 0..CREATES {
+            match ctx.create_cq(16, None) {
+                Ok(cq) => drop(cq),
+                Err(e) if e.errno() == libc::ENOMEM => enomem += 1,
+                Err(e) => other.push(e.to_string()),
+            }
+        }
         failslab(0)?;
+        println!("@@STRESS failslab_control creates={CREATES} enomem={enomem}");
+        control = Some((enomem, other));
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut stuck = 0;
@@ -5802,6 +5819,18 @@ fn no_lost_event() -> TestResult {
     }
     if stuck > 0 {
         why.push(format!("{stuck} thread(s) did not stop within 20 s"));
+    }
+    if let Some((enomem, other)) = control {
+        if enomem == 0 {
+            why.push(
+                "failslab control: no CQ creation failed, injection never reached rmlx5".into(),
+            );
+        }
+        if !other.is_empty() {
+            why.push(format!(
+                "failslab control: errors other than ENOMEM: {other:?}"
+            ));
+        }
     }
     if lost > 0 {
         why.push(format!(
