@@ -85,9 +85,12 @@ if [ "$failslab" = 1 ] && part failslab; then
     base=$(cat /sys/module/rmlx5/sections/.text 2>/dev/null)
     size=$(cat /sys/module/rmlx5/coresize 2>/dev/null)
     if [ -d $fs ] && [ -n "$base" ] && [ -n "$size" ]; then
-        start=$(printf '%d' "$base")
-        echo "$start" > $fs/require-start
-        echo $((start + size)) > $fs/require-end
+        # The range goes in as hex: kernel addresses do not fit printf's
+        # %d (busybox printed 0 for them, so the filter matched nothing);
+        # shell arithmetic wraps to the right 64-bit pattern and %x shows it.
+        echo "$base" > $fs/require-start
+        printf '0x%x\n' $((base + size)) > $fs/require-end
+        echo "@@STRESS-PHASE failslab require=$(cat $fs/require-start)..$(cat $fs/require-end)"
         echo 0 > $fs/ignore-gfp-wait 2>/dev/null
         echo 1 > $fs/interval
         echo 1000000 > $fs/times
