@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The driver's debugfs as the scenarios read it: snapshots of the
+//! object tables (CQ and QP rows, DMA regions), the wait for the
+//! baseline, and the check for stalled EQs.
+
+use std::time::{Duration, Instant};
+
+use crate::sys::Res;
+
+/// Objects the kernel lists in debugfs: CQ and QP rows per HCA, DMA
+/// registry regions (queue and UAR pages; pinned user MRs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Objects {
+    pub(crate) cqs: Vec<u64>,
+    pub(crate) qps: Vec<u64>,
+    dma_buf: u64,
+    pub(crate) user_mr: u64,
+}
+
+impl Objects {
+    /// Objects above `base`, component by component.
+    pub(crate) fn excess_over(&self, base: &Objects) -> u64 {
+        let pairs = |a: &[u64], b: &[u64]| -> u64 {
+            a.iter()
+                .enumerate()
+                .map(|(i, v)| v.saturating_sub(b.get(i).copied().unwrap_or(0)))
+                .sum()
+        };
+        pairs(&self.cqs, &base.cqs)
+            + pairs(&self.qps, &base.qps)
+            + self.dma_buf.saturating_sub(base.dma_buf)
+            + self.user_mr.saturating_sub(base.user_mr)
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "cqs={:?} qps={:?} dma_buf={} user_mr={}",
+            self.cqs, self.qps, self.dma_buf, self.user_mr
+        )
+    }
+}
+
+/// Rows of a debugfs table (the first line is the header).
+fn table_rows(text: &str) -> u64 {
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64
+}
+
+/// A count of the `dma_regions` line of `stats` (`buf`, `kernel_mr`,
+/// `user_mr`).
+fn dma_field(stats: &str, name: &str) -> Option<u64> {
+    let line = stats.lines().find(|l| l.starts_with("dma_regions "))?;
+    let toks: Vec<&str> = line.split_whitespace().collect();
+    toks.windows(2)
+        .find(|w| w.first() == Some(&name))
+        .and_then(|w| w.get(1))
+        .and_then(|v| v.parse().ok())
+}
+
+pub(crate) fn debugfs(dev: usize, file: &str) -> Result<String, String> {
+    let path = format!("/sys/kernel/debug/rmlx5/rmlx5_{dev}/{file}");
+    std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))
+}
+
+/// The number of HCAs (`RMLX5_NUM_HCAS` from /init, else debugfs).
+pub(crate) fn num_hcas() -> usize {
+    if let Some(n) = std::env::var("RMLX5_NUM_HCAS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        return n.max(1);
+    }
+    std::fs::read_dir("/sys/kernel/debug/rmlx5")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rmlx5_"))
+                .count()
+        })
+        .unwrap_or(2)
+        .max(1)
+}
+
+pub(crate) fn snapshot(n: usize) -> Result<Objects, String> {
+    let mut o = Objects::default();
+    for dev in 0..n {
+        o.cqs.push(table_rows(&debugfs(dev, "cqs")?));
+        o.qps.push(table_rows(&debugfs(dev, "qps")?));
+    }
+    // The DMA registry is the module's, shared by its HCAs.
+    let stats = debugfs(0, "stats")?;
+    o.dma_buf = dma_field(&stats, "buf").ok_or("stats: no dma_regions buf")?;
+    o.user_mr = dma_field(&stats, "user_mr").ok_or("stats: no dma_regions user_mr")?;
+    Ok(o)
+}
+
+/// The CQ and QP tables of every HCA, for failure messages.
+pub(crate) fn dump_tables(n: usize) -> String {
+    let mut s = String::new();
+    for dev in 0..n {
+        for f in ["cqs", "qps"] {
+            let t = debugfs(dev, f).unwrap_or_else(|e| e);
+            for l in t.lines().skip(1) {
+                s.push_str(&format!(" | rmlx5_{dev}/{f}: {l}"));
+            }
+        }
+    }
+    s
+}
+
+/// The EQs of an HCA that hold EQEs the driver has not consumed while no
+/// interrupt is on its way (`model_pi != model_ci`, not armed), from
+/// debugfs `eqs`: (eqn, the row).
+fn stalled_eqs(text: &str) -> Vec<(u64, String)> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+    let col = |name: &str| header.iter().position(|h| *h == name);
+    let (Some(eqn), Some(armed), Some(pi), Some(ci)) =
+        (col("eqn"), col("armed"), col("model_pi"), col("model_ci"))
+    else {
+        return Vec::new();
+    };
+    lines
+        .filter_map(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            let get = |i: usize| v.get(i).copied();
+            match (get(eqn), get(armed), get(pi), get(ci)) {
+                (Some(n), Some(0), Some(p), Some(c)) if p != c => Some((n, l.to_string())),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Checks that no EQ of any HCA stays stalled for `limit`: EQEs pending,
+/// the EQ not armed, and its consumer index not moving (an interrupt was
+/// lost and nothing will re-arm the EQ).
+pub(crate) fn check_eqs(n: usize, limit: Duration) -> Res {
+    let start = Instant::now();
+    loop {
+        let mut stuck = Vec::new();
+        for dev in 0..n {
+            for (eqn, row) in stalled_eqs(&debugfs(dev, "eqs")?) {
+                stuck.push((dev, eqn, row));
+            }
+        }
+        if stuck.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            let rows: Vec<String> = stuck
+                .iter()
+                .map(|(d, e, r)| format!("rmlx5_{d} EQ {e}: {r}"))
+                .collect();
+            return Err(format!(
+                "EQ stalled for {limit:?} with EQEs pending and not armed (eqn vector irq ci \
+                 armed eqes irqs model_pi model_ci interrupts overruns): {}",
+                rows.join("; ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits up to `limit` for the objects above `base` to go; returns the
+/// last snapshot and whether it is back at the baseline.
+pub(crate) fn wait_baseline(
+    base: &Objects,
+    n: usize,
+    limit: Duration,
+) -> Result<(Objects, bool), String> {
+    let start = Instant::now();
+    loop {
+        let now = snapshot(n)?;
+        if now.excess_over(base) == 0 {
+            return Ok((now, true));
+        }
+        if start.elapsed() > limit {
+            return Ok((now, false));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debugfs_parsing() {
+        let cqs = "cqn pi ci armed solicited sn error events handler\n1 0 0 0 0 0 0 0 1\n2 3 3 1 0 1 0 1 1\n";
+        assert_eq!(table_rows(cqs), 2);
+        assert_eq!(
+            table_rows("qpn state dest_hca dest_qpn sq_pi sq_ci rq_ci\n"),
+            0
+        );
+        assert_eq!(table_rows(""), 0);
+        let stats = "stray_eqes 1\nulp_objects 0\ndma_regions buf 8 kernel_mr 1 user_mr 3\nmodel Stats { doorbells: 4 }\n";
+        assert_eq!(dma_field(stats, "buf"), Some(8));
+        assert_eq!(dma_field(stats, "kernel_mr"), Some(1));
+        assert_eq!(dma_field(stats, "user_mr"), Some(3));
+        assert_eq!(dma_field(stats, "nope"), None);
+        assert_eq!(dma_field("nothing", "buf"), None);
+        let base = Objects {
+            cqs: vec![1, 0],
+            qps: vec![0, 0],
+            dma_buf: 8,
+            user_mr: 0,
+        };
+        let now = Objects {
+            cqs: vec![3, 0],
+            qps: vec![0, 2],
+            dma_buf: 7,
+            user_mr: 1,
+        };
+        assert_eq!(now.excess_over(&base), 5);
+        assert_eq!(base.excess_over(&base), 0);
+    }
+
+    #[test]
+    fn stalled_eq_rows() {
+        let t = "eqn vector irq ci armed eqes irqs model_pi model_ci interrupts overruns\n\
+                 0 0 24 18 1 18 17 18 18 17 0\n\
+                 1 1 25 118 0 118 102 143 118 103 0\n\
+                 2 2 26 19 0 19 16 19 19 16 0\n";
+        let s = stalled_eqs(t);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].0, 1);
+        assert!(stalled_eqs("").is_empty());
+        assert!(stalled_eqs("eqn armed\n1 0\n").is_empty());
+    }
+}
