@@ -58,7 +58,7 @@ problems=$(grep -c '^guest: FAIL' "$out/guest-run.txt")
     printf '%-28s %8s  %s\n' "SIGKILL mid-traffic" "$(secs kill)" "$(fig kill)"
     printf '%-28s %8s  %s\n' "no lost event" "$(secs events)" "$(fig events 1)"
     printf '%-28s %8s  %s\n' "  with failslab" "$(secs events_failslab)" \
-        "$(fig events 2) $(fig failslab) control: $(fig failslab_control)"
+        "$(fig events 2), during traffic: $(fig failslab_traffic), control: $(fig failslab_control), in all: $(fig failslab)"
     printf '%-28s %8s  %s\n' "CVE regressions, looped" "" "$(fig cve)"
     printf '%-28s %8s  %s\n' "kernel" "" \
         "splats=$(grep -c 'guest: FAIL kernel_log' "$out/guest-run.txt") kmemleak=$(grep -q '^guest: PASS kmemleak' "$out/guest-run.txt" && echo clean || echo REPORTED) unload=$(grep -q '^guest: PASS module_unload' "$out/guest-run.txt" && echo ok || echo FAILED)"
