@@ -93,6 +93,23 @@ pub mod hca_model {
     pub mod wqe;
 }
 
+/// The driver side of the mlx5 command interface and function bring-up
+/// (`rust/mlx5-cmdif`), compiled from the same source files as the
+/// user-space crate (see its `lib.rs`); the PCI backend will drive it.
+#[path = "../../rust/mlx5-cmdif/src"]
+pub mod mlx5_cmdif {
+    mod prm {
+        pub(crate) use crate::mlx5_prm::*;
+    }
+    pub mod bus;
+    pub mod caps;
+    pub mod cmdif;
+    pub mod cmdmem;
+    pub mod error;
+    pub mod function;
+    pub mod pages;
+}
+
 /// The user/kernel ABI (`rust/rmlx5-abi`), compiled from the same source
 /// files as the user-space crate.
 #[path = "../../rust/rmlx5-abi/src"]

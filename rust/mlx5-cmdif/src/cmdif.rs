@@ -1,0 +1,595 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The command queue as the driver runs it: handing the queue to the
+//! device, and posting one command at a time through a real queue entry
+//! with mailbox chains, in poll mode.
+//!
+//! # Memory
+//!
+//! The embedder gives [`CmdIf::init`] one region of its DMA-coherent memory
+//! ([`CmdMem`]): the command queue page and a pool of mailbox blocks each
+//! for inputs and outputs (see [`cmdmem`](super::cmdmem)). The crate keeps
+//! nothing else: commands are staged straight into the input pool
+//! ([`CmdIf::write_in`]) and outputs read from the output pool
+//! ([`CmdIf::read_out`]), so that a 4 KiB capability block never sits on
+//! the stack.
+//!
+//! # Posting
+//!
+//! [`CmdIf::post`] picks a free entry, writes the input mailbox headers
+//! (`next`, `block_num`, the command's token) and the empty output chain,
+//! fills the entry (type, lengths, pointers, the inline input, token,
+//! ownership), signs it as mlx5_core does (the entry always, the mailboxes
+//! too while command checksums are on), rings the doorbell and polls the
+//! ownership bit until the device clears it or the command timeout passes.
+//! It then checks the signatures (with checksums on), the delivery status
+//! and the output's status and syndrome. [`CmdIf::exec`] wraps that for a
+//! typed [`Command`].
+//!
+//! This is poll mode only: the device is not told about a command EQ, and
+//! commands run one at a time (`&mut self`). Completion by command EQE
+//! comes with MSI-X.
+//!
+//! # Timeouts
+//!
+//! Every wait is bounded by the embedder's clock ([`Timeouts`]). A command
+//! that times out leaves its entry with the device; the entry (and, if the
+//! command used them, the mailbox pools) is not reused until the device
+//! hands it back, which [`CmdIf::post`] checks before each command.
+
+use super::bus::{Bus, Wait};
+use super::cmdmem::{block_addr, place, Chain, CmdMem, Place, Pools, QUEUE_PAGE};
+use super::error::{Error, ReadyWait};
+use super::prm::cmd_queue::{
+    block_signature_ok, doorbell, entry_offset, layout_signature_ok, mailbox_count, owned_by_hw,
+    sign_layout, CmdLayout, DeliveryStatus, CMD_LAYOUT_SIZE, INLINE_SIZE, MAILBOX_DATA_SIZE,
+    MAILBOX_SIZE, MAX_COMMANDS, PCI_CMD_XPORT, STATUS_OWN_OFFSET,
+};
+use super::prm::cmd_status::{CmdError, CmdStatus};
+use super::prm::command::{in_len, opcode_name, Command, IN_HEADER_SIZE, OUT_STATUS_SIZE};
+use super::prm::ifc::{Layout, PAS_ENTRY_SIZE};
+use super::prm::init_seg::{
+    cmdif_rev, cmdq_addr, initializing, CmdqAddrLSz, FwRev, CMDIF_REV, CMDIF_REV_FW_SUB_OFFSET,
+    CMDQ_ADDR_H_OFFSET, CMDQ_ADDR_L_SZ_OFFSET, CMD_DBELL_OFFSET, FW_REV_OFFSET,
+    INITIALIZING_OFFSET,
+};
+
+/// The largest fixed input or output layout [`CmdIf::exec`] encodes or
+/// decodes (the 272-byte CREATE_* and QP transition inputs); larger ones
+/// (the capability commands) go through the message API.
+pub const MAX_LAYOUT: usize = 272;
+
+/// Zeros to clear the queue page with.
+const ZEROS: [u8; MAILBOX_DATA_SIZE] = [0; MAILBOX_DATA_SIZE];
+
+/// How long each wait may last, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// `initializing` before the queue address is written.
+    pub fw_pre_init_ms: u64,
+    /// `initializing` after it (the queue load).
+    pub fw_init_ms: u64,
+    /// One command.
+    pub cmd_ms: u64,
+    /// Teardown's page reclaim, from the last page returned.
+    pub reclaim_pages_ms: u64,
+}
+
+impl Timeouts {
+    /// mlx5_core's defaults: 120 s for the firmware to accept the segment,
+    /// 2 s to load the queue, 60 s per command, 5 s without progress while
+    /// reclaiming pages.
+    pub const MLX5_CORE: Timeouts = Timeouts {
+        fw_pre_init_ms: 120_000,
+        fw_init_ms: 2_000,
+        cmd_ms: 60_000,
+        reclaim_pages_ms: 5_000,
+    };
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts::MLX5_CORE
+    }
+}
+
+/// Nanoseconds in `ms` milliseconds.
+pub(crate) fn ms_to_ns(ms: u64) -> u64 {
+    ms.saturating_mul(1_000_000)
+}
+
+/// Waits for `initializing` to clear, for at most `ms` milliseconds.
+fn wait_ready<B: Bus>(bus: &mut B, wait: ReadyWait, ms: u64) -> Result<(), Error> {
+    let start = bus.now_ns();
+    loop {
+        if !initializing(bus.read32(INITIALIZING_OFFSET)) {
+            return Ok(());
+        }
+        if bus.now_ns().saturating_sub(start) >= ms_to_ns(ms) {
+            return Err(Error::FwNotReady { wait, ms });
+        }
+        bus.relax(Wait::FwInit);
+    }
+}
+
+/// The command interface of one function (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct CmdIf {
+    pools: Pools,
+    timeouts: Timeouts,
+    fw_rev: FwRev,
+    log_sz: u8,
+    log_stride: u8,
+    token: u8,
+    checksums: bool,
+    /// Entries the device kept after a timeout, a bit per entry.
+    stuck: u32,
+    /// The kept entry whose command uses the mailbox pools, if any.
+    pools_held_by: Option<usize>,
+    /// The first 16 bytes of the next input.
+    in_inline: [u8; INLINE_SIZE],
+    /// The first 16 bytes of the last output.
+    out_inline: [u8; INLINE_SIZE],
+    /// The length of the last output (0 if the last command failed before
+    /// the device wrote one).
+    outlen: usize,
+}
+
+impl CmdIf {
+    /// Brings the command interface up as mlx5_core's `mlx5_cmd_enable`
+    /// and the waits around it do: waits for `initializing` to clear,
+    /// checks the command interface revision, reads the queue geometry,
+    /// writes the queue address (clearing the queue page first), and waits
+    /// for `initializing` to clear again.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadCmdMem`] for an unusable `mem`, [`Error::FwNotReady`]
+    /// naming the wait that timed out, [`Error::CmdifRev`],
+    /// [`Error::CmdqGeometry`], [`Error::Dma`].
+    pub fn init<B: Bus>(bus: &mut B, mem: CmdMem, timeouts: Timeouts) -> Result<Self, Error> {
+        let pools = mem.pools()?;
+        wait_ready(bus, ReadyWait::PreInit, timeouts.fw_pre_init_ms)?;
+        let sub = bus.read32(CMDIF_REV_FW_SUB_OFFSET);
+        let rev = cmdif_rev(sub);
+        if rev != CMDIF_REV {
+            return Err(Error::CmdifRev { found: rev });
+        }
+        let fw_rev = FwRev::decode(bus.read32(FW_REV_OFFSET), sub);
+        let l = CmdqAddrLSz::decode(bus.read32(CMDQ_ADDR_L_SZ_OFFSET));
+        let fits = u32::from(l.log_sz) + u32::from(l.log_stride) <= 12;
+        if l.log_sz > 5 || l.log_stride < 6 || !fits {
+            return Err(Error::CmdqGeometry {
+                log_sz: l.log_sz,
+                log_stride: l.log_stride,
+            });
+        }
+        let mut at = 0;
+        while at < QUEUE_PAGE {
+            let addr = pools.cmdq.saturating_add(at as u64);
+            bus.dma_write(addr, &ZEROS)
+                .map_err(|_| Error::Dma { addr })?;
+            at += ZEROS.len();
+        }
+        let (h, lo) = cmdq_addr(pools.cmdq).map_err(|_| Error::BadCmdMem)?;
+        bus.write32(CMDQ_ADDR_H_OFFSET, h);
+        bus.write32(CMDQ_ADDR_L_SZ_OFFSET, lo);
+        wait_ready(bus, ReadyWait::CmdqLoad, timeouts.fw_init_ms)?;
+        Ok(CmdIf {
+            pools,
+            timeouts,
+            fw_rev,
+            log_sz: l.log_sz,
+            log_stride: l.log_stride,
+            token: 0,
+            checksums: false,
+            stuck: 0,
+            pools_held_by: None,
+            in_inline: [0; INLINE_SIZE],
+            out_inline: [0; INLINE_SIZE],
+            outlen: 0,
+        })
+    }
+
+    /// The firmware version the initialization segment reports.
+    pub fn fw_rev(&self) -> FwRev {
+        self.fw_rev
+    }
+
+    /// The command interface revision (always [`CMDIF_REV`]: `init`
+    /// refuses any other).
+    pub fn cmdif_rev(&self) -> u16 {
+        CMDIF_REV
+    }
+
+    /// The number of queue entries.
+    pub fn entries(&self) -> usize {
+        1usize << self.log_sz.min(5)
+    }
+
+    /// The timeouts in force.
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
+    /// Whether mailboxes are signed and completions verified.
+    pub fn checksums(&self) -> bool {
+        self.checksums
+    }
+
+    /// Turns mailbox signatures and completion checks on or off; call it
+    /// after SET_HCA_CAP changed `cmdif_checksum`.
+    pub fn set_checksums(&mut self, on: bool) {
+        self.checksums = on;
+    }
+
+    /// Entries the device kept after a command timed out, a bit per entry.
+    pub fn stuck_entries(&self) -> u32 {
+        self.stuck
+    }
+
+    /// The longest input or output a command can have with these pools.
+    pub fn max_msg_len(&self) -> usize {
+        self.pools.max_msg_len()
+    }
+
+    /// Runs command `C`: encodes `input` and its page list `pas`, posts it
+    /// ([`CmdIf::post`]) and decodes the output.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TooLong`] if a layout of `C` is larger than [`MAX_LAYOUT`],
+    /// the message does not fit the mailboxes, or `pas` is given to a
+    /// command without a page list; otherwise as [`CmdIf::post`].
+    pub fn exec<C: Command, B: Bus>(
+        &mut self,
+        bus: &mut B,
+        input: &C::In,
+        pas: &[u64],
+    ) -> Result<C::Out, Error> {
+        let in_size = <C::In as Layout>::SIZE;
+        let out_size = <C::Out as Layout>::SIZE;
+        let inlen = in_len::<C>(pas.len());
+        let too_long = |len, max| Error::TooLong {
+            command: C::NAME,
+            opcode: C::OPCODE,
+            len,
+            max,
+        };
+        if in_size > MAX_LAYOUT || out_size > MAX_LAYOUT {
+            return Err(too_long(in_size.max(out_size), MAX_LAYOUT));
+        }
+        if !C::IN_PAS && !pas.is_empty() {
+            return Err(too_long(inlen, in_size));
+        }
+        if inlen > self.max_msg_len() {
+            return Err(too_long(inlen, self.max_msg_len()));
+        }
+        let mut buf = [0u8; MAX_LAYOUT];
+        let fixed = buf
+            .get_mut(..in_size)
+            .ok_or(too_long(in_size, MAX_LAYOUT))?;
+        input
+            .encode(fixed)
+            .map_err(|_| too_long(in_size, MAX_LAYOUT))?;
+        self.write_in(bus, 0, fixed)?;
+        // The page list, eight entries per DMA write.
+        let mut chunk = [0u8; 8 * PAS_ENTRY_SIZE];
+        let mut k = 0;
+        while k < pas.len() {
+            let n = pas.len().saturating_sub(k).min(8);
+            let mut j = 0;
+            while j < n {
+                let at = j.saturating_mul(PAS_ENTRY_SIZE);
+                if let (Some(dst), Some(addr)) = (
+                    chunk.get_mut(at..at.saturating_add(PAS_ENTRY_SIZE)),
+                    pas.get(k.saturating_add(j)),
+                ) {
+                    dst.copy_from_slice(&addr.to_be_bytes());
+                }
+                j = j.saturating_add(1);
+            }
+            let at = in_size.saturating_add(k.saturating_mul(PAS_ENTRY_SIZE));
+            self.write_in(
+                bus,
+                at,
+                chunk.get(..n.saturating_mul(PAS_ENTRY_SIZE)).unwrap_or(&[]),
+            )?;
+            k = k.saturating_add(n.max(1));
+        }
+        self.post(bus, C::OPCODE, inlen, out_size)?;
+        let out = buf
+            .get_mut(..out_size)
+            .ok_or(too_long(out_size, MAX_LAYOUT))?;
+        out.fill(0);
+        self.read_out(bus, 0, out)?;
+        C::Out::decode(out).map_err(|_| {
+            Error::Cmd(CmdError::ShortOutput {
+                command: C::NAME,
+                opcode: C::OPCODE,
+                len: out_size,
+                need: out_size,
+            })
+        })
+    }
+
+    /// Stages `bytes` at byte `offset` of the next command's input: the
+    /// first 16 bytes go into the entry (kept here until
+    /// [`CmdIf::post`]), the rest straight into the input mailboxes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] beyond [`CmdIf::max_msg_len`],
+    /// [`Error::Dma`].
+    pub fn write_in<B: Bus>(
+        &mut self,
+        bus: &mut B,
+        offset: usize,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
+        self.check_range(offset, bytes.len(), self.max_msg_len())?;
+        let mut done = 0;
+        while done < bytes.len() {
+            let rest = bytes.get(done..).unwrap_or(&[]);
+            let (at, run) = place(self.pools.in_pool, offset.saturating_add(done));
+            let n = run.min(rest.len());
+            let src = rest.get(..n).unwrap_or(&[]);
+            match at {
+                Place::Inline(i) => {
+                    if let Some(dst) = self.in_inline.get_mut(i..i.saturating_add(n)) {
+                        dst.copy_from_slice(src);
+                    }
+                }
+                Place::Dma(addr) => bus.dma_write(addr, src).map_err(|_| Error::Dma { addr })?,
+            }
+            done = done.saturating_add(n.max(1));
+        }
+        Ok(())
+    }
+
+    /// Reads back bytes of the staged input (the page addresses of a
+    /// MANAGE_PAGES that failed, to free them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] beyond [`CmdIf::max_msg_len`],
+    /// [`Error::Dma`].
+    pub fn read_in<B: Bus>(&self, bus: &mut B, offset: usize, buf: &mut [u8]) -> Result<(), Error> {
+        self.check_range(offset, buf.len(), self.max_msg_len())?;
+        self.read_msg(bus, self.pools.in_pool, &self.in_inline, offset, buf)
+    }
+
+    /// Reads bytes of the last command's output, `offset` counted from
+    /// the start of the output.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutOfRange`] beyond the output length of the last command
+    /// (0 if it failed before the device wrote an output),
+    /// [`Error::Dma`].
+    pub fn read_out<B: Bus>(
+        &self,
+        bus: &mut B,
+        offset: usize,
+        buf: &mut [u8],
+    ) -> Result<(), Error> {
+        self.check_range(offset, buf.len(), self.outlen)?;
+        self.read_msg(bus, self.pools.out_pool, &self.out_inline, offset, buf)
+    }
+
+    fn check_range(&self, offset: usize, len: usize, limit: usize) -> Result<(), Error> {
+        match offset.checked_add(len) {
+            Some(end) if end <= limit => Ok(()),
+            _ => Err(Error::OutOfRange { offset, len }),
+        }
+    }
+
+    fn read_msg<B: Bus>(
+        &self,
+        bus: &mut B,
+        pool: u64,
+        inline: &[u8; INLINE_SIZE],
+        offset: usize,
+        buf: &mut [u8],
+    ) -> Result<(), Error> {
+        let mut done = 0;
+        while done < buf.len() {
+            let (at, run) = place(pool, offset.saturating_add(done));
+            let n = run.min(buf.len().saturating_sub(done));
+            let dst = buf.get_mut(done..done.saturating_add(n)).unwrap_or(&mut []);
+            match at {
+                Place::Inline(i) => {
+                    if let Some(src) = inline.get(i..i.saturating_add(n)) {
+                        dst.copy_from_slice(src);
+                    }
+                }
+                Place::Dma(addr) => bus.dma_read(addr, dst).map_err(|_| Error::Dma { addr })?,
+            }
+            done = done.saturating_add(n.max(1));
+        }
+        Ok(())
+    }
+
+    /// Posts the staged input of `inlen` bytes (written with
+    /// [`CmdIf::write_in`], its header included) as the command `opcode`
+    /// (which errors name, as `opcode_name` spells it) with room for
+    /// `outlen` bytes of output,
+    /// waits for the device to hand the entry back, and checks the
+    /// outcome. The output is then readable with [`CmdIf::read_out`].
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::TooLong`]: `inlen` below 16, `outlen` below 8, or either
+    ///   beyond [`CmdIf::max_msg_len`];
+    /// - [`Error::QueueBusy`]: no entry free, or the mailboxes held by a
+    ///   command that timed out;
+    /// - [`Error::Timeout`]: the device kept the entry past the command
+    ///   timeout;
+    /// - [`Error::Signature`]: with checksums on, a bad signature on the
+    ///   entry or an output mailbox;
+    /// - [`Error::Cmd`]: a delivery status ([`CmdError::Delivery`]) or a
+    ///   failed command ([`CmdError::Failed`], with status and syndrome);
+    /// - [`Error::Dma`].
+    pub fn post<B: Bus>(
+        &mut self,
+        bus: &mut B,
+        opcode: u16,
+        inlen: usize,
+        outlen: usize,
+    ) -> Result<(), Error> {
+        let command = opcode_name(opcode);
+        let max = self.max_msg_len();
+        for (len, min) in [(inlen, IN_HEADER_SIZE), (outlen, OUT_STATUS_SIZE)] {
+            if len < min || len > max {
+                return Err(Error::TooLong {
+                    command,
+                    opcode,
+                    len,
+                    max,
+                });
+            }
+        }
+        self.outlen = 0;
+        let n_in = mailbox_count(inlen);
+        let n_out = mailbox_count(outlen);
+        let uses_pools = n_in != 0 || n_out != 0;
+        self.reap_stuck(bus)?;
+        let busy = Error::QueueBusy { command, opcode };
+        if uses_pools && self.pools_held_by.is_some() {
+            return Err(busy);
+        }
+        // A bit for each entry of the queue (1 to 32 of them).
+        let unused = MAX_COMMANDS.saturating_sub(self.entries()) as u32;
+        let all = u32::MAX.checked_shr(unused).unwrap_or(1);
+        let free = all & !self.stuck;
+        if free == 0 {
+            return Err(busy);
+        }
+        let slot = free.trailing_zeros() as usize;
+        self.token = self.token.wrapping_add(1).max(1);
+        let chain = |pool, blocks, inlen| Chain {
+            pool,
+            blocks,
+            token: self.token,
+            sign: self.checksums,
+            inlen,
+        };
+        chain(self.pools.in_pool, n_in, Some(inlen)).write(bus)?;
+        chain(self.pools.out_pool, n_out, None).write(bus)?;
+
+        let entry_addr = self.entry_addr(slot)?;
+        let layout = CmdLayout {
+            cmd_type: PCI_CMD_XPORT,
+            inlen: u32::try_from(inlen).unwrap_or(u32::MAX),
+            in_ptr: if n_in > 0 { self.pools.in_pool } else { 0 },
+            in_data: self.in_inline,
+            out_data: [0; INLINE_SIZE],
+            out_ptr: if n_out > 0 { self.pools.out_pool } else { 0 },
+            outlen: u32::try_from(outlen).unwrap_or(u32::MAX),
+            token: self.token,
+            sig: 0,
+            status: DeliveryStatus::Ok,
+            ownership: true,
+        };
+        let mut entry = [0u8; CMD_LAYOUT_SIZE];
+        layout.encode(&mut entry);
+        sign_layout(&mut entry);
+        bus.dma_write(entry_addr, &entry)
+            .map_err(|_| Error::Dma { addr: entry_addr })?;
+        bus.write32(
+            CMD_DBELL_OFFSET,
+            doorbell(slot).map_err(|_| Error::QueueBusy { command, opcode })?,
+        );
+
+        // Poll the ownership bit.
+        let start = bus.now_ns();
+        loop {
+            if !self.owned(bus, entry_addr)? {
+                break;
+            }
+            if bus.now_ns().saturating_sub(start) >= ms_to_ns(self.timeouts.cmd_ms) {
+                self.stuck |= 1 << slot;
+                if uses_pools {
+                    self.pools_held_by = Some(slot);
+                }
+                return Err(Error::Timeout {
+                    command,
+                    opcode,
+                    ms: self.timeouts.cmd_ms,
+                });
+            }
+            bus.relax(Wait::Command);
+        }
+
+        bus.dma_read(entry_addr, &mut entry)
+            .map_err(|_| Error::Dma { addr: entry_addr })?;
+        let done = CmdLayout::decode(&entry);
+        let bad_sig = Error::Signature { command, opcode };
+        if self.checksums && !layout_signature_ok(&entry) {
+            return Err(bad_sig);
+        }
+        if done.status != DeliveryStatus::Ok {
+            return Err(Error::Cmd(CmdError::Delivery {
+                command,
+                opcode,
+                status: done.status,
+            }));
+        }
+        if self.checksums {
+            let mut blk = [0u8; MAILBOX_SIZE];
+            for i in 0..n_out {
+                let addr = block_addr(self.pools.out_pool, i);
+                bus.dma_read(addr, &mut blk)
+                    .map_err(|_| Error::Dma { addr })?;
+                if !block_signature_ok(&blk) {
+                    return Err(bad_sig);
+                }
+            }
+        }
+        self.out_inline = done.out_data;
+        self.outlen = outlen;
+        let [status, _, _, _, s0, s1, s2, s3, ..] = self.out_inline;
+        let status = CmdStatus::from_raw(status);
+        if status != CmdStatus::Ok {
+            return Err(Error::Cmd(CmdError::Failed {
+                command,
+                opcode,
+                status,
+                syndrome: u32::from_be_bytes([s0, s1, s2, s3]),
+            }));
+        }
+        Ok(())
+    }
+
+    /// The DMA address of queue entry `slot`.
+    fn entry_addr(&self, slot: usize) -> Result<u64, Error> {
+        let off = entry_offset(slot, self.log_stride).map_err(|_| Error::BadCmdMem)?;
+        Ok(self.pools.cmdq.saturating_add(off as u64))
+    }
+
+    /// Whether the device owns the entry at `entry_addr`.
+    fn owned<B: Bus>(&self, bus: &mut B, entry_addr: u64) -> Result<bool, Error> {
+        let addr = entry_addr.saturating_add(STATUS_OWN_OFFSET as u64);
+        let mut own = [0u8; 1];
+        bus.dma_read(addr, &mut own)
+            .map_err(|_| Error::Dma { addr })?;
+        let [own] = own;
+        Ok(owned_by_hw(own))
+    }
+
+    /// Frees the entries (and the pools) the device has handed back since
+    /// their commands timed out.
+    fn reap_stuck<B: Bus>(&mut self, bus: &mut B) -> Result<(), Error> {
+        let mut slot = 0;
+        while self.stuck != 0 && slot < MAX_COMMANDS {
+            if self.stuck & (1 << slot) != 0 && !self.owned(bus, self.entry_addr(slot)?)? {
+                self.stuck &= !(1 << slot);
+                if self.pools_held_by == Some(slot) {
+                    self.pools_held_by = None;
+                }
+            }
+            slot += 1;
+        }
+        Ok(())
+    }
+}

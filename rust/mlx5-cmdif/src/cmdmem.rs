@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The command interface's DMA memory: one region of the driver's
+//! coherent memory ([`CmdMem`]), split into the command queue page and two
+//! pools of mailbox blocks, and where each byte of a message lies in them.
+//!
+//! | bytes of the region | what |
+//! |---|---|
+//! | 0..4096 | the command queue (entries `1 << log_stride` apart) |
+//! | 4096 + 1024·i | input mailbox block `i`, for `i` below `blocks` |
+//! | 4096 + 1024·(blocks + i) | output mailbox block `i` |
+//!
+//! `blocks` is what the region holds, between [`MIN_BLOCKS`] and
+//! [`MAX_BLOCKS`]. Blocks are 576 bytes at 1 KiB alignment, as mlx5_core
+//! allocates them. A message (input or output) is its first 16 bytes,
+//! carried in the queue entry, then 512 bytes per block of its pool:
+//! message byte `16 + 512·i + j` is byte `j` of block `i`. Each pool is one
+//! chain (block `i`'s `next` is block `i + 1`), so a command's input and
+//! output can be as long as a pool.
+
+use super::bus::Bus;
+use super::error::Error;
+use super::prm::cmd_queue::{
+    sign_block, MailboxHeader, INLINE_SIZE, MAILBOX_ALIGN, MAILBOX_DATA_SIZE, MAILBOX_SIZE,
+};
+
+/// The size of the command queue page.
+pub const QUEUE_PAGE: usize = 4096;
+/// Mailbox blocks per pool at least: QUERY_HCA_CAP's 4112-byte output and
+/// SET_HCA_CAP's input need eight.
+pub const MIN_BLOCKS: usize = 8;
+/// Mailbox blocks per pool at most (a 32 KiB message).
+pub const MAX_BLOCKS: usize = 64;
+/// The smallest [`CmdMem::len`]: the queue page and two pools of
+/// [`MIN_BLOCKS`] blocks.
+pub const CMD_MEM_MIN: usize = QUEUE_PAGE + 2 * MIN_BLOCKS * MAILBOX_ALIGN;
+/// A good [`CmdMem::len`]: 16 blocks per pool, so that one MANAGE_PAGES
+/// moves up to 1024 pages.
+pub const CMD_MEM_SIZE: usize = QUEUE_PAGE + 2 * 16 * MAILBOX_ALIGN;
+
+/// The region of the driver's DMA-coherent memory the command interface
+/// uses (see the module documentation). The embedder allocates it and
+/// keeps it mapped until the function is torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmdMem {
+    /// Its DMA address, 4 KiB aligned.
+    pub addr: u64,
+    /// Its length, at least [`CMD_MEM_MIN`] ([`CMD_MEM_SIZE`] is a good
+    /// choice); bytes beyond [`MAX_BLOCKS`] blocks per pool are not used.
+    pub len: usize,
+}
+
+/// Where the queue and the pools lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pools {
+    /// The command queue page.
+    pub cmdq: u64,
+    /// Input mailbox block 0.
+    pub in_pool: u64,
+    /// Output mailbox block 0.
+    pub out_pool: u64,
+    /// Blocks per pool.
+    pub blocks: usize,
+}
+
+impl CmdMem {
+    /// Splits the region into the queue page and the two pools.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadCmdMem`] if the region is not 4 KiB aligned, shorter
+    /// than [`CMD_MEM_MIN`], or wraps the address space.
+    pub fn pools(&self) -> Result<Pools, Error> {
+        let page = QUEUE_PAGE as u64;
+        if self.addr & (page - 1) != 0 || self.len < CMD_MEM_MIN {
+            return Err(Error::BadCmdMem);
+        }
+        self.addr
+            .checked_add(self.len as u64)
+            .ok_or(Error::BadCmdMem)?;
+        let blocks = (self.len.saturating_sub(QUEUE_PAGE) / (2 * MAILBOX_ALIGN)).min(MAX_BLOCKS);
+        let in_pool = self.addr.saturating_add(page);
+        Ok(Pools {
+            cmdq: self.addr,
+            in_pool,
+            out_pool: block_addr(in_pool, blocks),
+            blocks,
+        })
+    }
+}
+
+impl Pools {
+    /// The longest message a pool carries: 16 bytes inline and 512 per
+    /// block.
+    pub fn max_msg_len(&self) -> usize {
+        INLINE_SIZE.saturating_add(self.blocks.saturating_mul(MAILBOX_DATA_SIZE))
+    }
+}
+
+/// The DMA address of block `i` of the pool at `pool`.
+pub fn block_addr(pool: u64, i: usize) -> u64 {
+    pool.saturating_add((i as u64).saturating_mul(MAILBOX_ALIGN as u64))
+}
+
+/// Where a run of message bytes lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// In the queue entry's 16 bytes, from this index.
+    Inline(usize),
+    /// In a pool, at this DMA address.
+    Dma(u64),
+}
+
+/// Where message byte `offset` of a message in the pool at `pool` lies,
+/// and how many bytes from there are contiguous (to the end of the inline
+/// part or of the block's data).
+pub fn place(pool: u64, offset: usize) -> (Place, usize) {
+    match offset.checked_sub(INLINE_SIZE) {
+        None => (Place::Inline(offset), INLINE_SIZE.saturating_sub(offset)),
+        Some(rel) => {
+            let within = rel % MAILBOX_DATA_SIZE;
+            let addr = block_addr(pool, rel / MAILBOX_DATA_SIZE).saturating_add(within as u64);
+            (Place::Dma(addr), MAILBOX_DATA_SIZE.saturating_sub(within))
+        }
+    }
+}
+
+/// A mailbox chain to (re)write before a command is posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// Block 0 of the pool.
+    pub pool: u64,
+    /// Blocks in the chain.
+    pub blocks: usize,
+    /// The command's token, repeated in every block.
+    pub token: u8,
+    /// Sign every block (command checksums on).
+    pub sign: bool,
+    /// For an input chain, the message length: the staged data in the
+    /// blocks stays, bytes past the message are cleared. `None` for an
+    /// output chain, whose blocks are cleared whole.
+    pub inlen: Option<usize>,
+}
+
+impl Chain {
+    /// Writes the chain's blocks: `next`, `block_num`, `token`, data as
+    /// described at [`Chain::inlen`], and signatures if asked.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Dma`].
+    pub fn write<B: Bus>(&self, bus: &mut B) -> Result<(), Error> {
+        let mut blk = [0u8; MAILBOX_SIZE];
+        for i in 0..self.blocks {
+            let addr = block_addr(self.pool, i);
+            let next = if i.saturating_add(1) < self.blocks {
+                block_addr(self.pool, i.saturating_add(1))
+            } else {
+                0
+            };
+            MailboxHeader {
+                next,
+                block_num: u32::try_from(i).unwrap_or(u32::MAX),
+                token: self.token,
+                ctrl_sig: 0,
+                sig: 0,
+            }
+            .encode(&[], &mut blk)
+            .map_err(|_| Error::Dma { addr })?;
+            if let Some(inlen) = self.inlen {
+                let start = INLINE_SIZE.saturating_add(i.saturating_mul(MAILBOX_DATA_SIZE));
+                let valid = inlen.saturating_sub(start).min(MAILBOX_DATA_SIZE);
+                if let Some(data) = blk.get_mut(..valid) {
+                    bus.dma_read(addr, data).map_err(|_| Error::Dma { addr })?;
+                }
+            }
+            if self.sign {
+                sign_block(&mut blk);
+            }
+            bus.dma_write(addr, &blk).map_err(|_| Error::Dma { addr })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_split_into_queue_and_pools() {
+        let p = CmdMem {
+            addr: 0x10_0000,
+            len: CMD_MEM_SIZE,
+        }
+        .pools()
+        .unwrap();
+        assert_eq!(p.cmdq, 0x10_0000);
+        assert_eq!(p.in_pool, 0x10_1000);
+        assert_eq!(p.out_pool, 0x10_1000 + 16 * 1024);
+        assert_eq!(p.blocks, 16);
+        assert_eq!(p.max_msg_len(), 16 + 16 * 512);
+        // The smallest region still carries a capability block.
+        let min = CmdMem {
+            addr: 0,
+            len: CMD_MEM_MIN,
+        };
+        assert_eq!(min.pools().unwrap().max_msg_len(), 16 + 4096);
+        // Larger regions are capped at 64 blocks a pool.
+        let big = CmdMem {
+            addr: 0,
+            len: 1 << 20,
+        };
+        assert_eq!(big.pools().unwrap().blocks, MAX_BLOCKS);
+        for bad in [
+            CmdMem {
+                addr: 0x800,
+                len: CMD_MEM_SIZE,
+            },
+            CmdMem {
+                addr: 0,
+                len: CMD_MEM_MIN - 1,
+            },
+            CmdMem {
+                addr: !0xfff,
+                len: CMD_MEM_SIZE,
+            },
+        ] {
+            assert_eq!(bad.pools(), Err(Error::BadCmdMem), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn message_bytes_find_their_block() {
+        let pool = 0x1000;
+        assert_eq!(place(pool, 0), (Place::Inline(0), 16));
+        assert_eq!(place(pool, 15), (Place::Inline(15), 1));
+        assert_eq!(place(pool, 16), (Place::Dma(0x1000), 512));
+        assert_eq!(place(pool, 16 + 511), (Place::Dma(0x1000 + 511), 1));
+        assert_eq!(place(pool, 16 + 512), (Place::Dma(0x1400), 512));
+        assert_eq!(place(pool, 16 + 3 * 512 + 8), (Place::Dma(0x1c08), 504));
+    }
+}

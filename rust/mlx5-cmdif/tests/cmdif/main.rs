@@ -1,0 +1,10 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! mlx5-cmdif against hca-model's firmware: bring-up and teardown, waits
+//! that time out, refused and undelivered commands, page requests, and
+//! teardown after a bring-up that failed half way.
+
+mod bringup;
+mod errors;
+mod pages;
+mod rig;
