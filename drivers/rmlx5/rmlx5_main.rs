@@ -11,7 +11,7 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    driver, platform,
+    driver, pci, platform,
     prelude::*,
     sync::{
         Arc,
@@ -19,6 +19,7 @@ use kernel::{
     },
 };
 
+mod cx;
 mod debugfs;
 mod device;
 mod hca;
@@ -136,6 +137,10 @@ module! {
             default: 2,
             description: "Completion EQs (and interrupts) per HCA, 1 to 8",
         },
+        pci: bool {
+            default: true,
+            description: "Drive ConnectX PCI functions (the software HCAs exist either way)",
+        },
     },
 }
 
@@ -160,12 +165,14 @@ pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
     Ok(unsafe { ArcBorrow::from_raw(p) }.into())
 }
 
-/// The loaded module. Fields drop in order: objects kernel ULPs left
-/// behind are reclaimed while everything still runs, the platform driver
+/// The loaded module. Fields drop in order: the ConnectX PCI driver
+/// (unbinding its functions), objects kernel ULPs left behind are
+/// reclaimed while everything still runs, the platform driver
 /// (its unbind frees the EQ interrupts), the works are stopped, then the
 /// interrupt controller and the platform devices, the HCAs' device nodes,
 /// debugfs, and last the software HCA itself.
 struct Rmlx5Module {
+    _cx: Option<Pin<KBox<driver::Registration<pci::Adapter<cx::CxDriver>>>>>,
     _reclaim: ReclaimUlpObjects,
     _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
     _quiesce: Quiesce,
@@ -192,7 +199,17 @@ impl kernel::Module for Rmlx5Module {
             let intc = hca::irq::Intc::new(u32::try_from(count)?, u32::try_from(comp + 1)?)?;
             let dbg = debugfs::Debugfs::new(&crate::soft()?)?;
             let drv = KBox::pin_init(driver::Registration::new(c"rmlx5", module), GFP_KERNEL)?;
+            // Last, so that a function probed at once finds the rest up.
+            let cx = if module_parameters::pci.value() {
+                Some(KBox::pin_init(
+                    driver::Registration::new(c"rmlx5_cx", module),
+                    GFP_KERNEL,
+                )?)
+            } else {
+                None
+            };
             Ok(Self {
+                _cx: cx,
                 _reclaim: ReclaimUlpObjects,
                 _driver: drv,
                 _quiesce: Quiesce,

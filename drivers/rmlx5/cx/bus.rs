@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! [`Bus`] over a real function: BAR0 registers, one coherent region for
+//! the command queue and mailboxes, and coherent pages lent to the device.
+
+use core::sync::atomic::{
+    fence,
+    Ordering, //
+};
+use kernel::{
+    device::{
+        Bound,
+        Core, //
+    },
+    dma::Coherent,
+    io::Io,
+    pci,
+    prelude::*,
+    time::{
+        delay::fsleep,
+        Delta,
+        Instant,
+        Monotonic, //
+    },
+};
+
+use crate::mlx5_cmdif::{
+    bus::{
+        Bus,
+        DmaError,
+        Wait, //
+    },
+    cmdmem::CMD_MEM_SIZE,
+    pages::PAGE_SIZE,
+};
+
+/// One page lent to the device.
+type Page = Coherent<[u8; PAGE_SIZE as usize]>;
+
+/// The embedder side of one function's command interface.
+///
+/// # Invariants
+///
+/// `cmd_mem` is `CMD_MEM_SIZE` bytes of coherent memory mapped for the
+/// function; every entry of `pages` is a page the device may own.
+pub(super) struct CxBus<'bound> {
+    pdev: &'bound pci::Device<Bound>,
+    bar: pci::Bar<'bound>,
+    cmd_mem: Coherent<[u8]>,
+    pages: KVec<Page>,
+    /// The device may still own `pages`: never free them.
+    keep: bool,
+    epoch: Instant<Monotonic>,
+}
+
+impl<'bound> CxBus<'bound> {
+    /// Allocates the command memory of `pdev`, whose BAR0 is `bar`.
+    pub(super) fn new(pdev: &'bound pci::Device<Core<'_>>, bar: pci::Bar<'bound>) -> Result<Self> {
+        let cmd_mem = Coherent::<u8>::zeroed_slice(pdev.as_ref(), CMD_MEM_SIZE, GFP_KERNEL)?;
+        Ok(Self {
+            pdev,
+            bar,
+            cmd_mem,
+            pages: KVec::new(),
+            keep: false,
+            epoch: Instant::now(),
+        })
+    }
+
+    /// The DMA address of the command memory.
+    pub(super) fn cmd_mem_addr(&self) -> u64 {
+        self.cmd_mem.dma_address()
+    }
+
+    /// The device did not return every page: they stay allocated for good
+    /// (a device writing a freed page would corrupt memory).
+    pub(super) fn keep_pages(&mut self) {
+        self.keep = true;
+    }
+
+    /// The offset of `[addr, addr + len)` in the command memory.
+    fn cmd_offset(&self, addr: u64, len: usize) -> Result<usize, DmaError> {
+        let off = addr
+            .checked_sub(self.cmd_mem.dma_address())
+            .and_then(|o| usize::try_from(o).ok())
+            .ok_or(DmaError)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.cmd_mem.size() => Ok(off),
+            _ => Err(DmaError),
+        }
+    }
+}
+
+impl Bus for CxBus<'_> {
+    fn read32(&mut self, offset: usize) -> u32 {
+        // The registers are big-endian (ioread32be); a read the BAR cannot
+        // serve looks like a device that fell off the bus.
+        (&self.bar)
+            .try_read32(offset)
+            .map_or(u32::MAX, u32::swap_bytes)
+    }
+
+    fn write32(&mut self, offset: usize, value: u32) {
+        // `writel` orders the coherent-memory stores before it (the queue
+        // entry before its doorbell), as iowrite32be does.
+        if (&self.bar).try_write32(value.swap_bytes(), offset).is_err() {
+            dev_warn!(self.pdev, "BAR0 write at {:#x} out of range\n", offset);
+        }
+    }
+
+    fn dma_read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
+        let off = self.cmd_offset(addr, buf.len())?;
+        // Nothing read here may be older than what was read before (the
+        // ownership bit before the entry it hands back): dma_rmb().
+        fence(Ordering::SeqCst);
+        let base = self.cmd_mem.as_ptr().cast::<u8>();
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: `off + i < off + buf.len() <= size` (checked by
+            // `cmd_offset`), so the byte is inside the live allocation;
+            // the device may write it concurrently, hence volatile.
+            *b = unsafe { base.add(off + i).read_volatile() };
+        }
+        Ok(())
+    }
+
+    fn dma_write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
+        let off = self.cmd_offset(addr, data.len())?;
+        let base = self.cmd_mem.as_mut_ptr().cast::<u8>();
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: As in `dma_read`: inside the live allocation; the
+            // device reads it only after the doorbell.
+            unsafe { base.add(off + i).write_volatile(*b) };
+        }
+        Ok(())
+    }
+
+    fn alloc_page(&mut self) -> Option<u64> {
+        let page = Page::zeroed(self.pdev.as_ref(), GFP_KERNEL).ok()?;
+        let addr = page.dma_address();
+        self.pages.push(page, GFP_KERNEL).ok()?;
+        Some(addr)
+    }
+
+    fn free_page(&mut self, addr: u64) -> bool {
+        match self.pages.iter().position(|p| p.dma_address() == addr) {
+            Some(i) => {
+                drop(self.pages.remove(i));
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn now_ns(&mut self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(0)
+    }
+
+    fn relax(&mut self, wait: Wait) {
+        // mlx5_core's rhythm: 2 ms between reads of `initializing`, short
+        // sleeps while a command runs, longer ones while pages come back.
+        let us = match wait {
+            Wait::FwInit => 2000,
+            Wait::Command => 20,
+            Wait::Pages => 1000,
+        };
+        fsleep(Delta::from_micros(us));
+    }
+}
+
+impl Drop for CxBus<'_> {
+    fn drop(&mut self) {
+        if self.keep && !self.pages.is_empty() {
+            dev_err!(
+                self.pdev,
+                "keeping {} page(s) the device did not return\n",
+                self.pages.len()
+            );
+            for p in self.pages.drain_all() {
+                core::mem::forget(p);
+            }
+        }
+    }
+}
