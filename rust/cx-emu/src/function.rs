@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The emulated ConnectX-5 function: hca-model's firmware in front of one
+//! HCA instance, reached through BAR0.
+//!
+//! * Initialization-segment accesses go to `Firmware::read32`/`write32`
+//!   (big-endian registers: the bytes of a dword are the value as
+//!   `ioread32be` returns it); a command doorbell runs
+//!   `Firmware::process`.
+//! * Stores to a UAR page are kept in the device's copy of that page
+//!   (where the model reads them, see `bus.rs`), then forwarded as the
+//!   doorbell they are: CQ arm, EQ arm or update, send (plain or
+//!   BlueFlame, told apart by `blueflame.rs`).
+//! * After every doorbell, and from the caller's timer while work is left
+//!   or a retry is due, `Fabric::run` executes the queues.
+//!
+//! Everything the guest does wrong is logged and counted: a command or
+//! doorbell the firmware or the model refused, a DMA outside guest memory,
+//! a store to BAR0 where no register is. [`Function::failed`] says whether
+//! any happened; the process exits non-zero then.
+
+use std::time::{Duration, Instant};
+
+use hca_model::caps::Caps;
+use hca_model::doorbell::SendDoorbell;
+use hca_model::fabric::Fabric;
+use hca_model::fw::{Firmware, FwConfig, HcaState};
+use hca_model::hca::Hca;
+use mlx5_prm::command::opcode_name;
+use mlx5_prm::doorbell::{
+    UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET, UAR_EQ_UPDATE_OFFSET, UAR_PAGE_SIZE,
+};
+
+use crate::bar0::{decode_read, decode_write, uar_register, Target, UarReg};
+use crate::blueflame::{BfStore, BlueFlame, Ring};
+use crate::bus::{Bus, UAR_BASE};
+use crate::log::{debug, error, info, trace};
+use crate::storage::VecStorage;
+
+/// Pages the device can hold (boot + init + one per queue, with room).
+const PAGE_SLOTS: usize = 16384;
+/// Budget of one engine run (WQEs, 4 KiB moved) between two messages.
+const RUN_BUDGET: u32 = 256;
+
+type PageSlots = [u64; PAGE_SLOTS];
+type Hcas = [Hca<VecStorage>; 1];
+
+/// How the function is built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Settings {
+    /// UAR pages in BAR0 (at most 128).
+    pub(crate) uars: u32,
+    /// MSI-X vectors.
+    pub(crate) msix_vectors: u16,
+    /// How long a lone BlueFlame-half store waits for the rest of a copy
+    /// before it is rung as a plain doorbell.
+    pub(crate) bf_idle: Duration,
+}
+
+impl Settings {
+    /// 128 UARs, 16 vectors, 200 µs.
+    pub(crate) const DEFAULT: Settings = Settings {
+        uars: 128,
+        msix_vectors: 16,
+        bf_idle: Duration::from_micros(200),
+    };
+
+    fn fw_config(&self) -> FwConfig {
+        FwConfig {
+            uars: self.uars,
+            uar_base: UAR_BASE,
+            msix_vectors: self.msix_vectors,
+            ..FwConfig::DEFAULT
+        }
+    }
+}
+
+/// What the function counted besides the model's own statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FnStats {
+    /// Doorbells the model accepted.
+    pub(crate) doorbells: u64,
+    /// Doorbells the model refused.
+    pub(crate) doorbell_errors: u64,
+    /// Send doorbells rung as BlueFlame copies.
+    pub(crate) blueflame: u64,
+    /// BlueFlame copies cut short and rung as plain doorbells.
+    pub(crate) blueflame_cut: u64,
+    /// Refusals in the firmware's log (commands, entries, doorbell bits).
+    pub(crate) fw_errors: u64,
+    /// BAR0 stores that reached no register.
+    pub(crate) stray_writes: u64,
+    /// Function resets.
+    pub(crate) resets: u64,
+}
+
+/// One PCI function.
+pub(crate) struct Function {
+    settings: Settings,
+    fw: Box<Firmware<PageSlots>>,
+    fabric: Box<Fabric<Hcas>>,
+    /// The model's view of the machine.
+    pub(crate) bus: Bus,
+    bf: BlueFlame,
+    start: Instant,
+    /// `Fabric::run` left work that can run now.
+    more: bool,
+    /// Firmware log entries already reported.
+    fw_seen: u64,
+    state: HcaState,
+    /// Counters.
+    pub(crate) stats: FnStats,
+}
+
+fn new_model(s: &Settings) -> (Box<Firmware<PageSlots>>, Box<Fabric<Hcas>>) {
+    let fw = Box::new(Firmware::new(s.fw_config(), [0u64; PAGE_SLOTS]));
+    let fabric = Box::new(Fabric::new([Hca::new(0, Caps::DEFAULT, VecStorage::new())]));
+    (fw, fabric)
+}
+
+impl Function {
+    /// A function fresh from reset.
+    pub(crate) fn new(settings: Settings) -> Self {
+        let (fw, fabric) = new_model(&settings);
+        Function {
+            settings,
+            fw,
+            fabric,
+            bus: Bus::new(settings.uars, settings.msix_vectors),
+            bf: BlueFlame::default(),
+            start: Instant::now(),
+            more: false,
+            fw_seen: 0,
+            state: HcaState::Disabled,
+            stats: FnStats::default(),
+        }
+    }
+
+    /// Back to the state after power-on: a new firmware and HCA instance
+    /// (every object and held page forgotten), clear UAR pages. DMA maps
+    /// and interrupt eventfds are the client's and stay.
+    pub(crate) fn reset(&mut self) {
+        let (fw, fabric) = new_model(&self.settings);
+        self.fw = fw;
+        self.fabric = fabric;
+        self.bus.uars.clear();
+        self.bf.clear();
+        self.more = false;
+        self.fw_seen = 0;
+        self.state = HcaState::Disabled;
+        self.stats.resets += 1;
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn sync_clock(&mut self) {
+        let now = self.now();
+        self.fw.set_time(now);
+        self.fabric.set_time(now);
+    }
+
+    /// A BAR0 read of `data.len()` bytes at `offset`.
+    pub(crate) fn bar0_read(&mut self, offset: u64, data: &mut [u8]) {
+        self.flush_blueflame();
+        self.sync_clock();
+        data.fill(0);
+        match decode_read(offset, self.settings.uars) {
+            Target::InitSeg(o) => {
+                let end = o + data.len();
+                let mut dword = o & !3;
+                while dword < end {
+                    let bytes = self.fw.read32(dword).to_be_bytes();
+                    for (i, b) in bytes.iter().enumerate() {
+                        if let Some(d) = (dword + i).checked_sub(o).and_then(|j| data.get_mut(j)) {
+                            *d = *b;
+                        }
+                    }
+                    dword += 4;
+                }
+            }
+            Target::Uar { index, offset } => {
+                debug!("read of UAR {index} at {offset:#x} (UAR pages are write-only): 0");
+            }
+            Target::Msix | Target::Unbacked => {
+                info!(
+                    "BAR0 read of {} bytes at {offset:#x}: nothing there, 0",
+                    data.len()
+                );
+            }
+        }
+        trace!("BAR0 read {offset:#x} [{}] = {data:02x?}", data.len());
+    }
+
+    /// A BAR0 write of `data` at `offset`.
+    pub(crate) fn bar0_write(&mut self, offset: u64, data: &[u8]) {
+        trace!("BAR0 write {offset:#x} [{}] = {data:02x?}", data.len());
+        self.sync_clock();
+        match decode_write(offset, self.settings.uars) {
+            Target::InitSeg(o) => {
+                self.flush_blueflame();
+                self.init_seg_write(o, data);
+            }
+            Target::Uar { index, offset: o } => self.uar_write(index, o, data),
+            Target::Msix | Target::Unbacked => {
+                self.flush_blueflame();
+                self.stray(offset, data, "no register there");
+            }
+        }
+        if self.more {
+            self.run_fabric();
+        }
+    }
+
+    fn stray(&mut self, offset: u64, data: &[u8], why: &str) {
+        self.stats.stray_writes += 1;
+        error!(
+            "BAR0 write of {} bytes at {offset:#x} ({data:02x?}) ignored: {why}",
+            data.len()
+        );
+    }
+
+    fn init_seg_write(&mut self, o: usize, data: &[u8]) {
+        // Registers are written a dword at a time (iowrite32be); a 64-bit
+        // store is two of them, the lower address first.
+        if !o.is_multiple_of(4) || !(data.len() == 4 || data.len() == 8) {
+            self.stray(
+                o as u64,
+                data,
+                "initialization segment registers are 32-bit",
+            );
+            return;
+        }
+        for (i, w) in data.chunks_exact(4).enumerate() {
+            let v = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+            self.fw.write32(o + 4 * i, v);
+        }
+        if self.fw.has_pending() {
+            let Some(hca) = self.fabric.hca(0) else {
+                return;
+            };
+            let done = self.fw.process(&mut self.bus, hca);
+            let s = self.fw.stats();
+            debug!(
+                "command doorbell: {done} entries handed back ({} commands, {} failed so far)",
+                s.commands, s.failed
+            );
+            self.run_fabric();
+        }
+        self.check_firmware();
+    }
+
+    fn uar_write(&mut self, index: u32, o: usize, data: &[u8]) {
+        if o + data.len() > UAR_PAGE_SIZE || !self.bus.uars.store(index, o, data) {
+            self.flush_blueflame();
+            self.stray(
+                u64::from(index) * UAR_PAGE_SIZE as u64 + o as u64,
+                data,
+                "store across UAR pages",
+            );
+            return;
+        }
+        let uar_addr = self.fw.uar_addr(index);
+        let end = o + data.len();
+        match uar_register(o, data.len()) {
+            UarReg::BlueFlame { reg, half, at } => {
+                let now = self.now();
+                let store = BfStore {
+                    uar: index,
+                    reg,
+                    half,
+                    at,
+                };
+                let rings = self.bf.store(store, data, now);
+                for r in [rings.earlier, rings.this].into_iter().flatten() {
+                    self.ring_send(r);
+                }
+            }
+            UarReg::CqDoorbell => {
+                self.flush_blueflame();
+                if end == UAR_CQ_DOORBELL_OFFSET + 8 {
+                    let Some(hca) = self.fabric.hca(0) else {
+                        return;
+                    };
+                    let r = hca.cq_doorbell(&mut self.bus, uar_addr);
+                    self.count_doorbell("CQ arm", index, r);
+                }
+            }
+            UarReg::EqArm | UarReg::EqUpdate => {
+                self.flush_blueflame();
+                let arm = matches!(uar_register(o, data.len()), UarReg::EqArm);
+                let last = if arm {
+                    UAR_EQ_ARM_OFFSET
+                } else {
+                    UAR_EQ_UPDATE_OFFSET
+                } + 4;
+                if end == last {
+                    let Some(hca) = self.fabric.hca(0) else {
+                        return;
+                    };
+                    let r = hca.eq_doorbell(&mut self.bus, uar_addr, arm);
+                    self.count_doorbell(if arm { "EQ arm" } else { "EQ update" }, index, r);
+                }
+            }
+            UarReg::None => {
+                self.flush_blueflame();
+                self.stray(
+                    u64::from(index) * UAR_PAGE_SIZE as u64 + o as u64,
+                    data,
+                    "no doorbell register at this UAR offset",
+                );
+            }
+        }
+    }
+
+    fn ring_send(&mut self, r: Ring) {
+        if r.blueflame_len != 0 {
+            self.stats.blueflame += 1;
+        }
+        if r.cut {
+            self.stats.blueflame_cut += 1;
+            debug!(
+                "BlueFlame copy to QP {:#x} cut short: rung as a plain doorbell",
+                r.qpn
+            );
+        }
+        let Some(hca) = self.fabric.hca(0) else {
+            return;
+        };
+        let db = SendDoorbell {
+            qpn: r.qpn,
+            half: r.half,
+            blueflame_len: r.blueflame_len,
+        };
+        let res = hca.send_doorbell(&mut self.bus, &db);
+        self.count_doorbell("send", r.uar, res);
+    }
+
+    fn count_doorbell<E: std::fmt::Debug>(&mut self, what: &str, uar: u32, r: Result<(), E>) {
+        match r {
+            Ok(()) => {
+                self.stats.doorbells += 1;
+                trace!("{what} doorbell on UAR {uar} accepted");
+                self.run_fabric();
+            }
+            Err(e) => {
+                self.stats.doorbell_errors += 1;
+                error!("{what} doorbell on UAR {uar} refused by the model: {e:?}");
+            }
+        }
+    }
+
+    fn flush_blueflame(&mut self) {
+        if let Some(r) = self.bf.flush() {
+            self.ring_send(r);
+        }
+    }
+
+    fn run_fabric(&mut self) {
+        self.sync_clock();
+        let r = self.fabric.run(&mut self.bus, RUN_BUDGET);
+        self.more = r.more;
+    }
+
+    /// Reports refusals the firmware logged since the last call, and
+    /// life-cycle changes.
+    fn check_firmware(&mut self) {
+        let total = self.fw.log().total();
+        if total > self.fw_seen {
+            let new = total - self.fw_seen;
+            let kept: Vec<_> = self.fw.log().iter().copied().collect();
+            let shown = kept.len().min(usize::try_from(new).unwrap_or(usize::MAX));
+            for e in &kept[kept.len() - shown..] {
+                error!(
+                    "firmware refused {} (opcode {:#06x}, entry {}): {} (syndrome {:#010x}, {:?})",
+                    opcode_name(e.opcode),
+                    e.opcode,
+                    e.slot,
+                    e.reason(),
+                    e.syndrome(),
+                    e.code()
+                );
+            }
+            if new > shown as u64 {
+                error!(
+                    "{} more refusals fell out of the firmware's log",
+                    new - shown as u64
+                );
+            }
+            self.stats.fw_errors += new;
+            self.fw_seen = total;
+        }
+        let state = self.fw.state();
+        if state != self.state {
+            let p = self.fw.page_counts();
+            info!(
+                "function {:?} -> {:?} (ISSI {}, {} pages held, {} commands run)",
+                self.state,
+                state,
+                self.fw.issi(),
+                p.held,
+                self.fw.stats().commands
+            );
+            self.state = state;
+        }
+    }
+
+    /// Timer work: rings a held doorbell whose time is up and runs the
+    /// queues while work is left or a retry is due.
+    pub(crate) fn tick(&mut self) {
+        let now = self.now();
+        if self
+            .bf
+            .deadline(self.bf_idle_ns())
+            .is_some_and(|d| d <= now)
+        {
+            self.flush_blueflame();
+        }
+        let due = self.fabric.next_deadline().is_some_and(|d| d <= now);
+        if self.more || due {
+            self.run_fabric();
+        }
+    }
+
+    fn bf_idle_ns(&self) -> u64 {
+        u64::try_from(self.settings.bf_idle.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// How long the caller may wait for the next message before calling
+    /// [`Function::tick`] (`None`: no timer work pending).
+    pub(crate) fn next_timeout(&mut self) -> Option<Duration> {
+        if self.more {
+            return Some(Duration::ZERO);
+        }
+        let now = self.now();
+        let bf = self.bf.deadline(self.bf_idle_ns());
+        let retry = self.fabric.next_deadline();
+        let at = [bf, retry].into_iter().flatten().min()?;
+        Some(Duration::from_nanos(at.saturating_sub(now)))
+    }
+
+    /// Rings what is still held and runs what is left (the client is
+    /// gone, but the counts should be final).
+    pub(crate) fn finish(&mut self) {
+        self.flush_blueflame();
+        self.check_firmware();
+    }
+
+    /// Whether anything the guest did was refused (see the module
+    /// documentation).
+    pub(crate) fn failed(&self) -> bool {
+        self.stats.doorbell_errors != 0
+            || self.stats.fw_errors != 0
+            || self.stats.stray_writes != 0
+            || self.bus.stats.dma_faults != 0
+    }
+
+    /// One line per area: what the function did.
+    pub(crate) fn summary(&mut self) -> Vec<String> {
+        let fw = self.fw.stats();
+        let p = self.fw.page_counts();
+        let s = self.stats;
+        let b = self.bus.stats;
+        let h = self.fabric.hca(0).map(|h| *h.stats()).unwrap_or_default();
+        vec![
+            format!(
+                "firmware: state {:?}, {} commands ({} failed, {} delivery errors, {} ignored \
+                 doorbell bits), {} refusals logged; pages held {}, given {}, returned {}",
+                self.fw.state(),
+                fw.commands,
+                fw.failed,
+                fw.delivery_errors,
+                fw.ignored,
+                s.fw_errors,
+                p.held,
+                p.given_total,
+                p.returned_total
+            ),
+            format!(
+                "doorbells: {} accepted, {} refused; {} BlueFlame ({} cut short); {} stray BAR0 \
+                 writes; {} resets",
+                s.doorbells, s.doorbell_errors, s.blueflame, s.blueflame_cut, s.stray_writes, s.resets
+            ),
+            format!(
+                "engine: {} WQEs executed ({} with errors), {} CQEs, {} completion events, {} async \
+                 events ({} dropped)",
+                h.wqes_executed, h.wqe_errors, h.cqes, h.comp_events, h.async_events, h.events_dropped
+            ),
+            format!(
+                "bus: {} interrupts ({} for vectors without an eventfd), {} DMA faults",
+                b.interrupts, b.lost_interrupts, b.dma_faults
+            ),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx5_prm::init_seg::{CMDIF_REV, CMD_DBELL_OFFSET, FW_REV_OFFSET, INITIALIZING_OFFSET};
+
+    fn read32(f: &mut Function, offset: u64) -> u32 {
+        let mut b = [0u8; 4];
+        f.bar0_read(offset, &mut b);
+        u32::from_be_bytes(b)
+    }
+
+    #[test]
+    fn the_init_segment_reads_big_endian() {
+        let mut f = Function::new(Settings::DEFAULT);
+        // fw_rev: minor 35 in the upper half, major 16 in the lower.
+        assert_eq!(read32(&mut f, FW_REV_OFFSET as u64), 35 << 16 | 16);
+        assert_eq!(read32(&mut f, 4) >> 16, u32::from(CMDIF_REV));
+        assert_eq!(read32(&mut f, 4) & 0xffff, 1012);
+        // A byte read takes the register's bytes in memory order.
+        let mut b = [0u8; 1];
+        f.bar0_read(3, &mut b);
+        assert_eq!(b[0], 16);
+        // Ready at once (the default readiness).
+        assert_eq!(read32(&mut f, INITIALIZING_OFFSET as u64) >> 31, 0);
+        assert!(!f.failed());
+    }
+
+    #[test]
+    fn a_doorbell_before_the_queue_is_set_up_is_a_protocol_error() {
+        let mut f = Function::new(Settings::DEFAULT);
+        f.bar0_write(CMD_DBELL_OFFSET as u64, &1u32.to_be_bytes());
+        assert_eq!(f.stats.fw_errors, 1);
+        assert!(f.failed());
+    }
+
+    #[test]
+    fn stores_where_no_register_is_are_counted() {
+        let mut f = Function::new(Settings::DEFAULT);
+        f.bar0_write(2 * 4096 + 0x100, &[0; 4]);
+        f.bar0_write(crate::bar0::BAR0_SIZE - 8, &[0; 8]);
+        f.bar0_write(0x10, &[0; 2]);
+        assert_eq!(f.stats.stray_writes, 3);
+    }
+
+    #[test]
+    fn a_cq_doorbell_for_no_cq_is_refused() {
+        let mut f = Function::new(Settings::DEFAULT);
+        // CQN 5, ARM word 0: no such CQ on UAR 2.
+        f.bar0_write(2 * 4096 + 0x20, &[0, 0, 0, 0, 0, 0, 0, 5]);
+        assert_eq!(f.stats.doorbell_errors, 1);
+        // The bytes landed in the device's copy of the page.
+        let mut b = [0u8; 8];
+        hca_model::mem::DmaMemory::read(&mut f.bus, UAR_BASE + 2 * 4096 + 0x20, &mut b).unwrap();
+        assert_eq!(b[7], 5);
+    }
+
+    #[test]
+    fn a_lone_blueflame_store_is_rung_when_its_time_is_up() {
+        let mut f = Function::new(Settings {
+            bf_idle: Duration::ZERO,
+            ..Settings::DEFAULT
+        });
+        let mut ctrl = [0u8; 8];
+        ctrl[4..].copy_from_slice(&(0x42u32 << 8 | 1).to_be_bytes());
+        f.bar0_write(3 * 4096 + 0x800, &ctrl);
+        assert_eq!(f.stats.doorbell_errors, 0, "held, not rung yet");
+        assert_eq!(f.next_timeout(), Some(Duration::ZERO));
+        f.tick();
+        // No QP 0x42: the model refuses it.
+        assert_eq!(f.stats.doorbell_errors, 1);
+        assert_eq!(f.next_timeout(), None);
+    }
+
+    #[test]
+    fn reset_starts_over() {
+        let mut f = Function::new(Settings::DEFAULT);
+        f.bar0_write(4096 + 0x800, &[1; 8]);
+        f.reset();
+        assert_eq!(f.next_timeout(), None);
+        assert_eq!(f.stats.resets, 1);
+        let mut b = [0u8; 8];
+        hca_model::mem::DmaMemory::read(&mut f.bus, UAR_BASE + 4096 + 0x800, &mut b).unwrap();
+        assert_eq!(b, [0; 8]);
+    }
+}

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! rmlx5-cx-emu: an emulated ConnectX-5 PCI function for QEMU.
+//!
+//! The process is a vfio-user server: QEMU (10.1 or later) started with
+//! `-device vfio-user-pci,socket=<path>` shows the guest a PCI function
+//! 15b3:1017 whose BAR0 holds the mlx5 initialization segment and UAR
+//! pages, with MSI-X interrupts and DMA into guest memory. Behind it runs
+//! `rust/hca-model`, unchanged: its firmware (`fw::Firmware`, the command
+//! interface and page management) in front of one HCA instance, in one
+//! fabric of one. Documentation/cx-emu.md describes the whole route.
+//!
+//! ```text
+//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [-v]... [-q]
+//! ```
+//!
+//! The socket appears at PATH once it accepts a connection; the process
+//! serves one client and exits when it disconnects: 0 if the guest did
+//! nothing wrong, 1 if anything was refused (a command, a doorbell, a DMA
+//! outside guest memory, a store where no register is, a vfio-user
+//! message), 2 if it could not start. The log goes to stderr.
+
+mod bar0;
+mod blueflame;
+mod bus;
+mod dma;
+mod function;
+mod log;
+mod pci;
+mod server;
+#[cfg(test)]
+mod session_tests;
+mod storage;
+mod vfio_user;
+
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use function::{Function, Settings};
+use log::{error, info};
+use server::Server;
+use vfio_user::socket::Connection;
+
+const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [-v]... [-q]";
+
+struct Args {
+    socket: PathBuf,
+    settings: Settings,
+    verbosity: u8,
+}
+
+fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut socket = None;
+    let mut settings = Settings::DEFAULT;
+    let mut verbosity = 1u8;
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match a.as_str() {
+            "--socket" => socket = Some(PathBuf::from(value("--socket")?)),
+            "--msix" => {
+                let n: u16 = value("--msix")?
+                    .parse()
+                    .map_err(|e| format!("--msix: {e}"))?;
+                if n == 0 || n > bar0::MAX_MSIX_VECTORS {
+                    return Err(format!("--msix: 1 to {}", bar0::MAX_MSIX_VECTORS));
+                }
+                settings.msix_vectors = n;
+            }
+            "--bf-idle-us" => {
+                let us: u64 = value("--bf-idle-us")?
+                    .parse()
+                    .map_err(|e| format!("--bf-idle-us: {e}"))?;
+                settings.bf_idle = Duration::from_micros(us);
+            }
+            "-v" | "--verbose" => verbosity = verbosity.saturating_add(1),
+            "-q" | "--quiet" => verbosity = 0,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Args {
+        socket: socket.ok_or("--socket is required")?,
+        settings,
+        verbosity,
+    })
+}
+
+/// Binds the socket under a temporary name and renames it into place, so
+/// that PATH exists only once connections are accepted (the guest runner
+/// starts QEMU when it appears).
+fn listen(path: &Path) -> std::io::Result<UnixListener> {
+    if path.exists() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} exists (left by an earlier run?)", path.display()),
+        ));
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(listener)
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("rmlx5-cx-emu: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    log::init(args.verbosity);
+    let listener = match listen(&args.socket) {
+        Ok(l) => l,
+        Err(e) => {
+            error!("cannot listen on {}: {e}", args.socket.display());
+            return ExitCode::from(2);
+        }
+    };
+    let s = &args.settings;
+    info!(
+        "ConnectX-5 15b3:1017 on {}: BAR0 32 MiB, {} UARs, {} MSI-X vectors, firmware 16.35.1012",
+        args.socket.display(),
+        s.uars,
+        s.msix_vectors
+    );
+    let accepted = listener.accept();
+    // The path is not needed once the client is in.
+    let _ = std::fs::remove_file(&args.socket);
+    let stream = match accepted {
+        Ok((stream, _)) => stream,
+        Err(e) => {
+            error!("accept: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut server = Server::new(Connection::new(stream), Function::new(args.settings));
+    if let Err(e) = server.run() {
+        server.protocol_errors += 1;
+        error!("vfio-user connection: {e}");
+    }
+    server.function.finish();
+    info!("client disconnected");
+    for line in server.function.summary() {
+        log::line("summary: ", format_args!("{line}"));
+    }
+    let failed = server.function.failed() || server.protocol_errors != 0;
+    log::line(
+        "summary: ",
+        format_args!(
+            "{} vfio-user protocol errors; {}",
+            server.protocol_errors,
+            if failed {
+                "FAILED: the guest did something the device refused (see the errors above)"
+            } else {
+                "ok"
+            }
+        ),
+    );
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Result<Args, String> {
+        parse(v.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn arguments() {
+        let a = args(&["--socket", "/tmp/s", "--msix", "8", "-v", "-v"]).unwrap();
+        assert_eq!(a.socket, PathBuf::from("/tmp/s"));
+        assert_eq!(a.settings.msix_vectors, 8);
+        assert_eq!(a.verbosity, 3);
+        assert!(args(&["--msix", "8"]).is_err());
+        assert!(args(&["--socket", "/tmp/s", "--msix", "0"]).is_err());
+        assert!(args(&["--socket", "/tmp/s", "--msix", "257"]).is_err());
+        assert!(args(&["--socket"]).is_err());
+        assert!(args(&["--socket", "x", "--bogus"]).is_err());
+    }
+}
