@@ -11,6 +11,8 @@
 #   make check    every test: host, KUnit, guest; last line "N passed, N failed"
 #   make stress   the reliability figures (fuzzing, kills, lost events,
 #                 CVE tests looped) in the test guest, up to ~45 minutes
+#   make pci-smoke  boot the test guest with the emulated ConnectX-5
+#                 (rust/cx-emu) and check what it sees without a driver
 #   make setup    install what the two above need (idempotent)
 #   make module   build rmlx5.ko against $(KDIR) (default: the cached test kernel)
 #   make kernel   build (or find in the cache) the test kernel
@@ -30,7 +32,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check ulp guest-programs dv-sample check demo perf bench stress clean rustfmt
+.PHONY: fuzz all setup kernel module module-check ulp guest-programs dv-sample check demo perf bench stress pci-smoke clean rustfmt
 
 all: module
 
@@ -111,6 +113,11 @@ bench:
 # make check); STRESS="scale=100" for a quick run.
 stress:
 	@bash scripts/stress.sh
+
+# The emulated ConnectX-5 seen from the guest with no driver (QEMU with
+# vfio-user-pci from scripts/qemu.sh; not a part of make check yet).
+pci-smoke:
+	@bash scripts/pci-smoke.sh
 
 clean:
 	rm -rf $(BUILD)

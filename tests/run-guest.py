@@ -9,6 +9,12 @@ this script
   * fails on any kernel BUG/WARNING/KASAN/lockdep/kmemleak report, panic or
     timeout, printing the relevant excerpt of the log.
 It prints a result line per test and writes the counts to --results (JSON).
+
+With --cx-emu, the guest also gets the emulated ConnectX-5 (rust/cx-emu):
+the emulator is started on a socket in the work directory, QEMU (which
+must have vfio-user-pci, see scripts/qemu.sh) attaches it, the emulator's
+log is kept next to the console log, and a non-zero exit of the emulator
+(something the device refused) fails the run.
 """
 import argparse
 import gzip
@@ -16,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,13 +52,14 @@ def build_initramfs(args, workdir):
     shutil.copy(args.busybox, os.path.join(root, "bin/busybox"))
     shutil.copy(os.path.join(HERE, "guest/init.sh"), os.path.join(root, "init"))
     shutil.copy(os.path.join(HERE, "guest/demo.sh"), os.path.join(root, "tests/demo.sh"))
-    shutil.copy(args.module, os.path.join(root, "lib/modules/rmlx5.ko"))
-    # The sample kernel ULP (samples/rmlx5_ulp), built next to the module
-    # by `make module`; /init loads it after rmlx5.ko.
-    ulp = args.ulp or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.module))),
-                                   "ulp", "rmlx5_ulp.ko")
-    if os.path.exists(ulp):
-        shutil.copy(ulp, os.path.join(root, "lib/modules/rmlx5_ulp.ko"))
+    if args.module:
+        shutil.copy(args.module, os.path.join(root, "lib/modules/rmlx5.ko"))
+        # The sample kernel ULP (samples/rmlx5_ulp), built next to the
+        # module by `make module`; /init loads it after rmlx5.ko.
+        ulp = args.ulp or os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(args.module))), "ulp", "rmlx5_ulp.ko")
+        if os.path.exists(ulp):
+            shutil.copy(ulp, os.path.join(root, "lib/modules/rmlx5_ulp.ko"))
     for prog in args.programs:
         shutil.copy(prog, os.path.join(root, "tests", os.path.basename(prog)))
     # Tools a user would run (rmlx5-devinfo, -pingpong, -perf) go in /bin.
@@ -60,7 +68,9 @@ def build_initramfs(args, workdir):
     shutil.copy(os.path.join(HERE, "guest/perf.sh"), os.path.join(root, "tests/perf.sh"))
     shutil.copy(os.path.join(HERE, "guest/bench.sh"), os.path.join(root, "tests/bench.sh"))
     shutil.copy(os.path.join(HERE, "guest/stress.sh"), os.path.join(root, "tests/stress.sh"))
-    for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh", "tests/stress.sh"):
+    shutil.copy(os.path.join(HERE, "guest/pci-smoke.sh"), os.path.join(root, "tests/pci-smoke.sh"))
+    for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh", "tests/stress.sh",
+                 "tests/pci-smoke.sh"):
         os.chmod(os.path.join(root, path), 0o755)
     # Extra file trees (the benchmark's rdma-core, perftest and iproute2,
     # staged by scripts/bench-userland.sh).
@@ -75,7 +85,58 @@ def build_initramfs(args, workdir):
     return image
 
 
-def run_qemu(args, initramfs, log_path):
+class CxEmu:
+    """The emulated ConnectX-5: rmlx5-cx-emu serving one vfio-user socket."""
+
+    def __init__(self, binary, workdir, log_path):
+        self.socket = os.path.join(workdir, "cx-emu.sock")
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen([binary, "--socket", self.socket], stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.returncode = None
+
+    def wait_listening(self, timeout=30):
+        """True once the socket exists (the emulator renames it into place
+        when it accepts connections)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(self.socket):
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.05)
+        return False
+
+    def qemu_args(self, memory):
+        """Guest RAM the emulator can map (a shared memfd) and the device."""
+        device = {"driver": "vfio-user-pci", "socket": {"path": self.socket, "type": "unix"}}
+        return (["-object", f"memory-backend-memfd,id=mem,size={memory},share=on"],
+                ["-device", json.dumps(device)])
+
+    def stop(self, timeout=30):
+        """Waits for the emulator to exit on its own (QEMU closed the
+        socket), else stops it. Returns its exit status."""
+        try:
+            self.returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.returncode = None
+        self.log.close()
+        return self.returncode
+
+    def tail(self, lines=80):
+        with open(self.log_path, errors="replace") as f:
+            text = f.read().splitlines()
+        return "\n".join("    | " + l for l in text[-lines:])
+
+
+def run_qemu(args, initramfs, log_path, cx_emu=None):
     append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=7",
               "rdinit=/init", "kasan_multi_shot", f"rmlx5.mode={args.mode}"]
     if args.filter:
@@ -89,10 +150,16 @@ def run_qemu(args, initramfs, log_path):
         append.append("rmlx5.bench=" + ",".join(args.bench.split()))
     if args.stress:
         append.append("rmlx5.stress=" + ",".join(args.stress.split()))
+    machine = "q35"
+    extra = []
+    if cx_emu:
+        memory, device = cx_emu.qemu_args(args.memory)
+        machine += ",memory-backend=mem"
+        extra = memory + device
     cmd = [args.qemu, "-nodefaults", "-no-reboot", "-display", "none",
-           "-machine", "q35", "-cpu", "host" if args.accel == "kvm" else "max,la57=off", "-smp", str(args.cpus), "-m", args.memory,
+           "-machine", machine, "-cpu", "host" if args.accel == "kvm" else "max,la57=off", "-smp", str(args.cpus), "-m", args.memory,
            "-accel", args.accel, "-kernel", args.kernel, "-initrd", initramfs,
-           "-append", " ".join(append), "-serial", f"file:{log_path}"]
+           "-append", " ".join(append), "-serial", f"file:{log_path}"] + extra
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, timeout=args.timeout, stdin=subprocess.DEVNULL,
@@ -155,14 +222,14 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", required=True, help="bzImage")
     ap.add_argument("--ksrc", required=True, help="kernel source tree (for kunit.py)")
-    ap.add_argument("--module", required=True, help="rmlx5.ko")
+    ap.add_argument("--module", default="", help="rmlx5.ko (required except in pci-smoke mode)")
     ap.add_argument("--ulp", default="", help="rmlx5_ulp.ko (default: ../ulp/ next to --module)")
     ap.add_argument("--busybox", default="/bin/busybox")
     ap.add_argument("--program", dest="programs", action="append", default=[],
                     help="static guest test program (repeatable)")
     ap.add_argument("--tool", dest="tools", action="append", default=[],
                     help="static tool for the guest's /bin (repeatable)")
-    ap.add_argument("--mode", choices=("check", "demo", "perf", "bench", "stress"),
+    ap.add_argument("--mode", choices=("check", "demo", "perf", "bench", "stress", "pci-smoke"),
                     default="check")
     ap.add_argument("--overlay", dest="overlays", action="append", default=[],
                     help="directory tree to copy into the initramfs root (repeatable)")
@@ -173,32 +240,55 @@ def main():
     ap.add_argument("--params", default="", help="module parameters for insmod")
     ap.add_argument("--accel", default=os.environ.get("RMLX5_ACCEL", "tcg"))
     ap.add_argument("--qemu", default="qemu-system-x86_64")
+    ap.add_argument("--cx-emu", default="",
+                    help="rmlx5-cx-emu: attach the emulated ConnectX-5 (--qemu must have "
+                         "vfio-user-pci: QEMU >= 10.1, scripts/qemu.sh)")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--memory", default="1G")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--log", help="where to keep the console log")
     ap.add_argument("--results", help="write {kunit,guest}_{passed,failed} here as JSON")
     args = ap.parse_args()
+    if not args.module and args.mode != "pci-smoke":
+        ap.error("--module is required")
 
     workdir = tempfile.mkdtemp(prefix="rmlx5-guest-")
     log_path = args.log or os.path.join(workdir, "console.log")
     initramfs = build_initramfs(args, workdir)
+    cx_emu = None
+    problems = []
+    if args.cx_emu:
+        cx_log = os.path.splitext(log_path)[0] + "-cx-emu.log"
+        cx_emu = CxEmu(args.cx_emu, workdir, cx_log)
+        if not cx_emu.wait_listening():
+            cx_emu.stop(timeout=1)
+            print(f"guest: FAIL cx_emu: the emulator did not start; its log ({cx_log}):")
+            print(cx_emu.tail())
+            return 1
+        print(f"guest: emulated ConnectX-5 on {cx_emu.socket}; its log: {cx_log}", flush=True)
     print(f"guest: booting {args.kernel} ({args.accel}, {args.cpus} vCPUs, {args.memory})",
           flush=True)
-    timed_out, elapsed = run_qemu(args, initramfs, log_path)
+    timed_out, elapsed = run_qemu(args, initramfs, log_path, cx_emu)
     with open(log_path, errors="replace") as f:
         log_text = f.read()
     lines = log_text.splitlines()
     print(f"guest: finished in {elapsed:.1f} s; console log: {log_path}")
+    if cx_emu:
+        rc = cx_emu.stop()
+        if rc != 0:
+            why = ("did not exit after QEMU did" if rc is None
+                   else f"exited with status {rc}: the device refused something the guest did")
+            problems.append(("cx_emu", f"the emulated ConnectX {why} (log {cx_emu.log_path})", None))
+        else:
+            print(f"guest: the emulated ConnectX exited cleanly (log {cx_emu.log_path})")
 
-    if args.mode in ("demo", "perf", "bench"):
+    if args.mode in ("demo", "perf", "bench", "pci-smoke"):
         start = next((i for i, l in enumerate(lines) if f"==== rmlx5 {args.mode}" in l), None)
         end = next((i for i, l in enumerate(lines) if f"==== end of {args.mode}" in l),
                    len(lines) - 1)
         if start is not None:
             print("\n".join(PRINTK_PREFIX.sub("", l) for l in lines[start:end + 1]))
 
-    problems = []
     if timed_out:
         problems.append(("timeout", f"guest did not finish within {args.timeout} s",
                          len(lines) - 1))
@@ -209,8 +299,9 @@ def main():
             problems.append(("kernel_log", "kernel reported a problem", i))
             break
 
-    if args.mode == "bench":
-        # The benchmark kernel has no KUnit; numbers are judged by the report.
+    if args.mode in ("bench", "pci-smoke"):
+        # The benchmark kernel has no KUnit, and pci-smoke loads no module;
+        # bench numbers are judged by the report.
         kunit_passed, kunit_failed, kunit_lines = 0, 0, []
     else:
         kunit_passed, kunit_failed, kunit_lines = parse_kunit(args, log_text, workdir)
@@ -245,8 +336,11 @@ def main():
     for name, why, i in problems:
         guest_failed += 1
         print(f"guest: FAIL {name}: {why}")
-        print(excerpt(lines, i))
-    if args.mode in ("check", "stress") and not results:
+        if name == "cx_emu":
+            print(cx_emu.tail())
+        else:
+            print(excerpt(lines, i))
+    if args.mode in ("check", "stress", "pci-smoke") and not results:
         guest_failed += 1
         print("guest: FAIL no_results: the guest reported no test results")
 
@@ -256,6 +350,9 @@ def main():
                        "guest_passed": guest_passed, "guest_failed": guest_failed}, f)
     print(f"guest: KUnit {kunit_passed} passed, {kunit_failed} failed; "
           f"guest tests {guest_passed} passed, {guest_failed} failed")
+    if cx_emu and (kunit_failed or guest_failed) and not any(p[0] == "cx_emu" for p in problems):
+        print(f"guest: the emulated ConnectX's log ({cx_emu.log_path}), last lines:")
+        print(cx_emu.tail())
     if args.log:
         shutil.rmtree(workdir, ignore_errors=True)
     return 1 if (kunit_failed or guest_failed) else 0

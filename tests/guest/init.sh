@@ -15,7 +15,7 @@ mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mount -t debugfs debugfs /sys/kernel/debug
 mount -t tmpfs tmpfs /tmp
 
-mode=$(sed -n 's/.*rmlx5.mode=\([a-z]*\).*/\1/p' /proc/cmdline)
+mode=$(sed -n 's/.*rmlx5.mode=\([a-z-]*\).*/\1/p' /proc/cmdline)
 filter=$(sed -n 's/.*rmlx5.filter=\([^ ]*\).*/\1/p' /proc/cmdline)
 params=$(sed -n 's/.*rmlx5.params=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
 # Tests learn the HCA count from here (the module's parameters are not
@@ -40,6 +40,13 @@ kml=/sys/kernel/debug/kmemleak
 if [ -w $kml ]; then
     echo scan > $kml
     echo clear > $kml
+fi
+
+# make pci-smoke: the emulated ConnectX as the guest sees it with no driver
+# bound (rmlx5 is not loaded).
+if [ "$mode" = pci-smoke ]; then
+    /tests/pci-smoke.sh
+    finish
 fi
 
 echo "rmlx5-guest: loading rmlx5.ko $params"

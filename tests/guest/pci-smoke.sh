@@ -1,0 +1,120 @@
+#!/bin/busybox sh
+# What `make pci-smoke` checks inside the guest, with no driver bound: the
+# emulated ConnectX-5 (rust/cx-emu behind QEMU's vfio-user-pci) is a PCI
+# function 15b3:1017 of class 0x020700 with a 32 MiB 64-bit prefetchable
+# BAR0 and an MSI-X capability, and BAR0 starts with an mlx5
+# initialization segment: firmware 16.35.1012, command interface revision
+# 5, not initializing. BAR0 is read through its sysfs resource file with
+# rmlx5-pci-peek (the test kernel has no /dev/mem).
+pass() { echo "rmlx5-test: PASS $1"; }
+fail() { echo "rmlx5-test: FAIL $1: $2"; }
+
+echo "==== rmlx5 pci-smoke"
+# What lspci -nn would list (this busybox has no lspci).
+echo "--- PCI functions"
+dev=
+for d in /sys/bus/pci/devices/*; do
+    echo "${d##*/} class $(cat $d/class) [$(cat $d/vendor | cut -c3-):$(cat $d/device | cut -c3-)]"
+    if [ "$(cat $d/vendor)" = 0x15b3 ] && [ "$(cat $d/device)" = 0x1017 ]; then
+        dev=$d
+    fi
+done
+if [ -z "$dev" ]; then
+    fail pci_function "no PCI function 15b3:1017 in /sys/bus/pci/devices"
+    echo "==== end of pci-smoke"
+    exit 0
+fi
+pass pci_function
+echo "--- $dev"
+echo "class $(cat $dev/class), subsystem $(cat $dev/subsystem_vendor):$(cat $dev/subsystem_device), irq $(cat $dev/irq)"
+head -n 1 $dev/resource
+
+if [ "$(cat $dev/class)" = 0x020700 ]; then
+    pass pci_class
+else
+    fail pci_class "class $(cat $dev/class), expected 0x020700"
+fi
+
+# BAR0: start, end and flags (IORESOURCE_MEM 0x200, _PREFETCH 0x2000,
+# _MEM_64 0x100000).
+set -- $(head -n 1 $dev/resource)
+size=$(( $2 - $1 + 1 ))
+if [ "$size" = $((32 << 20)) ] && [ $(( $3 & 0x102200 )) = $((0x102200)) ]; then
+    pass pci_bar0
+else
+    fail pci_bar0 "BAR0 $1-$2 flags $3: expected 32 MiB, 64-bit prefetchable memory"
+fi
+
+# The capability list: the pointer at 0x34, MSI-X (ID 0x11) there.
+cap=$(hexdump -s 0x34 -n 1 -e '1/1 "%d"' $dev/config)
+id=$(hexdump -s "$cap" -n 1 -e '1/1 "%02x"' $dev/config)
+ctl=$(hexdump -s $((cap + 2)) -n 2 -e '1/2 "%d"' $dev/config)
+if [ "$id" = 11 ]; then
+    pass pci_msix_capability
+    echo "MSI-X capability at $cap: $(( (ctl & 0x7ff) + 1 )) vectors"
+else
+    fail pci_msix_capability "capability $id at $cap, expected MSI-X (11)"
+fi
+
+# The initialization segment: fw_rev (minor << 16 | major), cmdif_rev_fw_sub
+# (cmdif revision << 16 | subminor), initializing (bit 31 while busy).
+if out=$(rmlx5-pci-peek $dev/resource0 0x0 0x4 0x1fc 2>&1); then
+    pass bar0_mmap
+else
+    fail bar0_mmap "rmlx5-pci-peek: $out"
+    echo "==== end of pci-smoke"
+    exit 0
+fi
+echo "--- BAR0 through $dev/resource0"
+echo "$out"
+word() { echo "$out" | awk -v o="$1" '$1 == o { print $2 }'; }
+fw=$(( $(word 0x0) ))
+sub=$(( $(word 0x4) ))
+init=$(( $(word 0x1fc) ))
+rev="$(( fw & 0xffff )).$(( fw >> 16 )).$(( sub & 0xffff ))"
+echo "fw_rev $rev, cmdif_rev $(( sub >> 16 )), initializing $(( init >> 31 ))"
+if [ "$rev" = 16.35.1012 ]; then
+    pass init_seg_fw_rev
+else
+    fail init_seg_fw_rev "fw_rev $rev, expected 16.35.1012"
+fi
+if [ $(( sub >> 16 )) = 5 ]; then
+    pass init_seg_cmdif_rev
+else
+    fail init_seg_cmdif_rev "cmdif_rev $(( sub >> 16 )), expected 5"
+fi
+if [ $(( init >> 31 )) = 0 ]; then
+    pass init_seg_ready
+else
+    fail init_seg_ready "initializing is set"
+fi
+
+# With the module in the image (scripts/pci-smoke.sh DRIVER=1): rmlx5's PCI
+# driver binds the function, brings it up through the command interface
+# and, on unload, takes every page back.
+if [ -f /lib/modules/rmlx5.ko ]; then
+    echo "--- rmlx5.ko"
+    if insmod /lib/modules/rmlx5.ko; then
+        drv=$(readlink $dev/driver)
+        if [ "${drv##*/}" = rmlx5_cx ]; then
+            pass cx_driver_bound
+        else
+            fail cx_driver_bound "driver of ${dev##*/}: ${drv:-none}"
+        fi
+        if dmesg | grep -q "rmlx5_cx ${dev##*/}: ConnectX-5 up"; then
+            pass cx_bring_up
+        else
+            fail cx_bring_up "no 'ConnectX-5 up' in the kernel log"
+        fi
+        rmmod rmlx5 || fail cx_unload "rmmod rmlx5 exited $?"
+        if dmesg | grep -q "rmlx5_cx ${dev##*/}: ConnectX-5 down, every page returned"; then
+            pass cx_teardown
+        else
+            fail cx_teardown "no 'every page returned' in the kernel log"
+        fi
+        dmesg | grep rmlx5_cx
+    else
+        fail cx_module_load "insmod exited $?"
+    fi
+fi
+echo "==== end of pci-smoke"
