@@ -7,7 +7,8 @@
 #   KDIR=<dir>          build against this kernel build tree instead of ours
 #   GUEST_FILTER=<s>    run only guest tests whose name contains <s>
 #   KUNIT_FILTER=<glob> run only matching KUnit suites (kunit.filter_glob)
-#   SKIP_HOST=1 / SKIP_GUEST=1   skip one half while iterating
+#   SKIP_HOST=1 / SKIP_GUEST=1   skip one half while iterating (SKIP_GUEST
+#                       also skips the emulated-ConnectX guest run)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -98,6 +99,36 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 [ "$gf" = 0 ] || failures+=("guest: $gf failed")
             else
                 count_fail "guest runner"
+            fi
+            rm -f "$res"
+
+            # The PCI backend against the emulated ConnectX-5 (rust/cx-emu
+            # behind Debian's QEMU 11 with vfio-user-pci, scripts/qemu.sh):
+            # tests/guest/pci-smoke.sh with rmlx5.ko in the image.
+            step "guest with the emulated ConnectX (PCI backend)"
+            res=$(mktemp)
+            if qemu=$(bash "$here/qemu.sh") &&
+                cargo build --quiet --release -p cx-emu --bin rmlx5-cx-emu &&
+                RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
+                    --target x86_64-unknown-linux-gnu --target-dir "$top/target/guest" \
+                    -p cx-emu --bin rmlx5-pci-peek; then
+                python3 "$top/tests/run-guest.py" --mode pci-smoke \
+                    --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
+                    --cx-emu "$top/target/release/rmlx5-cx-emu" \
+                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
+                    --module "$top/build/module/rmlx5.ko" --kunit-filter none \
+                    --timeout 600 --log "$top/build/pci-console.log" --results "$res"
+                if [ -s "$res" ]; then
+                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["guest_passed"], d["guest_failed"])' "$res")
+                    passed=$((passed + gp))
+                    failed=$((failed + gf))
+                    [ "$gf" = 0 ] || failures+=("PCI guest: $gf failed")
+                else
+                    count_fail "PCI guest runner"
+                fi
+            else
+                count_fail "QEMU or emulated ConnectX build"
             fi
             rm -f "$res"
         else

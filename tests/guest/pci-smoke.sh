@@ -89,30 +89,72 @@ else
     fail init_seg_ready "initializing is set"
 fi
 
-# With the module in the image (scripts/pci-smoke.sh DRIVER=1): rmlx5's PCI
-# driver binds the function, brings it up through the command interface
-# and, on unload, takes every page back.
+# With the module in the image (make check, DRIVER=1 make pci-smoke):
+# rmlx5's PCI driver binds the function and brings it up through the
+# command interface; unbind takes every page back and a bind brings it up
+# again; rmmod tears it down; with pci=0 the function stays unbound; and
+# kmemleak finds nothing afterwards.
 if [ -f /lib/modules/rmlx5.ko ]; then
     echo "--- rmlx5.ko"
+    bdf=${dev##*/}
+    sysdrv=/sys/bus/pci/drivers/rmlx5_cx
+    ups() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 up"; }
+    downs() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 down, every page returned"; }
+    bound() { drv=$(readlink $dev/driver); [ "${drv##*/}" = rmlx5_cx ]; }
     if insmod /lib/modules/rmlx5.ko; then
-        drv=$(readlink $dev/driver)
-        if [ "${drv##*/}" = rmlx5_cx ]; then
+        if bound; then
             pass cx_driver_bound
         else
-            fail cx_driver_bound "driver of ${dev##*/}: ${drv:-none}"
+            fail cx_driver_bound "driver of $bdf: ${drv:-none}"
         fi
-        if dmesg | grep -q "rmlx5_cx ${dev##*/}: ConnectX-5 up"; then
+        if [ "$(ups)" = 1 ]; then
             pass cx_bring_up
         else
-            fail cx_bring_up "no 'ConnectX-5 up' in the kernel log"
+            fail cx_bring_up "$(ups) 'ConnectX-5 up' lines in the kernel log, expected 1"
         fi
-        rmmod rmlx5 || fail cx_unload "rmmod rmlx5 exited $?"
-        if dmesg | grep -q "rmlx5_cx ${dev##*/}: ConnectX-5 down, every page returned"; then
-            pass cx_teardown
+        echo "$bdf" > $sysdrv/unbind
+        if ! bound && [ "$(downs)" = 1 ]; then
+            pass cx_unbind_returns_every_page
         else
-            fail cx_teardown "no 'every page returned' in the kernel log"
+            fail cx_unbind_returns_every_page "after unbind: driver ${drv:-none}, $(downs) teardown lines"
         fi
-        dmesg | grep rmlx5_cx
+        echo "$bdf" > $sysdrv/bind
+        if bound && [ "$(ups)" = 2 ]; then
+            pass cx_rebind_brings_it_up_again
+        else
+            fail cx_rebind_brings_it_up_again "after bind: driver ${drv:-none}, $(ups) bring-up lines"
+        fi
+        if rmmod rmlx5 && [ "$(downs)" = 2 ]; then
+            pass cx_unload_tears_down
+        else
+            fail cx_unload_tears_down "rmmod or teardown: $(downs) teardown lines, expected 2"
+        fi
+        if insmod /lib/modules/rmlx5.ko pci=0; then
+            if ! bound && [ "$(ups)" = 2 ]; then
+                pass cx_pci_0_leaves_the_function_alone
+            else
+                fail cx_pci_0_leaves_the_function_alone "bound to ${drv:-none} with pci=0"
+            fi
+            rmmod rmlx5 || fail cx_pci_0_unload "rmmod exited $?"
+        else
+            fail cx_pci_0_load "insmod pci=0 exited $?"
+        fi
+        dmesg | grep "rmlx5_cx $bdf"
+        kml=/sys/kernel/debug/kmemleak
+        if [ -w $kml ]; then
+            # Only objects older than 5 s are reported: wait, scan twice.
+            sleep 6
+            echo scan > $kml
+            echo scan > $kml
+            # A debugfs file's size is always 0: read the report.
+            report=$(cat $kml)
+            if [ -n "$report" ]; then
+                echo "$report"
+                fail cx_kmemleak "unreferenced objects reported (see above)"
+            else
+                pass cx_kmemleak
+            fi
+        fi
     else
         fail cx_module_load "insmod exited $?"
     fi
