@@ -11,27 +11,50 @@
 //! host tests run against `hca-model`'s firmware); this file is only its
 //! [`Bus`]: BAR0 registers read and written big-endian, one coherent DMA
 //! region for the command queue and its mailboxes, and coherent pages lent
-//! to the device. Commands complete by polling in this step: EQs, MSI-X and
-//! the verbs objects come next (see `Documentation/pci-backend.md`), so a
-//! function that came up is not yet an `rmlx5_N` device.
+//! to the device. Commands complete by polling. After bring-up the function
+//! gets its MSI-X vectors and an asynchronous EQ on vector 0
+//! ([`eq::PageEq`]) whose threaded interrupt handler answers the device's
+//! PAGE_REQUEST events. Completion EQs and the verbs objects come next
+//! (see `Documentation/pci-backend.md`), so a function that came up is not
+//! yet an `rmlx5_N` device.
 //!
-//! # Locking
+//! # Locking and lifetimes
 //!
-//! A function's state is behind one mutex, taken in probe, unbind and (to
-//! come) the page-request work; commands sleep while holding it, which the
-//! kernel's command interface does too (one command at a time per
-//! function in this step).
+//! A function's state (BAR0, command memory, pages, the command interface
+//! and the EQ) is behind one mutex, which the threaded interrupt handler
+//! owns; probe fills it before the interrupt is requested, the handler and
+//! unbind take it. Commands sleep while holding it (one command at a time
+//! per function). The MSI-X vector allocation must outlive the interrupt
+//! registration that borrows it, in the same driver data: it lives in its
+//! own box ([`Vectors`]), declared after the registration so that it is
+//! freed after `free_irq`.
 
 mod bus;
+mod eq;
 
+use core::ptr::NonNull;
 use kernel::{
-    device::Core,
+    device::{
+        Bound,
+        Core, //
+    },
     dma::{
         Device as DmaDevice,
         DmaMask, //
     },
+    irq::{
+        self,
+        IrqReturn,
+        ThreadedHandler,
+        ThreadedRegistration, //
+    },
     new_mutex,
-    pci,
+    pci::{
+        self,
+        IrqType,
+        IrqTypes,
+        IrqVectorRegistration, //
+    },
     prelude::*,
     sync::Mutex, //
 };
@@ -47,6 +70,11 @@ use crate::mlx5_cmdif::{
     },
 };
 use bus::CxBus;
+use eq::PageEq;
+
+/// MSI-X vectors asked for: vector 0 for the asynchronous EQ, the rest for
+/// the completion EQs to come.
+const MAX_VECTORS: u32 = 9;
 
 /// The ConnectX generation a PCI device ID names (the IDs mlx5_core
 /// binds; `vf` for the virtual functions).
@@ -133,18 +161,86 @@ pub(crate) struct CxDriver;
 /// A bound ConnectX function.
 #[pin_data]
 pub(crate) struct CxFunction<'bound> {
-    pdev: &'bound pci::Device,
     model: Model,
-    /// BAR0 (initialization segment, then UAR pages), the command memory,
-    /// the lent pages and the command interface's state.
+    /// The asynchronous EQ's threaded interrupt; its handler owns the
+    /// function's state. Declared before `vectors`, so dropped (free_irq)
+    /// before them.
     #[pin]
-    state: Mutex<State<'bound>>,
+    irq: ThreadedRegistration<'bound, AsyncIrq<'bound>>,
+    /// The MSI-X vectors `irq` borrows.
+    vectors: Vectors<'bound>,
+}
+
+/// The MSI-X vector allocation, boxed so that the interrupt registration
+/// beside it in the driver data can borrow it.
+///
+/// # Invariants
+///
+/// `0` comes from `KBox::into_raw` and is freed only by `drop`.
+struct Vectors<'bound>(NonNull<IrqVectorRegistration<'bound>>);
+
+// SAFETY: `IrqVectorRegistration` only refers to the bound device; the
+// vectors may be freed from any thread.
+unsafe impl Send for Vectors<'_> {}
+
+impl<'bound> Vectors<'bound> {
+    /// Allocates between 1 and [`MAX_VECTORS`] MSI-X vectors of `pdev`.
+    fn alloc(pdev: &'bound pci::Device<Bound>) -> Result<Self> {
+        let v = pdev.alloc_irq_vectors(1, MAX_VECTORS, IrqTypes::default().with(IrqType::MsiX))?;
+        let raw = KBox::into_raw(KBox::new(v, GFP_KERNEL)?);
+        // INVARIANT: `raw` comes from `KBox::into_raw`.
+        // SAFETY: `KBox::into_raw` never returns null.
+        Ok(Self(unsafe { NonNull::new_unchecked(raw) }))
+    }
+
+    /// The allocation, for the interrupt registration of the same
+    /// [`CxFunction`].
+    ///
+    /// # Safety
+    ///
+    /// What borrows the result must be dropped before `self`.
+    unsafe fn get(&self) -> &'bound IrqVectorRegistration<'bound> {
+        // SAFETY: The box lives until `self` drops (type invariant), which
+        // the caller orders after every borrow.
+        unsafe { &*self.0.as_ptr() }
+    }
+}
+
+impl Drop for Vectors<'_> {
+    fn drop(&mut self) {
+        // SAFETY: The pointer is the box's (type invariant), and every
+        // borrow from `get` is gone (its safety requirement); this frees
+        // the vectors (pci_free_irq_vectors).
+        drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
+    }
 }
 
 /// What the function's mutex protects.
 struct State<'bound> {
     bus: CxBus<'bound>,
     function: Function,
+    /// The asynchronous EQ, while it exists.
+    eq: Option<PageEq>,
+}
+
+/// The threaded handler of vector 0: polls the asynchronous EQ.
+#[pin_data]
+struct AsyncIrq<'bound> {
+    #[pin]
+    state: Mutex<State<'bound>>,
+}
+
+impl ThreadedHandler for AsyncIrq<'_> {
+    fn handle_threaded(&self) -> IrqReturn {
+        let mut st = self.state.lock();
+        let State { bus, function, eq } = &mut *st;
+        let consumed = eq.as_mut().map_or(0, |eq| eq.poll(bus, function));
+        if consumed > 0 {
+            IrqReturn::Handled
+        } else {
+            IrqReturn::None
+        }
+    }
 }
 
 impl pci::Driver for CxDriver {
@@ -158,74 +254,78 @@ impl pci::Driver for CxDriver {
         info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
         let model = info.copied().unwrap_or(Model::pf("ConnectX"));
-        let state = bring_up(pdev, model);
+        // Fields are set in this order; if a later step fails, those set
+        // are dropped in reverse (free_irq, then the vectors).
         try_pin_init!(CxFunction {
-            pdev,
             model,
-            state <- new_mutex!(state?, "rmlx5_cx_function"),
+            vectors: map_function(pdev).and_then(|()| Vectors::alloc(pdev))?,
+            irq <- {
+                // SAFETY: `irq` is declared before `vectors` in
+                // `CxFunction` and so dropped first; on an error below,
+                // pin-init drops the fields set so far in reverse order.
+                let reg = unsafe { vectors.get() };
+                let request = reg.index(0)?;
+                let bar = pdev.iomap_region(0, c"rmlx5")?;
+                let state = State {
+                    bus: CxBus::new(pdev, bar)?,
+                    function: Function::new(
+                        CmdMem {
+                            addr: 0,
+                            len: 0,
+                        },
+                        Config::default(),
+                    ),
+                    eq: None,
+                };
+                // SAFETY: The registration is stored in the driver data
+                // and dropped with it, never forgotten.
+                unsafe {
+                    ThreadedRegistration::new(
+                        request.into(),
+                        irq::Flags::TRIGGER_NONE,
+                        c"rmlx5_cx_async",
+                        try_pin_init!(AsyncIrq {
+                            state <- new_mutex!(state, "rmlx5_cx_function"),
+                        }),
+                    )
+                }
+            },
+            _: {
+                let mut st = irq.handler().state.lock();
+                bring_up(pdev, *model, &mut st)?;
+            },
         })
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        let mut st = this.state.lock();
-        let State { bus, function } = &mut *st;
-        match function.teardown(bus) {
-            Ok(()) => dev_info!(pdev, "{} down, every page returned\n", this.model.name),
-            // Pages the device still holds stay allocated (CxBus keeps
-            // them until it drops, after the device is disabled).
-            Err(e) => dev_err!(
-                pdev,
-                "{} teardown: {}\n",
-                this.model.name,
-                format_args!("{e}")
-            ),
-        }
+        let mut st = this.irq.handler().state.lock();
+        take_down(pdev, this.model, &mut st);
     }
 }
 
-/// Enables the function and brings it up; on failure, undoes what was
-/// done and returns the error.
-fn bring_up<'bound>(pdev: &'bound pci::Device<Core<'_>>, model: Model) -> Result<State<'bound>> {
+/// Enables the function's memory space and bus mastering and sets its DMA
+/// mask (before anything is allocated for it).
+fn map_function(pdev: &pci::Device<Core<'_>>) -> Result {
     pdev.enable_device_mem()?;
     pdev.set_master();
     // SAFETY: Called in probe, before any DMA allocation or mapping of
     // this device.
-    unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>())? };
-    let bar = pdev.iomap_region(0, c"rmlx5")?;
-    let mut bus = CxBus::new(pdev, bar)?;
-    let mem = CmdMem {
-        addr: bus.cmd_mem_addr(),
-        len: CMD_MEM_SIZE,
-    };
-    let mut function = Function::new(mem, Config::default());
-    match function.bring_up(&mut bus) {
-        Ok(s) => {
-            dev_info!(
-                pdev,
-                "{}{} up: firmware {}.{}.{}, command interface {}, ISSI {}, {} boot + {} init pages, UAR {}\n",
-                model.name,
-                if model.vf { " VF" } else { "" },
-                s.fw_rev.major,
-                s.fw_rev.minor,
-                s.fw_rev.subminor,
-                s.cmdif_rev,
-                s.issi,
-                s.boot_pages,
-                s.init_pages,
-                s.uar
-            );
-            dev_info!(
-                pdev,
-                "capabilities: 2^{} QPs, 2^{} CQs, 2^{} EQs, 2^{} PDs, 2^{} memory keys, {} port(s)\n",
-                s.log_max_qp,
-                s.log_max_cq,
-                s.log_max_eq,
-                s.log_max_pd,
-                s.log_max_mkey,
-                s.num_ports
-            );
-            Ok(State { bus, function })
-        }
+    unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>()) }
+}
+
+/// Brings the function up, then creates and arms its asynchronous EQ on
+/// vector 0; on failure undoes what was done.
+fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Result {
+    let State { bus, function, eq } = st;
+    *function = Function::new(
+        CmdMem {
+            addr: bus.cmd_mem_addr(),
+            len: CMD_MEM_SIZE,
+        },
+        Config::default(),
+    );
+    let s = match function.bring_up(bus) {
+        Ok(s) => s,
         Err(e) => {
             // The crate's errors are `core::fmt::Display`; the log macros
             // take the kernel's `Display`, which `Arguments` has.
@@ -235,12 +335,70 @@ fn bring_up<'bound>(pdev: &'bound pci::Device<Core<'_>>, model: Model) -> Result
                 model.name,
                 format_args!("{e}")
             );
-            if let Err(t) = function.teardown(&mut bus) {
-                dev_err!(pdev, "undoing the bring-up: {}\n", format_args!("{t}"));
-                // The device may still own pages: they must outlive it.
-                bus.keep_pages();
-            }
-            Err(Error::from_errno(-e.errno()))
+            take_down(pdev, model, st);
+            return Err(Error::from_errno(-e.errno()));
         }
+    };
+    dev_info!(
+        pdev,
+        "{}{} up: firmware {}.{}.{}, command interface {}, ISSI {}, {} boot + {} init pages, UAR {}\n",
+        model.name,
+        if model.vf { " VF" } else { "" },
+        s.fw_rev.major,
+        s.fw_rev.minor,
+        s.fw_rev.subminor,
+        s.cmdif_rev,
+        s.issi,
+        s.boot_pages,
+        s.init_pages,
+        s.uar
+    );
+    dev_info!(
+        pdev,
+        "capabilities: 2^{} QPs, 2^{} CQs, 2^{} EQs, 2^{} PDs, 2^{} memory keys, {} port(s)\n",
+        s.log_max_qp,
+        s.log_max_cq,
+        s.log_max_eq,
+        s.log_max_pd,
+        s.log_max_mkey,
+        s.num_ports
+    );
+    match PageEq::create(bus, function, s.uar, 0) {
+        Ok(e) => {
+            e.arm(bus);
+            dev_info!(pdev, "async EQ {} on MSI-X vector 0\n", e.eqn());
+            *eq = Some(e);
+            Ok(())
+        }
+        Err(e) => {
+            take_down(pdev, model, st);
+            Err(e)
+        }
+    }
+}
+
+/// Destroys the asynchronous EQ and tears the function down, logging the
+/// outcome. Pages the device keeps stay allocated (see `CxBus`).
+fn take_down(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) {
+    let State { bus, function, eq } = st;
+    if let Some(e) = eq.take() {
+        let (requests, moved) = (e.requests, e.pages_moved);
+        if e.destroy(bus, function).is_ok() {
+            dev_info!(
+                pdev,
+                "async EQ destroyed after {} page request(s), {} page(s) moved\n",
+                requests,
+                moved
+            );
+        }
+    }
+    match function.teardown(bus) {
+        Ok(()) => dev_info!(
+            pdev,
+            "{} down, every page returned ({} in all)\n",
+            model.name,
+            function.pages().returned_total()
+        ),
+        Err(e) => dev_err!(pdev, "{} teardown: {}\n", model.name, format_args!("{e}")),
     }
 }

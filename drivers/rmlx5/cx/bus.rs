@@ -42,14 +42,14 @@ type Page = Coherent<[u8; PAGE_SIZE as usize]>;
 /// # Invariants
 ///
 /// `cmd_mem` is `CMD_MEM_SIZE` bytes of coherent memory mapped for the
-/// function; every entry of `pages` is a page the device may own.
+/// function; every entry of `pages` is a page the device may own: it is
+/// freed only when the device gives it back ([`Bus::free_page`]), and
+/// what is left when the bus drops is kept for good.
 pub(super) struct CxBus<'bound> {
     pdev: &'bound pci::Device<Bound>,
     bar: pci::Bar<'bound>,
     cmd_mem: Coherent<[u8]>,
     pages: KVec<Page>,
-    /// The device may still own `pages`: never free them.
-    keep: bool,
     epoch: Instant<Monotonic>,
 }
 
@@ -62,20 +62,24 @@ impl<'bound> CxBus<'bound> {
             bar,
             cmd_mem,
             pages: KVec::new(),
-            keep: false,
             epoch: Instant::now(),
         })
+    }
+
+    /// The function's device, for logging.
+    pub(super) fn pdev(&self) -> &'bound pci::Device<Bound> {
+        self.pdev
+    }
+
+    /// `len` bytes of zeroed coherent memory of the function (queue
+    /// buffers).
+    pub(super) fn alloc_coherent(&self, len: usize) -> Result<Coherent<[u8]>> {
+        Coherent::<u8>::zeroed_slice(self.pdev.as_ref(), len, GFP_KERNEL)
     }
 
     /// The DMA address of the command memory.
     pub(super) fn cmd_mem_addr(&self) -> u64 {
         self.cmd_mem.dma_address()
-    }
-
-    /// The device did not return every page: they stay allocated for good
-    /// (a device writing a freed page would corrupt memory).
-    pub(super) fn keep_pages(&mut self) {
-        self.keep = true;
     }
 
     /// The offset of `[addr, addr + len)` in the command memory.
@@ -169,7 +173,10 @@ impl Bus for CxBus<'_> {
 
 impl Drop for CxBus<'_> {
     fn drop(&mut self) {
-        if self.keep && !self.pages.is_empty() {
+        // Pages the device did not give back may still be written by it
+        // (a teardown that failed, or a probe that failed half-way):
+        // freeing them could corrupt memory, so they are leaked, loudly.
+        if !self.pages.is_empty() {
             dev_err!(
                 self.pdev,
                 "keeping {} page(s) the device did not return\n",

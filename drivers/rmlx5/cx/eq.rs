@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The function's asynchronous EQ, on MSI-X vector 0: it receives the
+//! device's PAGE_REQUEST events, which ask for more pages (or offer some
+//! back) once queues exist, and the threaded interrupt handler answers
+//! them with MANAGE_PAGES through the command interface. Commands still
+//! complete by polling (no command events are asked for).
+//!
+//! The ring is one coherent page of 64 EQEs, every owner byte set to 1 at
+//! creation; the handler consumes entries whose owner bit matches the pass
+//! of its consumer index, then re-arms the EQ through the EQ doorbell of
+//! the driver's UAR page (BAR0 page `uar`), as mlx5_core does.
+
+use core::sync::atomic::{
+    fence,
+    Ordering, //
+};
+use kernel::{
+    dma::Coherent,
+    prelude::*, //
+};
+
+use super::bus::CxBus;
+use crate::mlx5_cmdif::{bus::Bus, function::Function};
+use crate::mlx5_prm::{
+    cmd_eq::{
+        event_mask,
+        CreateEq,
+        CreateEqIn,
+        DestroyEq,
+        DestroyEqIn,
+        Eqc, //
+    },
+    doorbell::{
+        EqDoorbell,
+        UAR_EQ_ARM_OFFSET,
+        UAR_PAGE_SIZE, //
+    },
+    eqe::{
+        Eqe,
+        EQE_SIZE,
+        OWNER_OFFSET, //
+    },
+    eqe_async::AsyncEvent,
+    opcode::EventType,
+    ring,
+};
+
+/// log2 of the EQ's entries: one 4 KiB page.
+const LOG_EQ_SIZE: u8 = 6;
+
+/// The asynchronous EQ of a function that is up.
+///
+/// # Invariants
+///
+/// `ring` holds `1 << LOG_EQ_SIZE` EQEs and is the buffer of device EQ
+/// `eqn` until [`PageEq::destroy`] succeeds.
+pub(super) struct PageEq {
+    eqn: u8,
+    /// The UAR page whose EQ doorbell arms it.
+    uar: u32,
+    /// Consumer index (entries consumed so far).
+    ci: u32,
+    ring: Coherent<[u8]>,
+    /// PAGE_REQUEST events handled, and pages they moved (given minus
+    /// taken back).
+    pub(super) requests: u64,
+    pub(super) pages_moved: i64,
+}
+
+/// Logs a command interface error (the crate's `Display`, which the log
+/// macros take through `Arguments`) and turns it into an errno.
+fn cmd_err(bus: &CxBus<'_>, what: &str, e: crate::mlx5_cmdif::error::Error) -> Error {
+    dev_err!(bus.pdev(), "{}: {}\n", what, format_args!("{e}"));
+    Error::from_errno(-e.errno())
+}
+
+impl PageEq {
+    /// Creates the EQ on MSI-X vector `vector` for PAGE_REQUEST events,
+    /// with its doorbell on UAR page `uar`; it is not armed yet.
+    pub(super) fn create(
+        bus: &mut CxBus<'_>,
+        function: &mut Function,
+        uar: u32,
+        vector: u16,
+    ) -> Result<Self> {
+        let ring = bus.alloc_coherent(EQE_SIZE << LOG_EQ_SIZE)?;
+        let base = ring.as_mut_ptr().cast::<u8>();
+        for i in 0..1usize << LOG_EQ_SIZE {
+            // SAFETY: `i * EQE_SIZE + OWNER_OFFSET` is inside the ring
+            // (`1 << LOG_EQ_SIZE` entries of `EQE_SIZE` bytes), which the
+            // device does not own yet.
+            unsafe {
+                base.add(i * EQE_SIZE + OWNER_OFFSET)
+                    .write_volatile(ring::EQE_INIT_OWNER)
+            };
+        }
+        let input = CreateEqIn {
+            eq_context_entry: Eqc {
+                log_eq_size: LOG_EQ_SIZE,
+                uar_page: uar,
+                intr: vector,
+                ..Eqc::default()
+            },
+            event_bitmask: event_mask(&[EventType::PageRequest]),
+        };
+        let cmd = function.cmdif().ok_or(ENODEV)?;
+        let out = cmd
+            .exec::<CreateEq, _>(bus, &input, &[ring.dma_address()])
+            .map_err(|e| cmd_err(bus, "CREATE_EQ of the page EQ", e))?;
+        Ok(Self {
+            eqn: out.eq_number,
+            uar,
+            ci: 0,
+            ring,
+            requests: 0,
+            pages_moved: 0,
+        })
+    }
+
+    /// The EQ number.
+    pub(super) fn eqn(&self) -> u8 {
+        self.eqn
+    }
+
+    /// Arms the EQ at the current consumer index: the device interrupts
+    /// for the next EQE (at once if one is already waiting).
+    pub(super) fn arm(&self, bus: &mut CxBus<'_>) {
+        let mut word = [0u8; 4];
+        EqDoorbell {
+            eqn: self.eqn,
+            ci: self.ci,
+        }
+        .encode(&mut word);
+        let off = (self.uar as usize)
+            .saturating_mul(UAR_PAGE_SIZE)
+            .saturating_add(UAR_EQ_ARM_OFFSET);
+        bus.write32(off, u32::from_be_bytes(word));
+    }
+
+    /// The EQE at the consumer index, if the device has written it.
+    fn next(&self) -> Option<Eqe> {
+        let log = u32::from(LOG_EQ_SIZE);
+        let off = ring::ring_index(self.ci, log) as usize * EQE_SIZE;
+        let base = self.ring.as_ptr().cast::<u8>();
+        // SAFETY: `off + OWNER_OFFSET < (1 << LOG_EQ_SIZE) * EQE_SIZE`,
+        // inside the ring; the device writes it concurrently (volatile).
+        let owner = unsafe { base.add(off + OWNER_OFFSET).read_volatile() };
+        if !ring::eqe_valid(owner, self.ci, log) {
+            return None;
+        }
+        // The body only after its owner byte: dma_rmb().
+        fence(Ordering::SeqCst);
+        let mut b = [0u8; EQE_SIZE];
+        for (i, v) in b.iter_mut().enumerate() {
+            // SAFETY: `off + i < off + EQE_SIZE <=` the ring's size.
+            *v = unsafe { base.add(off + i).read_volatile() };
+        }
+        Eqe::decode(&b).ok()
+    }
+
+    /// Handles every EQE the device has written (thread context, with the
+    /// function's lock held), then re-arms. Returns how many there were.
+    pub(super) fn poll(&mut self, bus: &mut CxBus<'_>, function: &mut Function) -> u32 {
+        let mut n = 0u32;
+        while let Some(eqe) = self.next() {
+            self.ci = self.ci.wrapping_add(1);
+            n += 1;
+            match AsyncEvent::from_eqe(&eqe) {
+                Some(AsyncEvent::PageRequest(r)) => {
+                    self.requests += 1;
+                    match function.page_request(bus, r.num_pages) {
+                        Ok(moved) => {
+                            let moved = i64::from(moved);
+                            self.pages_moved += if r.num_pages < 0 { -moved } else { moved };
+                            dev_dbg!(
+                                bus.pdev(),
+                                "page request for {} page(s): {} moved\n",
+                                r.num_pages,
+                                moved
+                            );
+                        }
+                        Err(e) => {
+                            let _ = cmd_err(bus, "answering a page request", e);
+                        }
+                    }
+                }
+                _ => dev_dbg!(
+                    bus.pdev(),
+                    "async EQE of type {:#x} ignored\n",
+                    u8::from(eqe.event_type)
+                ),
+            }
+        }
+        self.arm(bus);
+        n
+    }
+
+    /// Destroys the EQ; on failure the ring stays allocated for good (the
+    /// device may still write it).
+    pub(super) fn destroy(self, bus: &mut CxBus<'_>, function: &mut Function) -> Result {
+        let Some(cmd) = function.cmdif() else {
+            core::mem::forget(self.ring);
+            return Err(ENODEV);
+        };
+        match cmd.exec::<DestroyEq, _>(
+            bus,
+            &DestroyEqIn {
+                eq_number: self.eqn,
+            },
+            &[],
+        ) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                core::mem::forget(self.ring);
+                Err(cmd_err(bus, "DESTROY_EQ of the page EQ", e))
+            }
+        }
+    }
+}
