@@ -31,6 +31,7 @@
 
 mod bus;
 mod eq;
+mod selftest;
 
 use core::ptr::NonNull;
 use kernel::{
@@ -293,6 +294,12 @@ impl pci::Driver for CxDriver {
             _: {
                 let mut st = irq.handler().state.lock();
                 bring_up(pdev, *model, &mut st)?;
+                if crate::module_parameters::cx_selftest.value() {
+                    // SAFETY: The borrow ends with the self-test, before
+                    // this block does.
+                    let reg = unsafe { vectors.get() };
+                    self_test(pdev, *model, &mut st, reg)?;
+                }
             },
         })
     }
@@ -371,6 +378,29 @@ fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Resu
             Ok(())
         }
         Err(e) => {
+            take_down(pdev, model, st);
+            Err(e)
+        }
+    }
+}
+
+/// Runs the data-path self-test (`cx_selftest=1`, see `cx/selftest.rs`)
+/// with the function's lock held; a failure tears the function down and
+/// fails the probe.
+fn self_test(
+    pdev: &pci::Device<Bound>,
+    model: Model,
+    st: &mut State<'_>,
+    vectors: &IrqVectorRegistration<'_>,
+) -> Result {
+    let State { bus, function, eq } = &mut *st;
+    let Some(uar) = function.progress().uar else {
+        return Err(ENODEV);
+    };
+    match selftest::run(bus, function, eq.as_mut(), uar, vectors) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            dev_err!(pdev, "self-test failed ({:?})\n", e);
             take_down(pdev, model, st);
             Err(e)
         }

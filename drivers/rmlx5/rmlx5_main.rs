@@ -141,6 +141,10 @@ module! {
             default: true,
             description: "Drive ConnectX PCI functions (the software HCAs exist either way)",
         },
+        cx_selftest: bool {
+            default: false,
+            description: "Run a data-path self-test (CQ, QPs, RDMA WRITE and SEND) on each ConnectX function after bring-up",
+        },
     },
 }
 

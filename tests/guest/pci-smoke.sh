@@ -160,6 +160,26 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_pci_0_load "insmod pci=0 exited $?"
         fi
+        # The data-path self-test: a completion EQ on MSI-X vector 1, a PD,
+        # a memory key, a CQ and two RC QPs connected to each other, all
+        # by command; an RDMA WRITE and a SEND through the BlueFlame
+        # register; the CQEs, the data, the completion event and its
+        # interrupt checked; everything destroyed and every page back.
+        if insmod /lib/modules/rmlx5.ko cx_selftest=1; then
+            st="rmlx5_cx $bdf: self-test: RDMA WRITE 4 KiB + SEND 64 B over RC QPs 0x[0-9a-f]* -> 0x[0-9a-f]*, 3 CQEs ok, completion EQ [0-9]* on vector 1 ([1-9][0-9]* interrupt(s))"
+            if bound && [ "$(ups)" = 3 ] && dmesg | grep -q "$st"; then
+                pass cx_selftest_send_recv
+            else
+                fail cx_selftest_send_recv "driver ${drv:-none}, $(ups) bring-up lines, self-test line: $(dmesg | grep 'self-test' | tail -3)"
+            fi
+            if rmmod rmlx5 && [ "$(downs)" = 3 ]; then
+                pass cx_selftest_every_page_returned
+            else
+                fail cx_selftest_every_page_returned "rmmod or teardown: $(downs) teardown lines, expected 3"
+            fi
+        else
+            fail cx_selftest_load "insmod cx_selftest=1 exited $?: $(dmesg | grep 'self-test' | tail -3)"
+        fi
         dmesg | grep "rmlx5_cx $bdf"
         kml=/sys/kernel/debug/kmemleak
         if [ -w $kml ]; then

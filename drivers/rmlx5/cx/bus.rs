@@ -77,6 +77,26 @@ impl<'bound> CxBus<'bound> {
         Coherent::<u8>::zeroed_slice(self.pdev.as_ref(), len, GFP_KERNEL)
     }
 
+    /// Stores the 8 bytes `bytes`, in their order, at BAR0 offset
+    /// `offset` with one 64-bit write, as mlx5's `mlx5_write64` does for
+    /// the doorbells that must reach the device whole: a send doorbell in
+    /// a BlueFlame register and the CQ doorbell. A device may take two
+    /// 32-bit halves for a different store (the emulated ConnectX rings a
+    /// send doorbell only on a store of at least 8 bytes), so this is not
+    /// two [`Bus::write32`]s. Like `writel`, `writeq` orders the
+    /// coherent-memory stores before it (the WQE and the doorbell record
+    /// before the doorbell).
+    pub(super) fn write64(&mut self, offset: usize, bytes: [u8; 8]) {
+        // writeq stores its value little-endian, so the bytes land in
+        // memory order whatever the CPU.
+        if (&self.bar)
+            .try_write64(u64::from_le_bytes(bytes), offset)
+            .is_err()
+        {
+            dev_warn!(self.pdev, "BAR0 write at {:#x} out of range\n", offset);
+        }
+    }
+
     /// The DMA address of the command memory.
     pub(super) fn cmd_mem_addr(&self) -> u64 {
         self.cmd_mem.dma_address()

@@ -159,6 +159,13 @@ impl PageEq {
         Eqe::decode(&b).ok()
     }
 
+    /// Whether the device has written an EQE at the consumer index (for
+    /// a caller that holds the function's lock and answers page requests
+    /// itself, [`PageEq::poll`]).
+    pub(super) fn has_event(&self) -> bool {
+        self.next().is_some()
+    }
+
     /// Handles every EQE the device has written (thread context, with the
     /// function's lock held), then re-arms. Returns how many there were.
     pub(super) fn poll(&mut self, bus: &mut CxBus<'_>, function: &mut Function) -> u32 {
