@@ -14,9 +14,11 @@
 //! to the device. Commands complete by polling. After bring-up the function
 //! gets its MSI-X vectors and an asynchronous EQ on vector 0
 //! ([`eq::PageEq`]) whose threaded interrupt handler answers the device's
-//! PAGE_REQUEST events. Completion EQs and the verbs objects come next
-//! (see `Documentation/pci-backend.md`), so a function that came up is not
-//! yet an `rmlx5_N` device.
+//! PAGE_REQUEST events. With `cx_selftest=1`, probe then runs a data-path
+//! self-test ([`selftest`]: EQ, PD, memory key, CQ and two RC QPs by
+//! command, an RDMA WRITE and a SEND between them). Completion EQs and the
+//! verbs objects come next (see `Documentation/pci-backend.md`), so a
+//! function that came up is not yet an `rmlx5_N` device.
 //!
 //! # Locking and lifetimes
 //!

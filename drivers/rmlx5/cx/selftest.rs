@@ -33,27 +33,17 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    dma::Coherent,
     irq::{
         self,
         IrqReturn, //
     },
     pci::IrqVectorRegistration,
-    prelude::*,
-    time::{
-        delay::fsleep,
-        Delta,
-        Instant,
-        Monotonic, //
-    },
+    prelude::*, //
 };
 
 use super::bus::CxBus;
 use super::eq::PageEq;
-use crate::mlx5_cmdif::{
-    bus::Bus,
-    function::Function, //
-};
+use crate::mlx5_cmdif::function::Function;
 use crate::mlx5_prm::{
     cmd_cq::{
         Cqc,
@@ -97,40 +87,13 @@ use crate::mlx5_prm::{
         ACCESS_MODE_MTT, //
     },
     command::Command,
-    cqe::{
-        Cqe64,
-        ErrCqe,
-        OpOwn,
-        CQE_SIZE,
-        OP_OWN_OFFSET, //
-    },
     doorbell::{
-        bf_reg_offset,
-        counter_word,
-        send_doorbell,
-        set_ci_word,
         ArmCmd,
         CqArm,
-        EqDoorbell,
         UarCqDoorbell,
         CQ_DBR_ARM_OFFSET,
-        CQ_DBR_SET_CI_OFFSET,
-        QP_DBR_RECV_OFFSET,
-        QP_DBR_SEND_OFFSET,
         UAR_CQ_DOORBELL_OFFSET,
-        UAR_EQ_ARM_OFFSET,
         UAR_PAGE_SIZE, //
-    },
-    eqe::{
-        Eqe,
-        EqeData,
-        EQE_SIZE,
-        OWNER_OFFSET, //
-    },
-    opcode::{
-        CqeOpcode,
-        EventType,
-        SendOpcode, //
     },
     qpc::{
         Ads,
@@ -140,16 +103,13 @@ use crate::mlx5_prm::{
         RQ_TYPE_REGULAR,
         ST_RC, //
     },
-    recv::write_recv_wqe,
-    ring,
-    wqe::{
-        CtrlSeg,
-        DataSeg,
-        RaddrSeg,
-        CE_CQ_UPDATE,
-        WQEBB_SIZE, //
-    },
 };
+
+mod check;
+mod mem;
+mod post;
+
+use mem::Mem;
 
 /// log2 of the completion EQ's entries (one 4 KiB page).
 const LOG_EQ_SIZE: u8 = 6;
@@ -196,125 +156,6 @@ const PORT: u8 = 1;
 /// interrupt.
 const WAIT_MS: i64 = 2000;
 
-/// Coherent memory shared with the device, accessed only with
-/// bounds-checked volatile copies (the device reads and writes it
-/// concurrently).
-struct Buf(Coherent<[u8]>);
-
-impl Buf {
-    /// `len` zeroed bytes of coherent memory of the function.
-    fn new(bus: &CxBus<'_>, len: usize) -> Result<Self> {
-        Ok(Self(bus.alloc_coherent(len)?))
-    }
-
-    /// The bus address.
-    fn addr(&self) -> u64 {
-        self.0.dma_address()
-    }
-
-    /// Checks that `[off, off + len)` lies inside the buffer.
-    fn check(&self, off: usize, len: usize) -> Result {
-        match off.checked_add(len) {
-            Some(end) if end <= self.0.size() => Ok(()),
-            _ => Err(EINVAL),
-        }
-    }
-
-    /// Copies `bytes` to offset `off`.
-    fn write(&self, off: usize, bytes: &[u8]) -> Result {
-        self.check(off, bytes.len())?;
-        let base = self.0.as_mut_ptr().cast::<u8>();
-        for (i, b) in bytes.iter().enumerate() {
-            // SAFETY: `off + i < off + bytes.len() <= size` (checked
-            // above), inside the live allocation; volatile because the
-            // device may read it at any time.
-            unsafe { base.add(off + i).write_volatile(*b) };
-        }
-        Ok(())
-    }
-
-    /// Stores the 4 bytes `word` at the 4-byte aligned offset `off` with
-    /// one 32-bit store (doorbell record words, which the device must
-    /// never read half-updated).
-    fn write_word(&self, off: usize, word: [u8; 4]) -> Result {
-        self.check(off, 4)?;
-        if off % 4 != 0 {
-            return Err(EINVAL);
-        }
-        let base = self.0.as_mut_ptr().cast::<u8>();
-        // SAFETY: Inside the allocation (checked above); the allocation is
-        // page-aligned and `off` a multiple of 4, so the `u32` is aligned.
-        unsafe {
-            base.add(off)
-                .cast::<u32>()
-                .write_volatile(u32::from_ne_bytes(word))
-        };
-        Ok(())
-    }
-
-    /// Copies the bytes at offset `off` into `out`.
-    fn read(&self, off: usize, out: &mut [u8]) -> Result {
-        self.check(off, out.len())?;
-        let base = self.0.as_ptr().cast::<u8>();
-        for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: As in `write`: inside the live allocation; the device
-            // writes it concurrently, hence volatile.
-            *b = unsafe { base.add(off + i).read_volatile() };
-        }
-        Ok(())
-    }
-
-    /// The byte at offset `off`.
-    fn byte(&self, off: usize) -> Result<u8> {
-        let mut b = [0u8; 1];
-        self.read(off, &mut b)?;
-        Ok(b[0])
-    }
-}
-
-/// The memory of the self-test.
-struct Mem {
-    eq: Buf,
-    cq: Buf,
-    /// The doorbell records of the CQ and the QPs.
-    dbr: Buf,
-    /// The QPs' buffers: RQ, then SQ.
-    qp: [Buf; 2],
-    data: Buf,
-}
-
-/// The byte of the test pattern at offset `i` of a source buffer `seed`.
-fn pattern(seed: u8, i: usize) -> u8 {
-    (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8
-}
-
-impl Mem {
-    /// Allocates everything, with the EQEs' owner bytes and the CQEs'
-    /// `op_own` initialised as mlx5 does, and the source patterns written.
-    fn new(bus: &CxBus<'_>) -> Result<Self> {
-        let m = Self {
-            eq: Buf::new(bus, PAGE)?,
-            cq: Buf::new(bus, PAGE)?,
-            dbr: Buf::new(bus, PAGE)?,
-            qp: [Buf::new(bus, PAGE)?, Buf::new(bus, PAGE)?],
-            data: Buf::new(bus, DATA_PAGES * PAGE)?,
-        };
-        for i in 0..1usize << LOG_EQ_SIZE {
-            m.eq.write(i * EQE_SIZE + OWNER_OFFSET, &[ring::EQE_INIT_OWNER])?;
-        }
-        for i in 0..1usize << LOG_CQ_SIZE {
-            m.cq.write(i * CQE_SIZE + OP_OWN_OFFSET, &[ring::CQE_INIT_OP_OWN])?;
-        }
-        for i in 0..SEND_LEN {
-            m.data.write(SEND_SRC + i, &[pattern(0x5a, i)])?;
-        }
-        for i in 0..WRITE_LEN {
-            m.data.write(WRITE_SRC + i, &[pattern(0xc3, i)])?;
-        }
-        Ok(m)
-    }
-}
-
 /// The objects created so far (and not yet destroyed).
 #[derive(Default)]
 struct Objects {
@@ -344,16 +185,6 @@ struct Outcome {
     eqn: u8,
     cqes: u32,
     interrupts: u32,
-}
-
-/// One completion, the fields the test checks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Completion {
-    qpn: u32,
-    opcode: u8,
-    send_opcode: u8,
-    byte_cnt: u32,
-    wqe_counter: u16,
 }
 
 /// The command interface and the state the self-test works with.
@@ -609,288 +440,6 @@ impl Ctx<'_, '_> {
         Ok(())
     }
 
-    /// Arms EQ `eqn` at consumer index 0.
-    fn arm_eq(&mut self, eqn: u8) {
-        let mut word = [0u8; 4];
-        EqDoorbell { eqn, ci: 0 }.encode(&mut word);
-        let off = self.uar_reg(UAR_EQ_ARM_OFFSET);
-        self.bus.write32(off, u32::from_be_bytes(word));
-    }
-
-    /// Posts the receive on the second QP, then the RDMA WRITE and the
-    /// SEND on the first, and rings its doorbell once (as one
-    /// `ib_post_send` of two work requests does).
-    fn post(&mut self, m: &Mem, key: u32, qpn: [u32; 2]) -> Result {
-        let data = m.data.addr();
-        let mut slot = [0u8; RQ_STRIDE];
-        write_recv_wqe(
-            &mut slot,
-            &[DataSeg {
-                byte_count: PAGE as u32,
-                lkey: key,
-                addr: data + RECV_DST as u64,
-            }],
-        )
-        .map_err(|_| EINVAL)?;
-        m.qp[1].write(0, &slot)?;
-        fence(Ordering::SeqCst);
-        m.dbr
-            .write_word(QP_DBR_AT[1] + QP_DBR_RECV_OFFSET, counter_word(1))?;
-
-        let ctrl = |wqe_index: u16, opcode: SendOpcode, ds: u8| CtrlSeg {
-            opmod: 0,
-            wqe_index,
-            opcode,
-            qpn: qpn[0],
-            ds,
-            signature: 0,
-            fence_mode: 0,
-            ce: CE_CQ_UPDATE,
-            solicited: false,
-            imm: 0,
-        };
-        // WQE 0: RDMA WRITE, control + remote address + data segments.
-        let mut wqe = [0u8; WQEBB_SIZE];
-        let (c, rest) = wqe.split_at_mut(CtrlSeg::SIZE);
-        let (r, rest) = rest.split_at_mut(RaddrSeg::SIZE);
-        let (d, _) = rest.split_at_mut(DataSeg::SIZE);
-        let ds = ring::ds_count_of(&[CtrlSeg::SIZE, RaddrSeg::SIZE, DataSeg::SIZE])
-            .map_err(|_| EINVAL)?;
-        let mut ctrl0 = [0u8; CtrlSeg::SIZE];
-        ctrl(0, SendOpcode::RdmaWrite, ds).encode(&mut ctrl0);
-        c.copy_from_slice(&ctrl0);
-        RaddrSeg {
-            raddr: data + WRITE_DST as u64,
-            rkey: key,
-        }
-        .encode(r.try_into().map_err(|_| EINVAL)?);
-        DataSeg {
-            byte_count: WRITE_LEN as u32,
-            lkey: key,
-            addr: data + WRITE_SRC as u64,
-        }
-        .encode(d.try_into().map_err(|_| EINVAL)?);
-        let sq = |index: u16| RQ_BYTES + ring::sq_offset(index, u32::from(LOG_SQ_SIZE));
-        m.qp[0].write(sq(0), &wqe)?;
-        // WQE 1: SEND, control + data segments.
-        let mut wqe = [0u8; WQEBB_SIZE];
-        let (c, rest) = wqe.split_at_mut(CtrlSeg::SIZE);
-        let (d, _) = rest.split_at_mut(DataSeg::SIZE);
-        let ds = ring::ds_count_of(&[CtrlSeg::SIZE, DataSeg::SIZE]).map_err(|_| EINVAL)?;
-        let mut ctrl1 = [0u8; CtrlSeg::SIZE];
-        ctrl(1, SendOpcode::Send, ds).encode(&mut ctrl1);
-        c.copy_from_slice(&ctrl1);
-        DataSeg {
-            byte_count: SEND_LEN as u32,
-            lkey: key,
-            addr: data + SEND_SRC as u64,
-        }
-        .encode(d.try_into().map_err(|_| EINVAL)?);
-        m.qp[0].write(sq(1), &wqe)?;
-
-        // The WQEs before the send counter, the counter before the
-        // doorbell (mlx5_ib: wmb() around the record update).
-        fence(Ordering::SeqCst);
-        m.dbr
-            .write_word(QP_DBR_AT[0] + QP_DBR_SEND_OFFSET, counter_word(2))?;
-        fence(Ordering::SeqCst);
-        let reg = bf_reg_offset(0).map_err(|_| EINVAL)?;
-        let off = self.uar_reg(reg);
-        self.bus.write64(off, send_doorbell(&ctrl1));
-        Ok(())
-    }
-
-    /// Sleeps a little while waiting for the device, answering page
-    /// requests; `Err(ETIMEDOUT)` once `start` is `WAIT_MS` old.
-    fn pause(&mut self, start: Instant<Monotonic>, what: &str) -> Result {
-        self.answer_page_requests();
-        if start.elapsed() > Delta::from_millis(WAIT_MS) {
-            dev_err!(
-                self.bus.pdev(),
-                "self-test: no {} after {} ms\n",
-                what,
-                WAIT_MS
-            );
-            return Err(ETIMEDOUT);
-        }
-        fsleep(Delta::from_micros(100));
-        Ok(())
-    }
-
-    /// Waits for the three CQEs and checks them: the RDMA WRITE's and the
-    /// SEND's on the first QP (WQE counters 0 and 1), the receive's on the
-    /// second (64 bytes, WQE counter 0). Returns how many were consumed.
-    fn wait_cqes(&mut self, m: &Mem, qpn: [u32; 2]) -> Result<u32> {
-        let want = [
-            // mlx5 defines no byte count for the requester's CQE of an
-            // RDMA WRITE or a SEND: only the responder's is compared.
-            Completion {
-                qpn: qpn[0],
-                opcode: CqeOpcode::Req.into(),
-                send_opcode: SendOpcode::RdmaWrite.into(),
-                byte_cnt: 0,
-                wqe_counter: 0,
-            },
-            Completion {
-                qpn: qpn[0],
-                opcode: CqeOpcode::Req.into(),
-                send_opcode: SendOpcode::Send.into(),
-                byte_cnt: 0,
-                wqe_counter: 1,
-            },
-            Completion {
-                qpn: qpn[1],
-                opcode: CqeOpcode::RespSend.into(),
-                send_opcode: 0,
-                byte_cnt: SEND_LEN as u32,
-                wqe_counter: 0,
-            },
-        ];
-        let mut seen = [false; 3];
-        let log = u32::from(LOG_CQ_SIZE);
-        let start = Instant::<Monotonic>::now();
-        let mut ci = 0u32;
-        while ci < want.len() as u32 {
-            let at = ring::ring_index(ci, log) as usize * CQE_SIZE;
-            let op_own = m.cq.byte(at + OP_OWN_OFFSET)?;
-            if !ring::cqe_sw_owned(op_own, ci, log) {
-                self.pause(start, "CQE")?;
-                continue;
-            }
-            // The body only after its owner byte: dma_rmb().
-            fence(Ordering::SeqCst);
-            let mut b = [0u8; CQE_SIZE];
-            m.cq.read(at, &mut b)?;
-            ci += 1;
-            m.dbr
-                .write_word(CQ_DBR_AT + CQ_DBR_SET_CI_OFFSET, set_ci_word(ci))?;
-            let opcode = OpOwn::decode(op_own).map_err(|_| EIO)?.opcode;
-            if opcode.is_error() {
-                let e = ErrCqe::decode(&b).map_err(|_| EIO)?;
-                dev_err!(
-                    self.bus.pdev(),
-                    "self-test: error CQE on QP {:#x}, WQE {}: syndrome {:#x}, vendor syndrome {:#x}\n",
-                    e.qpn,
-                    e.wqe_counter,
-                    e.syndrome,
-                    e.vendor_syndrome
-                );
-                return Err(EIO);
-            }
-            let c = Cqe64::decode(&b).map_err(|_| EIO)?;
-            let req = opcode == CqeOpcode::Req;
-            let got = Completion {
-                qpn: c.qpn,
-                opcode: opcode.into(),
-                send_opcode: if req { c.send_opcode } else { 0 },
-                byte_cnt: if req { 0 } else { c.byte_cnt },
-                wqe_counter: c.wqe_counter,
-            };
-            let k = want
-                .iter()
-                .zip(seen.iter())
-                .position(|(w, &s)| !s && *w == got);
-            match k.and_then(|k| seen.get_mut(k)) {
-                Some(s) => *s = true,
-                None => {
-                    dev_err!(
-                        self.bus.pdev(),
-                        "self-test: unexpected CQE: QP {:#x}, opcode {}, send opcode {:#x}, {} bytes, WQE counter {}\n",
-                        c.qpn,
-                        got.opcode,
-                        c.send_opcode,
-                        c.byte_cnt,
-                        c.wqe_counter
-                    );
-                    return Err(EIO);
-                }
-            }
-        }
-        Ok(ci)
-    }
-
-    /// Compares the bytes that arrived with their sources.
-    fn check_data(&mut self, m: &Mem) -> Result {
-        for (src, dst, len, what) in [
-            (SEND_SRC, RECV_DST, SEND_LEN, "SEND"),
-            (WRITE_SRC, WRITE_DST, WRITE_LEN, "RDMA WRITE"),
-        ] {
-            let mut a = [0u8; 256];
-            let mut b = [0u8; 256];
-            let mut off = 0;
-            while off < len {
-                let n = (len - off).min(a.len());
-                m.data.read(src + off, &mut a[..n])?;
-                m.data.read(dst + off, &mut b[..n])?;
-                if let Some(i) = a[..n].iter().zip(&b[..n]).position(|(x, y)| x != y) {
-                    dev_err!(
-                        self.bus.pdev(),
-                        "self-test: {} data differs at byte {}: {:#04x}, expected {:#04x}\n",
-                        what,
-                        off + i,
-                        b[i],
-                        a[i]
-                    );
-                    return Err(EIO);
-                }
-                off += n;
-            }
-        }
-        // Nothing beyond the 64 bytes sent reached the receive buffer.
-        if m.data.byte(RECV_DST + SEND_LEN)? != 0 {
-            dev_err!(
-                self.bus.pdev(),
-                "self-test: receive buffer written past 64 bytes\n"
-            );
-            return Err(EIO);
-        }
-        Ok(())
-    }
-
-    /// Waits for the completion event of CQ `cqn` in EQ `eqn` (the CQ was
-    /// armed, so its first CQE fired it).
-    fn wait_event(&mut self, m: &Mem, eqn: u8, cqn: u32) -> Result {
-        let log = u32::from(LOG_EQ_SIZE);
-        let start = Instant::<Monotonic>::now();
-        loop {
-            if ring::eqe_valid(m.eq.byte(OWNER_OFFSET)?, 0, log) {
-                break;
-            }
-            self.pause(start, "completion event")?;
-        }
-        fence(Ordering::SeqCst);
-        let mut b = [0u8; EQE_SIZE];
-        m.eq.read(0, &mut b)?;
-        match Eqe::decode(&b) {
-            Ok(Eqe {
-                event_type: EventType::Comp,
-                data: EqeData::Comp { cqn: c },
-                ..
-            }) if c == cqn => Ok(()),
-            _ => {
-                dev_err!(
-                    self.bus.pdev(),
-                    "self-test: EQ {} holds no completion event of CQ {:#x}\n",
-                    eqn,
-                    cqn
-                );
-                Err(EIO)
-            }
-        }
-    }
-
-    /// Waits for the completion EQ's interrupt; returns how many came.
-    fn wait_interrupt(&mut self, irq: &CompIrq) -> Result<u32> {
-        let start = Instant::<Monotonic>::now();
-        loop {
-            let n = irq.count.load(Ordering::Relaxed);
-            if n > 0 {
-                return Ok(n);
-            }
-            self.pause(start, "completion interrupt")?;
-        }
-    }
-
     /// Destroys what `o` holds, in reverse order of creation. Carries on
     /// past a failure; returns the first.
     fn destroy(&mut self, o: &mut Objects) -> Result {
@@ -952,7 +501,9 @@ pub(super) fn run(
     // Vector 1 with its own handler when there is one; otherwise the EQ
     // shares vector 0 and stays unarmed, and the event is polled.
     let comp_irq = if vectors.len() > 1 {
-        let request = vectors.index(1)?;
+        let request = vectors
+            .index(1)
+            .map_err(|e| step_failed(&ctx, "taking MSI-X vector 1", e))?;
         // SAFETY: The registration is dropped at the end of this function,
         // never forgotten.
         let reg = unsafe {
@@ -965,7 +516,10 @@ pub(super) fn run(
                 }),
             )
         };
-        Some(KBox::pin_init(reg, GFP_KERNEL)?)
+        Some(
+            KBox::pin_init(reg, GFP_KERNEL)
+                .map_err(|e| step_failed(&ctx, "requesting the interrupt of vector 1", e))?,
+        )
     } else {
         dev_info!(
             pdev,
