@@ -402,7 +402,7 @@ fn self_test(
     match selftest::run(bus, function, eq.as_mut(), uar, vectors) {
         Ok(()) => Ok(()),
         Err(e) => {
-            dev_err!(pdev, "self-test failed ({:?})\n", e);
+            dev_err!(pdev, "self-test failed: error {}\n", e.to_errno());
             take_down(pdev, model, st);
             Err(e)
         }

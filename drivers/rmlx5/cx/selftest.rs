@@ -201,7 +201,12 @@ struct Ctx<'a, 'bound> {
 
 /// Logs a failed step and returns `e`.
 fn step_failed(ctx: &Ctx<'_, '_>, step: &str, e: Error) -> Error {
-    dev_err!(ctx.bus.pdev(), "self-test: {} failed ({:?})\n", step, e);
+    dev_err!(
+        ctx.bus.pdev(),
+        "self-test: {} failed: error {}\n",
+        step,
+        e.to_errno()
+    );
     e
 }
 
