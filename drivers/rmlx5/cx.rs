@@ -69,7 +69,8 @@ use crate::mlx5_cmdif::{
     },
     function::{
         Config,
-        Function, //
+        Function,
+        Progress, //
     },
 };
 use bus::CxBus;
@@ -326,6 +327,8 @@ fn map_function(pdev: &pci::Device<Core<'_>>) -> Result {
 /// vector 0; on failure undoes what was done.
 fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Result {
     let State { bus, function, eq } = st;
+    // From here the device may hold the command memory.
+    bus.set_quiesced(false);
     *function = Function::new(
         CmdMem {
             addr: bus.cmd_mem_addr(),
@@ -424,7 +427,9 @@ fn take_down(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) {
             );
         }
     }
-    match function.teardown(bus) {
+    let down = function.teardown(bus);
+    bus.set_quiesced(function.progress() == Progress::default());
+    match down {
         Ok(()) => dev_info!(
             pdev,
             "{} down, every page returned ({} in all)\n",

@@ -3,9 +3,10 @@
 //! [`Bus`] over a real function: BAR0 registers, one coherent region for
 //! the command queue and mailboxes, and coherent pages lent to the device.
 
-use core::sync::atomic::{
-    fence,
-    Ordering, //
+use core::mem::ManuallyDrop;
+use kernel::sync::barrier::{
+    dma_mb,
+    Read, //
 };
 use kernel::{
     device::{
@@ -48,20 +49,29 @@ type Page = Coherent<[u8; PAGE_SIZE as usize]>;
 pub(super) struct CxBus<'bound> {
     pdev: &'bound pci::Device<Bound>,
     bar: pci::Bar<'bound>,
-    cmd_mem: Coherent<[u8]>,
+    /// Freed in `drop` only if `quiesced`.
+    cmd_mem: ManuallyDrop<Coherent<[u8]>>,
     pages: KVec<Page>,
+    /// The device holds nothing of `cmd_mem`: no command queue address was
+    /// given, or the function was taken down without error since.
+    quiesced: bool,
     epoch: Instant<Monotonic>,
 }
 
 impl<'bound> CxBus<'bound> {
     /// Allocates the command memory of `pdev`, whose BAR0 is `bar`.
     pub(super) fn new(pdev: &'bound pci::Device<Core<'_>>, bar: pci::Bar<'bound>) -> Result<Self> {
-        let cmd_mem = Coherent::<u8>::zeroed_slice(pdev.as_ref(), CMD_MEM_SIZE, GFP_KERNEL)?;
+        let cmd_mem = ManuallyDrop::new(Coherent::<u8>::zeroed_slice(
+            pdev.as_ref(),
+            CMD_MEM_SIZE,
+            GFP_KERNEL,
+        )?);
         Ok(Self {
             pdev,
             bar,
             cmd_mem,
             pages: KVec::new(),
+            quiesced: true,
             epoch: Instant::now(),
         })
     }
@@ -102,6 +112,12 @@ impl<'bound> CxBus<'bound> {
         self.cmd_mem.dma_address()
     }
 
+    /// Records whether the device may still write the command memory
+    /// (a function being brought up, or one whose teardown failed).
+    pub(super) fn set_quiesced(&mut self, quiesced: bool) {
+        self.quiesced = quiesced;
+    }
+
     /// The offset of `[addr, addr + len)` in the command memory.
     fn cmd_offset(&self, addr: u64, len: usize) -> Result<usize, DmaError> {
         let off = addr
@@ -136,7 +152,7 @@ impl Bus for CxBus<'_> {
         let off = self.cmd_offset(addr, buf.len())?;
         // Nothing read here may be older than what was read before (the
         // ownership bit before the entry it hands back): dma_rmb().
-        fence(Ordering::SeqCst);
+        dma_mb(Read);
         let base = self.cmd_mem.as_ptr().cast::<u8>();
         for (i, b) in buf.iter_mut().enumerate() {
             // SAFETY: `off + i < off + buf.len() <= size` (checked by
@@ -193,6 +209,18 @@ impl Bus for CxBus<'_> {
 
 impl Drop for CxBus<'_> {
     fn drop(&mut self) {
+        // A late command completion would write the queue entry and the
+        // output mailboxes: keep them unless the device let go.
+        if self.quiesced {
+            // SAFETY: `cmd_mem` is not used after this (we are in `drop`),
+            // and it is dropped only here.
+            unsafe { ManuallyDrop::drop(&mut self.cmd_mem) };
+        } else {
+            dev_err!(
+                self.pdev,
+                "keeping the command memory: the function was not taken down\n"
+            );
+        }
         // Pages the device did not give back may still be written by it
         // (a teardown that failed, or a probe that failed half-way):
         // freeing them could corrupt memory, so they are leaked, loudly.

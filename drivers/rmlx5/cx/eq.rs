@@ -11,9 +11,9 @@
 //! of its consumer index, then re-arms the EQ through the EQ doorbell of
 //! the driver's UAR page (BAR0 page `uar`), as mlx5_core does.
 
-use core::sync::atomic::{
-    fence,
-    Ordering, //
+use kernel::sync::barrier::{
+    dma_mb,
+    Read, //
 };
 use kernel::{
     dma::Coherent,
@@ -48,6 +48,8 @@ use crate::mlx5_prm::{
 
 /// log2 of the EQ's entries: one 4 KiB page.
 const LOG_EQ_SIZE: u8 = 6;
+/// EQEs handled per interrupt at most (one ring).
+const POLL_BUDGET: u32 = 1 << LOG_EQ_SIZE;
 
 /// The asynchronous EQ of a function that is up.
 ///
@@ -139,7 +141,10 @@ impl PageEq {
     }
 
     /// The EQE at the consumer index, if the device has written it.
-    fn next(&self) -> Option<Eqe> {
+    /// The EQE at the consumer index, if the device has written one:
+    /// `Some(None)` for an entry whose event type this driver does not
+    /// know (it is consumed all the same, so the EQ never stalls on it).
+    fn next(&self) -> Option<Option<Eqe>> {
         let log = u32::from(LOG_EQ_SIZE);
         let off = ring::ring_index(self.ci, log) as usize * EQE_SIZE;
         let base = self.ring.as_ptr().cast::<u8>();
@@ -150,13 +155,13 @@ impl PageEq {
             return None;
         }
         // The body only after its owner byte: dma_rmb().
-        fence(Ordering::SeqCst);
+        dma_mb(Read);
         let mut b = [0u8; EQE_SIZE];
         for (i, v) in b.iter_mut().enumerate() {
             // SAFETY: `off + i < off + EQE_SIZE <=` the ring's size.
             *v = unsafe { base.add(off + i).read_volatile() };
         }
-        Eqe::decode(&b).ok()
+        Some(Eqe::decode(&b).ok())
     }
 
     /// Whether the device has written an EQE at the consumer index (for
@@ -170,9 +175,18 @@ impl PageEq {
     /// function's lock held), then re-arms. Returns how many there were.
     pub(super) fn poll(&mut self, bus: &mut CxBus<'_>, function: &mut Function) -> u32 {
         let mut n = 0u32;
-        while let Some(eqe) = self.next() {
+        // At most one ring's worth per call; if more are waiting, the arm
+        // below makes the device interrupt again at once.
+        while n < POLL_BUDGET {
+            let Some(entry) = self.next() else {
+                break;
+            };
             self.ci = self.ci.wrapping_add(1);
             n += 1;
+            let Some(eqe) = entry else {
+                dev_warn!(bus.pdev(), "async EQE of an unknown type consumed\n");
+                continue;
+            };
             match AsyncEvent::from_eqe(&eqe) {
                 Some(AsyncEvent::PageRequest(r)) => {
                     self.requests += 1;

@@ -28,9 +28,12 @@
 //! command and while it waits.
 
 use core::sync::atomic::{
-    fence,
     AtomicU32,
     Ordering, //
+};
+use kernel::sync::barrier::{
+    mb,
+    Write, //
 };
 use kernel::{
     irq::{
@@ -325,7 +328,7 @@ impl Ctx<'_, '_> {
         };
         m.dbr
             .write_word(CQ_DBR_AT + CQ_DBR_ARM_OFFSET, arm.to_bytes())?;
-        fence(Ordering::SeqCst);
+        mb(Write);
         let off = self.uar_reg(UAR_CQ_DOORBELL_OFFSET);
         self.bus.write64(off, UarCqDoorbell { arm, cqn }.to_bytes());
 

@@ -357,13 +357,14 @@ fn destroy_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
         // The CQ ends here, not when the last reference goes: a command
         // racing with this one may still hold the object, and the handle
         // stays until the device has let go of the CQ (on failure nothing
-        // changed and the caller may retry).
-        e.obj.cq.destroy()?;
+        // changed and the caller may retry). Its unread events leave their
+        // queues now too, so the counts below are final and no event of
+        // this CQ is read after it (libibverbs frees the CQ next).
+        e.obj.end()?;
         o.cqs.remove(a.handle)?
     };
     a.comp_events_reported = cq.comp_events_reported();
     a.async_events_reported = cq.async_events_reported();
-    // Detaching from the channel removes the CQ's unread event.
     drop(cq);
     arg.write(&a)?;
     Ok(0)
@@ -424,7 +425,10 @@ fn create_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     if let Err(e) = arg.write(&a) {
         let mut o = ctx.objects.lock();
         if o.qps.is(a.qp_handle, &qp) {
-            unlink_qp(&mut o, a.qp_handle);
+            // As DESTROY_QP: out of the device before the handle goes.
+            if qp.end().is_ok() {
+                unlink_qp(&mut o, a.qp_handle);
+            }
         }
         return Err(e);
     }
@@ -446,7 +450,7 @@ fn destroy_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
         let mut o = ctx.objects.lock();
         // As for a CQ: the QP leaves the device now, before its CQs and PD
         // lose this user, whoever else still holds the object.
-        o.qps.get(a.handle)?.obj.qp.destroy()?;
+        o.qps.get(a.handle)?.obj.end()?;
         unlink_qp(&mut o, a.handle).ok_or(EINVAL)?
     };
     a.async_events_reported = qp.async_events_reported();

@@ -12,6 +12,10 @@
 //! dependency counts destroy users first), the memory is leaked rather
 //! than freed under the device.
 
+use core::sync::atomic::{
+    AtomicBool,
+    Ordering, //
+};
 use kernel::{
     prelude::*,
     sync::Arc, //
@@ -153,10 +157,17 @@ struct CqEvents {
     comp_slot: Arc<EventSlot>,
     async_queue: Arc<EventQueue>,
     async_slot: Arc<EventSlot>,
+    /// The slots were detached (at most once).
+    detached: AtomicBool,
 }
 
 impl CqEvents {
+    /// Detaches the slots, once however often it is called (by DESTROY_CQ
+    /// and again by the drop of the last reference).
     fn detach(&self) {
+        if self.detached.swap(true, Ordering::AcqRel) {
+            return;
+        }
         // Destroying a CQ removes its unread events.
         if let Some(ch) = &self.channel {
             ch.detach(&self.comp_slot);
@@ -242,6 +253,7 @@ impl Ucq {
                 comp_slot,
                 async_queue,
                 async_slot,
+                detached: AtomicBool::new(false),
             },
             GFP_KERNEL,
         );
@@ -278,6 +290,15 @@ impl Ucq {
     /// The CQ number.
     pub(crate) fn cqn(&self) -> u32 {
         self.cq.cqn
+    }
+
+    /// Ends the CQ for DESTROY_CQ: out of the device, and its unread
+    /// events out of their queues, whoever still holds a reference (the
+    /// counts read afterwards are final). On failure nothing changed.
+    pub(crate) fn end(&self) -> Result {
+        self.cq.destroy()?;
+        self.events.detach();
+        Ok(())
     }
 
     /// Completion events the process has read.
@@ -416,10 +437,16 @@ pub(crate) fn bfreg_of(qp_handle: u32) -> Result<(u8, u32, u32)> {
 struct QpEvents {
     async_queue: Arc<EventQueue>,
     async_slot: Arc<EventSlot>,
+    /// The slot was detached (at most once).
+    detached: AtomicBool,
 }
 
 impl QpEvents {
+    /// Detaches the slot, once however often it is called.
     fn detach(&self) {
+        if self.detached.swap(true, Ordering::AcqRel) {
+            return;
+        }
         self.async_queue.detach(&self.async_slot);
     }
 }
@@ -495,6 +522,7 @@ impl Uqp {
             QpEvents {
                 async_queue,
                 async_slot,
+                detached: AtomicBool::new(false),
             },
             GFP_KERNEL,
         );
@@ -546,6 +574,13 @@ impl Uqp {
     /// Async events the process has read.
     pub(crate) fn async_events_reported(&self) -> u32 {
         self.events.async_slot.reported()
+    }
+
+    /// Ends the QP for DESTROY_QP, as [`Ucq::end`] does a CQ.
+    pub(crate) fn end(&self) -> Result {
+        self.qp.destroy()?;
+        self.events.detach();
+        Ok(())
     }
 }
 

@@ -3,9 +3,10 @@
 //! Waiting for and checking what the device did: the CQEs, the data,
 //! the completion event and its interrupt.
 
-use core::sync::atomic::{
-    fence,
-    Ordering, //
+use core::sync::atomic::Ordering;
+use kernel::sync::barrier::{
+    dma_mb,
+    Read, //
 };
 use kernel::{
     prelude::*,
@@ -127,7 +128,7 @@ impl Ctx<'_, '_> {
                 continue;
             }
             // The body only after its owner byte: dma_rmb().
-            fence(Ordering::SeqCst);
+            dma_mb(Read);
             let mut b = [0u8; CQE_SIZE];
             m.cq.read(at, &mut b)?;
             ci += 1;
@@ -227,7 +228,7 @@ impl Ctx<'_, '_> {
             }
             self.pause(start, "completion event")?;
         }
-        fence(Ordering::SeqCst);
+        dma_mb(Read);
         let mut b = [0u8; EQE_SIZE];
         m.eq.read(0, &mut b)?;
         match Eqe::decode(&b) {

@@ -3,11 +3,11 @@
 //! Posting work: arming the completion EQ, the receive and send WQEs,
 //! their doorbell records and the send doorbell.
 
-use core::sync::atomic::{
-    fence,
-    Ordering, //
-};
 use kernel::prelude::*;
+use kernel::sync::barrier::{
+    mb,
+    Write, //
+};
 
 use super::{
     mem::Mem,
@@ -72,7 +72,7 @@ impl Ctx<'_, '_> {
         )
         .map_err(|_| EINVAL)?;
         m.qp[1].write(0, &slot)?;
-        fence(Ordering::SeqCst);
+        mb(Write);
         m.dbr
             .write_word(QP_DBR_AT[1] + QP_DBR_RECV_OFFSET, counter_word(1))?;
 
@@ -129,10 +129,10 @@ impl Ctx<'_, '_> {
 
         // The WQEs before the send counter, the counter before the
         // doorbell (mlx5_ib: wmb() around the record update).
-        fence(Ordering::SeqCst);
+        mb(Write);
         m.dbr
             .write_word(QP_DBR_AT[0] + QP_DBR_SEND_OFFSET, counter_word(2))?;
-        fence(Ordering::SeqCst);
+        mb(Write);
         let reg = bf_reg_offset(0).map_err(|_| EINVAL)?;
         let off = self.uar_reg(reg);
         self.bus.write64(off, send_doorbell(&ctrl1));
