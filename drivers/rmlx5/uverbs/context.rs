@@ -5,13 +5,18 @@
 //! Lock order (outermost first):
 //! 1. the process's `mmap_lock` (held by the VFS around `mmap`),
 //! 2. `Ucontext::objects`,
-//! 3. an event queue's spinlock (`event.rs`).
+//! 3. the software HCA's fabric lock (`hca.rs`; creates and destroys take
+//!    it under `objects`),
+//! 4. an event queue's spinlock (`event.rs`).
 //!
 //! Because `mmap` takes `objects` under `mmap_lock`, nothing that may take
 //! `mmap_lock` runs while `objects` is held: no copy to or from user space
 //! and no pinning of user pages. Commands copy their argument in, take
-//! `objects` only to look up and insert, and copy the answer out after
-//! releasing it.
+//! `objects` only to look up, insert and destroy, and copy the answer out
+//! after releasing it. DESTROY_CQ and DESTROY_QP also wait under `objects`
+//! for a running BH dispatch of the object to finish (its `busy` flag);
+//! the dispatcher never takes `objects`, and one dispatch is bounded by
+//! the handler it calls (for user objects: posting to an event queue).
 
 use core::sync::atomic::AtomicBool;
 use kernel::{
