@@ -114,7 +114,11 @@ pub(crate) struct Function {
 
 fn new_model(s: &Settings) -> (Box<Firmware<PageSlots>>, Box<Fabric<Hcas>>) {
     let fw = Box::new(Firmware::new(s.fw_config(), [0u64; PAGE_SLOTS]));
-    let fabric = Box::new(Fabric::new([Hca::new(0, Caps::DEFAULT, VecStorage::new())]));
+    let fabric = Box::new(Fabric::new([Hca::new(
+        0,
+        Caps::DEFAULT,
+        VecStorage::new(crate::storage::SIZES),
+    )]));
     (fw, fabric)
 }
 

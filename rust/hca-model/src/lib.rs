@@ -89,6 +89,9 @@
 
 #![no_std]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
 pub mod atomic;
 pub mod caps;
 pub mod cq;
@@ -113,4 +116,6 @@ pub mod stats;
 pub mod table;
 pub mod timer;
 pub mod transfer;
+#[cfg(feature = "alloc")]
+pub mod vec_storage;
 pub mod wqe;

@@ -159,7 +159,7 @@ impl Bed {
     /// handed to the devices.
     pub fn new(n: usize, cfg: FwConfig) -> Bed {
         let hcas = (0..n)
-            .map(|i| Hca::new(i as u16, Caps::DEFAULT, VecStorage::new(64)))
+            .map(|i| Hca::new(i as u16, Caps::DEFAULT, VecStorage::uniform(64)))
             .collect();
         let mut w = World {
             fabric: Fabric::new(Hcas(hcas)),

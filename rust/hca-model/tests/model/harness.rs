@@ -12,7 +12,6 @@ use hca_model::hca::Hca;
 use hca_model::mr::{Access, MrAttr};
 use hca_model::qp::{ConnAttrs, QpAttr, QpState, RemoteQp};
 use hca_model::qp_modify::{AttrMask, QpModify};
-use hca_model::table::{Slot, Storage, Tables};
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
 use mlx5_prm::doorbell::UAR_PAGE_SIZE;
 use mlx5_prm::eqe::{EQE_SIZE, OWNER_OFFSET};
@@ -21,42 +20,7 @@ use mlx5_prm::ring::{CQE_INIT_OP_OWN, EQE_INIT_OWNER};
 
 use super::mem::{Kind, TestMem};
 
-/// Object tables in `Vec`s.
-pub struct VecStorage {
-    pds: Vec<Slot<hca_model::pd::Pd>>,
-    mrs: Vec<Slot<hca_model::mr::Mr>>,
-    cqs: Vec<Slot<hca_model::cq::Cq>>,
-    eqs: Vec<Slot<hca_model::eq::Eq>>,
-    qps: Vec<Slot<hca_model::qp::Qp>>,
-}
-
-impl VecStorage {
-    /// `n` slots in every table.
-    pub fn new(n: usize) -> Self {
-        fn v<T>(n: usize) -> Vec<Slot<T>> {
-            (0..n).map(|_| Slot::new()).collect()
-        }
-        VecStorage {
-            pds: v(n),
-            mrs: v(n),
-            cqs: v(n),
-            eqs: v(n),
-            qps: v(n),
-        }
-    }
-}
-
-impl Storage for VecStorage {
-    fn tables(&mut self) -> Tables<'_> {
-        Tables {
-            pds: &mut self.pds,
-            mrs: &mut self.mrs,
-            cqs: &mut self.cqs,
-            eqs: &mut self.eqs,
-            qps: &mut self.qps,
-        }
-    }
-}
+pub use hca_model::vec_storage::VecStorage;
 
 /// The instances of a test fabric.
 pub struct Hcas(pub Vec<Hca<VecStorage>>);
@@ -304,7 +268,7 @@ impl World {
     /// `1 << eq_log` entries.
     pub fn build(n: usize, slots: usize, eq_log: u32) -> World {
         let hcas = (0..n)
-            .map(|i| Hca::new(i as u16, Caps::DEFAULT, VecStorage::new(slots)))
+            .map(|i| Hca::new(i as u16, Caps::DEFAULT, VecStorage::uniform(slots)))
             .collect();
         let mut w = World {
             fabric: Fabric::new(Hcas(hcas)),

@@ -17,7 +17,6 @@ use hca_model::fw::pages::PageStore;
 use hca_model::fw::{Firmware, FwConfig};
 use hca_model::hca::Hca;
 use hca_model::mem::{DmaFault, DmaMemory, Interrupt, Platform};
-use hca_model::table::{Slot, Storage, Tables};
 use mlx5_cmdif::bus::{Bus, DmaError, Wait};
 use mlx5_cmdif::cmdmem::{CmdMem, CMD_MEM_SIZE};
 use mlx5_prm::cmd_queue::{CMD_LAYOUT_SIZE, MAILBOX_SIZE};
@@ -43,41 +42,7 @@ impl PageStore for Store {
     }
 }
 
-/// The HCA's object tables in vectors.
-pub(crate) struct VecStorage {
-    pds: Vec<Slot<hca_model::pd::Pd>>,
-    mrs: Vec<Slot<hca_model::mr::Mr>>,
-    cqs: Vec<Slot<hca_model::cq::Cq>>,
-    eqs: Vec<Slot<hca_model::eq::Eq>>,
-    qps: Vec<Slot<hca_model::qp::Qp>>,
-}
-
-impl VecStorage {
-    fn new(n: usize) -> Self {
-        fn v<T>(n: usize) -> Vec<Slot<T>> {
-            (0..n).map(|_| Slot::new()).collect()
-        }
-        VecStorage {
-            pds: v(n),
-            mrs: v(n),
-            cqs: v(n),
-            eqs: v(n),
-            qps: v(n),
-        }
-    }
-}
-
-impl Storage for VecStorage {
-    fn tables(&mut self) -> Tables<'_> {
-        Tables {
-            pds: &mut self.pds,
-            mrs: &mut self.mrs,
-            cqs: &mut self.cqs,
-            eqs: &mut self.eqs,
-            qps: &mut self.qps,
-        }
-    }
-}
+pub(crate) use hca_model::vec_storage::VecStorage;
 
 /// Host memory: the command memory and the page arena.
 pub(crate) struct HostMem {
@@ -193,7 +158,7 @@ impl Rig {
     pub(crate) fn with_cmd_len(cfg: FwConfig, cmd_len: usize) -> Rig {
         Rig {
             fw: Firmware::new(cfg, Store(vec![0; PAGE_SLOTS])),
-            hca: Hca::new(0, Caps::DEFAULT, VecStorage::new(64)),
+            hca: Hca::new(0, Caps::DEFAULT, VecStorage::uniform(64)),
             mem: HostMem {
                 cmd: vec![0; cmd_len],
                 pages: vec![0; PAGE_SLOTS * PAGE as usize],

@@ -33,7 +33,6 @@ use hca_model::caps::Caps;
 use hca_model::fabric::{Fabric, HcaSet};
 use hca_model::hca::Hca;
 use hca_model::mem::{DmaFault, DmaMemory, Interrupt, Platform};
-use hca_model::table::{Slot, Storage, Tables};
 
 use super::{Backend, Cmd};
 use crate::device::Device;
@@ -48,42 +47,7 @@ const SLOTS: usize = 256;
 /// Work budget per engine run.
 const BUDGET: u32 = 1 << 16;
 
-/// The model's object tables in `Vec`s.
-#[derive(Debug)]
-pub(crate) struct VecStorage {
-    pds: Vec<Slot<hca_model::pd::Pd>>,
-    mrs: Vec<Slot<hca_model::mr::Mr>>,
-    cqs: Vec<Slot<hca_model::cq::Cq>>,
-    eqs: Vec<Slot<hca_model::eq::Eq>>,
-    qps: Vec<Slot<hca_model::qp::Qp>>,
-}
-
-impl VecStorage {
-    fn new(n: usize) -> Self {
-        fn v<T>(n: usize) -> Vec<Slot<T>> {
-            (0..n).map(|_| Slot::new()).collect()
-        }
-        VecStorage {
-            pds: v(n),
-            mrs: v(n),
-            cqs: v(n),
-            eqs: v(n),
-            qps: v(n),
-        }
-    }
-}
-
-impl Storage for VecStorage {
-    fn tables(&mut self) -> Tables<'_> {
-        Tables {
-            pds: &mut self.pds,
-            mrs: &mut self.mrs,
-            cqs: &mut self.cqs,
-            eqs: &mut self.eqs,
-            qps: &mut self.qps,
-        }
-    }
-}
+use hca_model::vec_storage::VecStorage;
 
 /// The instances.
 #[derive(Debug)]
@@ -221,7 +185,7 @@ impl SoftFabric {
                 Hca::new(
                     u16::try_from(i).unwrap_or(0),
                     Caps::DEFAULT,
-                    VecStorage::new(SLOTS),
+                    VecStorage::uniform(SLOTS),
                 )
             })
             .collect();
