@@ -104,7 +104,9 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
 
             # The PCI backend against the emulated ConnectX-5 (rust/cx-emu
             # behind Debian's QEMU 11 with vfio-user-pci, scripts/qemu.sh):
-            # tests/guest/pci-smoke.sh with rmlx5.ko in the image.
+            # tests/guest/pci-smoke.sh with rmlx5.ko in the image; the
+            # emulator fails the first INIT_HCA (0x102) on purpose, so the
+            # driver's error path runs too.
             step "guest with the emulated ConnectX (PCI backend)"
             res=$(mktemp)
             if qemu=$(bash "$here/qemu.sh") &&
@@ -117,6 +119,7 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                     --cx-emu "$top/target/release/rmlx5-cx-emu" \
                     --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
                     --module "$top/build/module/rmlx5.ko" --kunit-filter none \
+                    --cx-emu-fail 0x102 \
                     --timeout 600 --log "$top/build/pci-console.log" --results "$res"
                 if [ -s "$res" ]; then
                     read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));

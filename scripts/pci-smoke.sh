@@ -10,6 +10,8 @@
 #   DRIVER=1 make pci-smoke   also build rmlx5.ko and check that its PCI
 #                             driver binds the function, brings it up and
 #                             gets every page back on rmmod (KUnit skipped)
+#   CX_FAIL=0x102             the emulator fails the first command with this
+#                             opcode (here INIT_HCA), as make check does
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -38,6 +40,9 @@ if [ "${DRIVER:-0}" = 1 ]; then
     log "building rmlx5.ko"
     make -s KDIR="$kdir" module
     driver=(--module "$top/build/module/rmlx5.ko" --kunit-filter none)
+fi
+if [ -n "${CX_FAIL:-}" ]; then
+    driver+=(--cx-emu-fail "$CX_FAIL")
 fi
 
 mkdir -p "$top/build"

@@ -103,7 +103,25 @@ if [ -f /lib/modules/rmlx5.ko ]; then
     ups() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 up"; }
     downs() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 down, every page returned"; }
     bound() { drv=$(readlink $dev/driver); [ "${drv##*/}" = rmlx5_cx ]; }
+    # make check runs the emulator with one command failed on purpose
+    # (run-guest.py --cx-emu-fail OPCODE): the first probe must fail,
+    # naming the command, status and syndrome, and undo the bring-up with
+    # every page back; a bind then brings the function up.
+    cxfail=$(sed -n 's/.*rmlx5.cxfail=\([0-9a-fx]*\).*/\1/p' /proc/cmdline)
     if insmod /lib/modules/rmlx5.ko; then
+        if [ -n "$cxfail" ]; then
+            if ! bound &&
+                dmesg | grep -q "rmlx5_cx $bdf: ConnectX-5 bring-up failed: [A-Z_]* ($cxfail) failed: status BAD_PARAM_ERR (0x3), syndrome 0x200ff" &&
+                [ "$(downs)" = 1 ]; then
+                pass cx_failed_command_is_named_and_undone
+            else
+                fail cx_failed_command_is_named_and_undone "bound to ${drv:-none}, or no bring-up failure for opcode $cxfail, or $(downs) teardown lines"
+            fi
+            dmesg | grep "rmlx5_cx $bdf"
+            # The counts below start from here.
+            dmesg -c > /dev/null
+            echo "$bdf" > $sysdrv/bind
+        fi
         if bound; then
             pass cx_driver_bound
         else

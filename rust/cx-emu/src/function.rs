@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use hca_model::caps::Caps;
 use hca_model::doorbell::SendDoorbell;
 use hca_model::fabric::Fabric;
+use hca_model::fw::reject::Reject;
 use hca_model::fw::{Firmware, FwConfig, HcaState};
 use hca_model::hca::Hca;
 use mlx5_prm::command::opcode_name;
@@ -55,6 +56,10 @@ pub(crate) struct Settings {
     /// How long a lone BlueFlame-half store waits for the rest of a copy
     /// before it is rung as a plain doorbell.
     pub(crate) bf_idle: Duration,
+    /// Commands with this opcode fail (`FwConfig::fail_opcode`; 0: none).
+    pub(crate) fail_opcode: u16,
+    /// How many of them.
+    pub(crate) fail_count: u32,
 }
 
 impl Settings {
@@ -63,6 +68,8 @@ impl Settings {
         uars: 128,
         msix_vectors: 16,
         bf_idle: Duration::from_micros(200),
+        fail_opcode: 0,
+        fail_count: 0,
     };
 
     fn fw_config(&self) -> FwConfig {
@@ -70,6 +77,8 @@ impl Settings {
             uars: self.uars,
             uar_base: UAR_BASE,
             msix_vectors: self.msix_vectors,
+            fail_opcode: self.fail_opcode,
+            fail_count: self.fail_count,
             ..FwConfig::DEFAULT
         }
     }
@@ -88,6 +97,8 @@ pub(crate) struct FnStats {
     pub(crate) blueflame_cut: u64,
     /// Refusals in the firmware's log (commands, entries, doorbell bits).
     pub(crate) fw_errors: u64,
+    /// Commands failed on purpose (`Settings::fail_opcode`).
+    pub(crate) injected: u64,
     /// BAR0 stores that reached no register.
     pub(crate) stray_writes: u64,
     /// Function resets.
@@ -371,11 +382,21 @@ impl Function {
     /// life-cycle changes.
     fn check_firmware(&mut self) {
         let total = self.fw.log().total();
+        let injected_before = self.stats.injected;
         if total > self.fw_seen {
             let new = total - self.fw_seen;
             let kept: Vec<_> = self.fw.log().iter().copied().collect();
             let shown = kept.len().min(usize::try_from(new).unwrap_or(usize::MAX));
             for e in &kept[kept.len() - shown..] {
+                if e.reject == Reject::Injected {
+                    info!(
+                        "firmware failed {} (opcode {:#06x}) on purpose (--fail-opcode)",
+                        opcode_name(e.opcode),
+                        e.opcode
+                    );
+                    self.stats.injected += 1;
+                    continue;
+                }
                 error!(
                     "firmware refused {} (opcode {:#06x}, entry {}): {} (syndrome {:#010x}, {:?})",
                     opcode_name(e.opcode),
@@ -392,7 +413,10 @@ impl Function {
                     new - shown as u64
                 );
             }
-            self.stats.fw_errors += new;
+            // Injected failures were counted apart above (only those
+            // still in the log can be told apart; the log keeps the last
+            // ones, and injection fails a handful of commands at most).
+            self.stats.fw_errors += new.saturating_sub(self.stats.injected - injected_before);
             self.fw_seen = total;
         }
         let state = self.fw.state();
@@ -470,13 +494,15 @@ impl Function {
         vec![
             format!(
                 "firmware: state {:?}, {} commands ({} failed, {} delivery errors, {} ignored \
-                 doorbell bits), {} refusals logged; pages held {}, given {}, returned {}",
+                 doorbell bits), {} refusals logged, {} injected; pages held {}, given {}, \
+                 returned {}",
                 self.fw.state(),
                 fw.commands,
                 fw.failed,
                 fw.delivery_errors,
                 fw.ignored,
                 s.fw_errors,
+                s.injected,
                 p.held,
                 p.given_total,
                 p.returned_total

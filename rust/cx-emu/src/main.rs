@@ -11,7 +11,11 @@
 //! fabric of one. Documentation/cx-emu.md describes the whole route.
 //!
 //! ```text
-//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [-v]... [-q]
+//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [-v]... [-q]
+//!
+//! `--fail-opcode` makes the firmware fail the first `--fail-count`
+//! (default 1) commands with that opcode (a test of the driver's error
+//! path); those refusals are counted apart and do not fail the run.
 //! ```
 //!
 //! The socket appears at PATH once it accepts a connection; the process
@@ -43,7 +47,7 @@ use log::{error, info};
 use server::Server;
 use vfio_user::socket::Connection;
 
-const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [-v]... [-q]";
+const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [-v]... [-q]";
 
 struct Args {
     socket: PathBuf,
@@ -73,6 +77,23 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--bf-idle-us: {e}"))?;
                 settings.bf_idle = Duration::from_micros(us);
+            }
+            "--fail-opcode" => {
+                let v = value("--fail-opcode")?;
+                let op = match v.strip_prefix("0x") {
+                    Some(hex) => u16::from_str_radix(hex, 16),
+                    None => v.parse(),
+                }
+                .map_err(|e| format!("--fail-opcode: {e}"))?;
+                settings.fail_opcode = op;
+                if settings.fail_count == 0 {
+                    settings.fail_count = 1;
+                }
+            }
+            "--fail-count" => {
+                settings.fail_count = value("--fail-count")?
+                    .parse()
+                    .map_err(|e| format!("--fail-count: {e}"))?;
             }
             "-v" | "--verbose" => verbosity = verbosity.saturating_add(1),
             "-q" | "--quiet" => verbosity = 0,

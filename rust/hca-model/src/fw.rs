@@ -112,6 +112,12 @@ pub struct FwConfig {
     /// Nanoseconds per tick of `health_counter` (0: it moves only when a
     /// command runs).
     pub health_tick_ns: u64,
+    /// Fail the first [`FwConfig::fail_count`] commands with this opcode
+    /// with [`Reject::Injected`] (0: none), so that a driver's error path
+    /// can be tested on an otherwise faultless device.
+    pub fail_opcode: u16,
+    /// How many commands [`FwConfig::fail_opcode`] fails.
+    pub fail_count: u32,
 }
 
 impl FwConfig {
@@ -138,6 +144,8 @@ impl FwConfig {
         stamp_pages: true,
         check_entry_signature: true,
         health_tick_ns: 1_000_000,
+        fail_opcode: 0,
+        fail_count: 0,
     };
 }
 
@@ -219,6 +227,8 @@ pub struct Firmware<B> {
     pending: u32,
     log: ErrorLog,
     stats: FwStats,
+    /// Injected failures still to come (see [`FwConfig::fail_opcode`]).
+    fails_left: u32,
 }
 
 impl<B: PageStore> Firmware<B> {
@@ -254,6 +264,7 @@ impl<B: PageStore> Firmware<B> {
             pending: 0,
             log: ErrorLog::new(),
             stats: FwStats::default(),
+            fails_left: cfg.fail_count,
         }
     }
 

@@ -137,6 +137,10 @@ fn dispatch<B: PageStore, S: Storage, P: Platform>(
         return Err(Reject::NonZeroUid);
     }
     allowed(cx.fw.state, cx.fw.issi, h.opcode)?;
+    if h.opcode == cx.fw.cfg.fail_opcode && cx.fw.fails_left > 0 {
+        cx.fw.fails_left -= 1;
+        return Err(Reject::Injected);
+    }
     match h.opcode {
         OP_ENABLE_HCA => cmd_hca::enable_hca(cx),
         OP_DISABLE_HCA => cmd_hca::disable_hca(cx),

@@ -150,6 +150,11 @@ rejects! {
     /// CPU function).
     OtherFunction = 0x0002_0006, Code::Status(S::BadParamErr),
         "function_id, other_function or embedded_cpu_function not 0";
+    /// The embedder asked for this command to fail
+    /// ([`super::FwConfig::fail_opcode`]): a test of the driver's error
+    /// path, not a fault of the driver.
+    Injected = 0x0002_00ff, Code::Status(S::BadParamErr),
+        "failure injected by the embedder";
 
     // The bring-up order.
     /// A command other than ENABLE_HCA before ENABLE_HCA.

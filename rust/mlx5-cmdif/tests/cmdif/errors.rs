@@ -297,6 +297,44 @@ fn teardown_after_running_out_of_pages_leaves_no_page() {
 }
 
 #[test]
+fn injected_init_hca_failure_is_undone_and_the_next_bring_up_works() {
+    // What the guest test does with the emulated ConnectX: the device
+    // fails the first INIT_HCA; the function is taken back down with
+    // every page, and a second bring-up (the next probe) succeeds.
+    let cfg = FwConfig {
+        fail_opcode: mlx5_prm::command::OP_INIT_HCA,
+        fail_count: 1,
+        ..FwConfig::DEFAULT
+    };
+    let mut rig = Rig::new(cfg);
+    let mut f = Function::new(rig.cmd_mem(), Config::default());
+    let e = f.bring_up(&mut rig).unwrap_err();
+    assert_eq!(
+        failed(e),
+        (
+            "INIT_HCA",
+            CmdStatus::BadParamErr,
+            Reject::Injected.syndrome()
+        )
+    );
+    assert_eq!(
+        e.to_string(),
+        "INIT_HCA (0x102) failed: status BAD_PARAM_ERR (0x3), syndrome 0x200ff"
+    );
+    assert!(!f.progress().initialized && f.progress().pages_lent > 0);
+    f.teardown(&mut rig).unwrap();
+    assert_eq!(rig.fw.state(), HcaState::Disabled);
+    assert_eq!(rig.fw.log().total(), 1, "only the injected refusal");
+    rig.fw.clear_log();
+    rig.assert_clean();
+    let mut f = Function::new(rig.cmd_mem(), Config::default());
+    f.bring_up(&mut rig).unwrap();
+    f.teardown(&mut rig).unwrap();
+    assert_eq!(rig.fw.log().total(), 0);
+    rig.assert_clean();
+}
+
+#[test]
 fn teardown_after_a_refused_alloc_uar_leaves_no_page() {
     // One UAR page, and index 0 is never handed out: ALLOC_UAR fails.
     let cfg = FwConfig {
