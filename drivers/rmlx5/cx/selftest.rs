@@ -200,6 +200,9 @@ struct Ctx<'a, 'bound> {
     uar: u32,
     /// Commands issued.
     commands: u32,
+    /// A command timed out: the device may still carry it out (a create
+    /// included), so no further command is issued and all memory is kept.
+    dead: bool,
 }
 
 /// Logs a failed step and returns `e`.
@@ -218,10 +221,17 @@ impl Ctx<'_, '_> {
     /// command, its status and syndrome), then answers the page requests
     /// it may have caused.
     fn exec<C: Command>(&mut self, input: &C::In, pas: &[u64]) -> Result<C::Out> {
+        if self.dead {
+            return Err(ETIMEDOUT);
+        }
         let cmd = self.function.cmdif().ok_or(ENODEV)?;
         self.commands += 1;
         let r = cmd.exec::<C, _>(self.bus, input, pas);
-        self.answer_page_requests();
+        if r.as_ref().is_err_and(|e| e.is_timeout()) {
+            self.dead = true;
+        } else {
+            self.answer_page_requests();
+        }
         r.map_err(|e| {
             dev_err!(self.bus.pdev(), "self-test: {}\n", format_args!("{e}"));
             Error::from_errno(-e.errno())
@@ -231,6 +241,9 @@ impl Ctx<'_, '_> {
     /// Answers what the asynchronous EQ holds (its threaded handler waits
     /// for the lock the caller holds).
     fn answer_page_requests(&mut self) {
+        if self.dead {
+            return;
+        }
         if let Some(eq) = self.page_eq.as_deref_mut() {
             if eq.has_event() {
                 eq.poll(self.bus, self.function);
@@ -449,7 +462,8 @@ impl Ctx<'_, '_> {
     }
 
     /// Destroys what `o` holds, in reverse order of creation. Carries on
-    /// past a failure; returns the first.
+    /// past a refused command but not past a timeout (see `Ctx::dead`);
+    /// returns the first error.
     fn destroy(&mut self, o: &mut Objects) -> Result {
         let mut first = Ok(());
         for qpn in o.qpn.iter_mut().rev() {
@@ -503,6 +517,7 @@ pub(super) fn run(
         page_eq,
         uar,
         commands: 0,
+        dead: false,
     };
     let m = Mem::new(ctx.bus).map_err(|e| step_failed(&ctx, "allocating its memory", e))?;
 
@@ -542,10 +557,11 @@ pub(super) fn run(
     let destroyed = ctx.destroy(&mut o);
     // The EQ is gone (or kept): its interrupt may go.
     drop(comp_irq);
-    if destroyed.is_ok() {
+    if destroyed.is_ok() && !ctx.dead {
         drop(m);
     } else {
-        // The device may still own some of it.
+        // The device may still own some of it (an object not destroyed,
+        // or a command, a create included, that timed out).
         dev_err!(
             pdev,
             "self-test: keeping its memory, an object could not be destroyed\n"
