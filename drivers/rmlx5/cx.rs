@@ -31,6 +31,7 @@
 //! own box ([`Vectors`]), declared after the registration so that it is
 //! freed after `free_irq`.
 
+mod buf;
 mod bus;
 mod eq;
 mod selftest;

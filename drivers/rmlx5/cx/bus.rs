@@ -25,6 +25,7 @@ use kernel::{
     },
 };
 
+use super::buf::Buf;
 use crate::mlx5_cmdif::{
     bus::{
         Bus,
@@ -50,7 +51,7 @@ pub(super) struct CxBus<'bound> {
     pdev: &'bound pci::Device<Bound>,
     bar: pci::Bar<'bound>,
     /// Freed in `drop` only if `quiesced`.
-    cmd_mem: ManuallyDrop<Coherent<[u8]>>,
+    cmd_mem: ManuallyDrop<Buf>,
     pages: KVec<Page>,
     /// The device holds nothing of `cmd_mem`: no command queue address was
     /// given, or the function was taken down without error since.
@@ -61,11 +62,7 @@ pub(super) struct CxBus<'bound> {
 impl<'bound> CxBus<'bound> {
     /// Allocates the command memory of `pdev`, whose BAR0 is `bar`.
     pub(super) fn new(pdev: &'bound pci::Device<Core<'_>>, bar: pci::Bar<'bound>) -> Result<Self> {
-        let cmd_mem = ManuallyDrop::new(Coherent::<u8>::zeroed_slice(
-            pdev.as_ref(),
-            CMD_MEM_SIZE,
-            GFP_KERNEL,
-        )?);
+        let cmd_mem = ManuallyDrop::new(Buf::new(pdev, CMD_MEM_SIZE)?);
         Ok(Self {
             pdev,
             bar,
@@ -83,8 +80,8 @@ impl<'bound> CxBus<'bound> {
 
     /// `len` bytes of zeroed coherent memory of the function (queue
     /// buffers).
-    pub(super) fn alloc_coherent(&self, len: usize) -> Result<Coherent<[u8]>> {
-        Coherent::<u8>::zeroed_slice(self.pdev.as_ref(), len, GFP_KERNEL)
+    pub(super) fn alloc_buf(&self, len: usize) -> Result<Buf> {
+        Buf::new(self.pdev, len)
     }
 
     /// Stores the 8 bytes `bytes`, in their order, at BAR0 offset
@@ -109,7 +106,7 @@ impl<'bound> CxBus<'bound> {
 
     /// The DMA address of the command memory.
     pub(super) fn cmd_mem_addr(&self) -> u64 {
-        self.cmd_mem.dma_address()
+        self.cmd_mem.addr()
     }
 
     /// Records whether the device may still write the command memory
@@ -118,16 +115,12 @@ impl<'bound> CxBus<'bound> {
         self.quiesced = quiesced;
     }
 
-    /// The offset of `[addr, addr + len)` in the command memory.
-    fn cmd_offset(&self, addr: u64, len: usize) -> Result<usize, DmaError> {
-        let off = addr
-            .checked_sub(self.cmd_mem.dma_address())
+    /// The offset of DMA address `addr` in the command memory (bounds
+    /// are checked by [`Buf`]).
+    fn cmd_offset(&self, addr: u64) -> Result<usize, DmaError> {
+        addr.checked_sub(self.cmd_mem.addr())
             .and_then(|o| usize::try_from(o).ok())
-            .ok_or(DmaError)?;
-        match off.checked_add(len) {
-            Some(end) if end <= self.cmd_mem.size() => Ok(off),
-            _ => Err(DmaError),
-        }
+            .ok_or(DmaError)
     }
 }
 
@@ -149,29 +142,16 @@ impl Bus for CxBus<'_> {
     }
 
     fn dma_read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
-        let off = self.cmd_offset(addr, buf.len())?;
+        let off = self.cmd_offset(addr)?;
         // Nothing read here may be older than what was read before (the
         // ownership bit before the entry it hands back): dma_rmb().
         dma_mb(Read);
-        let base = self.cmd_mem.as_ptr().cast::<u8>();
-        for (i, b) in buf.iter_mut().enumerate() {
-            // SAFETY: `off + i < off + buf.len() <= size` (checked by
-            // `cmd_offset`), so the byte is inside the live allocation;
-            // the device may write it concurrently, hence volatile.
-            *b = unsafe { base.add(off + i).read_volatile() };
-        }
-        Ok(())
+        self.cmd_mem.read(off, buf).map_err(|_| DmaError)
     }
 
     fn dma_write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
-        let off = self.cmd_offset(addr, data.len())?;
-        let base = self.cmd_mem.as_mut_ptr().cast::<u8>();
-        for (i, b) in data.iter().enumerate() {
-            // SAFETY: As in `dma_read`: inside the live allocation; the
-            // device reads it only after the doorbell.
-            unsafe { base.add(off + i).write_volatile(*b) };
-        }
-        Ok(())
+        let off = self.cmd_offset(addr)?;
+        self.cmd_mem.write(off, data).map_err(|_| DmaError)
     }
 
     fn alloc_page(&mut self) -> Option<u64> {

@@ -11,16 +11,16 @@
 //! of its consumer index, then re-arms the EQ through the EQ doorbell of
 //! the driver's UAR page (BAR0 page `uar`), as mlx5_core does.
 
+use kernel::prelude::*;
 use kernel::sync::barrier::{
     dma_mb,
     Read, //
 };
-use kernel::{
-    dma::Coherent,
-    prelude::*, //
-};
 
-use super::bus::CxBus;
+use super::{
+    buf::Buf,
+    bus::CxBus, //
+};
 use crate::mlx5_cmdif::{bus::Bus, function::Function};
 use crate::mlx5_prm::{
     cmd_eq::{
@@ -63,7 +63,7 @@ pub(super) struct PageEq {
     uar: u32,
     /// Consumer index (entries consumed so far).
     ci: u32,
-    ring: Coherent<[u8]>,
+    ring: Buf,
     /// PAGE_REQUEST events handled, and pages they moved (given minus
     /// taken back).
     pub(super) requests: u64,
@@ -86,16 +86,9 @@ impl PageEq {
         uar: u32,
         vector: u16,
     ) -> Result<Self> {
-        let ring = bus.alloc_coherent(EQE_SIZE << LOG_EQ_SIZE)?;
-        let base = ring.as_mut_ptr().cast::<u8>();
+        let ring = bus.alloc_buf(EQE_SIZE << LOG_EQ_SIZE)?;
         for i in 0..1usize << LOG_EQ_SIZE {
-            // SAFETY: `i * EQE_SIZE + OWNER_OFFSET` is inside the ring
-            // (`1 << LOG_EQ_SIZE` entries of `EQE_SIZE` bytes), which the
-            // device does not own yet.
-            unsafe {
-                base.add(i * EQE_SIZE + OWNER_OFFSET)
-                    .write_volatile(ring::EQE_INIT_OWNER)
-            };
+            ring.write(i * EQE_SIZE + OWNER_OFFSET, &[ring::EQE_INIT_OWNER])?;
         }
         let input = CreateEqIn {
             eq_context_entry: Eqc {
@@ -108,7 +101,7 @@ impl PageEq {
         };
         let cmd = function.cmdif().ok_or(ENODEV)?;
         let out = cmd
-            .exec::<CreateEq, _>(bus, &input, &[ring.dma_address()])
+            .exec::<CreateEq, _>(bus, &input, &[ring.addr()])
             .map_err(|e| cmd_err(bus, "CREATE_EQ of the page EQ", e))?;
         Ok(Self {
             eqn: out.eq_number,
@@ -140,27 +133,21 @@ impl PageEq {
         bus.write32(off, u32::from_be_bytes(word));
     }
 
-    /// The EQE at the consumer index, if the device has written it.
     /// The EQE at the consumer index, if the device has written one:
     /// `Some(None)` for an entry whose event type this driver does not
     /// know (it is consumed all the same, so the EQ never stalls on it).
     fn next(&self) -> Option<Option<Eqe>> {
         let log = u32::from(LOG_EQ_SIZE);
         let off = ring::ring_index(self.ci, log) as usize * EQE_SIZE;
-        let base = self.ring.as_ptr().cast::<u8>();
-        // SAFETY: `off + OWNER_OFFSET < (1 << LOG_EQ_SIZE) * EQE_SIZE`,
-        // inside the ring; the device writes it concurrently (volatile).
-        let owner = unsafe { base.add(off + OWNER_OFFSET).read_volatile() };
+        // `off` is inside the ring by construction: the reads cannot fail.
+        let owner = self.ring.byte(off + OWNER_OFFSET).ok()?;
         if !ring::eqe_valid(owner, self.ci, log) {
             return None;
         }
         // The body only after its owner byte: dma_rmb().
         dma_mb(Read);
         let mut b = [0u8; EQE_SIZE];
-        for (i, v) in b.iter_mut().enumerate() {
-            // SAFETY: `off + i < off + EQE_SIZE <=` the ring's size.
-            *v = unsafe { base.add(off + i).read_volatile() };
-        }
+        self.ring.read(off, &mut b).ok()?;
         Some(Eqe::decode(&b).ok())
     }
 
