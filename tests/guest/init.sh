@@ -42,10 +42,34 @@ if [ -w $kml ]; then
     echo clear > $kml
 fi
 
-# make pci-smoke: the emulated ConnectX as the guest sees it with no driver
-# bound (rmlx5 is not loaded).
+# check_kmemleak NAME: the kmemleak scan, as test NAME.
+check_kmemleak() {
+    if [ -w $kml ]; then
+        # kmemleak only reports objects older than 5 s; scan twice to be sure.
+        sleep 6
+        echo scan > $kml
+        echo scan > $kml
+        # debugfs files have size 0 whatever they hold: read the report.
+        report=$(cat $kml)
+        if [ -n "$report" ]; then
+            echo "$report"
+            fail "$1" "unreferenced objects reported (see above)"
+        else
+            pass "$1"
+        fi
+    else
+        fail "$1" "kmemleak is not available in this kernel"
+    fi
+}
+
+# make pci-smoke (and make check's PCI run): the emulated ConnectX as the
+# guest sees it, and with rmlx5.ko in the image, what its PCI driver does
+# with it; then kmemleak.
 if [ "$mode" = pci-smoke ]; then
     /tests/pci-smoke.sh
+    if [ -f /lib/modules/rmlx5.ko ]; then
+        check_kmemleak cx_kmemleak
+    fi
     finish
 fi
 
@@ -161,20 +185,5 @@ else
     pass devnodes_removed
 fi
 
-if [ -w $kml ]; then
-    # kmemleak only reports objects older than 5 s; scan twice to be sure.
-    sleep 6
-    echo scan > $kml
-    echo scan > $kml
-    # debugfs files have size 0 whatever they hold: read the report.
-    report=$(cat $kml)
-    if [ -n "$report" ]; then
-        echo "$report"
-        fail kmemleak "unreferenced objects reported (see above)"
-    else
-        pass kmemleak
-    fi
-else
-    fail kmemleak "kmemleak is not available in this kernel"
-fi
+check_kmemleak kmemleak
 finish

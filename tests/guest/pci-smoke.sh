@@ -200,21 +200,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             fail cx_selftest_load "insmod cx_selftest=1 exited $?: $(dmesg | grep 'self-test' | tail -3)"
         fi
         dmesg | grep "rmlx5_cx $bdf"
-        kml=/sys/kernel/debug/kmemleak
-        if [ -w $kml ]; then
-            # Only objects older than 5 s are reported: wait, scan twice.
-            sleep 6
-            echo scan > $kml
-            echo scan > $kml
-            # A debugfs file's size is always 0: read the report.
-            report=$(cat $kml)
-            if [ -n "$report" ]; then
-                echo "$report"
-                fail cx_kmemleak "unreferenced objects reported (see above)"
-            else
-                pass cx_kmemleak
-            fi
-        fi
+        # /init scans kmemleak after this script (cx_kmemleak).
     else
         fail cx_module_load "insmod exited $?"
     fi
