@@ -8,3 +8,5 @@
 pub(crate) mod dispatch;
 #[path = "core/eq.rs"]
 pub(crate) mod eq;
+#[path = "core/events.rs"]
+pub(crate) mod events;

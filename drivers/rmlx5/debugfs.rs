@@ -79,11 +79,11 @@ fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Some(i) = st.fabric.hca(index).and_then(|m| m.query_cq(cqn)) else {
             continue;
         };
-        let handler = st
-            .hcas
-            .get(r.hca)
-            .and_then(|t| t.cqs.get(cqn as usize))
-            .is_some_and(|c| c.is_some());
+        // The table lock is a leaf: it may be taken under the fabric lock.
+        let handler = r
+            .soft
+            .dev(r.hca)
+            .is_ok_and(|d| d.events.lock().cq(cqn).is_some());
         writeln!(
             f,
             "{} {} {} {} {} {} {} {} {}",
@@ -125,11 +125,15 @@ fn qps(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     // The registry mutex comes before the fabric lock (ulp/objects.rs).
     let ulp_objects = r.soft.ulp_objects.lock().len();
-    let mut st = r.soft.state.lock();
-    if let Some(t) = st.hcas.get(r.hca) {
-        writeln!(f, "stray_eqes {}", t.stray_eqes)?;
-        writeln!(f, "async_events_dropped {}", t.events_dropped)?;
+    if let Ok(dev) = r.soft.dev(r.hca) {
+        let (stray, dropped) = {
+            let t = dev.events.lock();
+            (t.stray_eqes, t.events_dropped)
+        };
+        writeln!(f, "stray_eqes {stray}")?;
+        writeln!(f, "async_events_dropped {dropped}")?;
     }
+    let mut st = r.soft.state.lock();
     writeln!(
         f,
         "dispatch_runs {}",

@@ -13,10 +13,11 @@
 //! ([`ENGINE_BUDGET`]) and the EQ budget. Lock order in the whole module:
 //! an object's own lock (`Cq::poll`, `Qp::sq`, `Qp::rq`) may be held while
 //! taking `state`, and `ulp_objects` (a mutex) before either of them;
-//! `state` is never held while taking another lock (the
-//! hrtimer base lock taken inside `hrtimer_start` is the kernel's, a leaf
-//! that never calls back into rmlx5 while held). Nothing under `state`
-//! allocates except `GFP_ATOMIC` pushes of the DMA registry.
+//! under `state` only leaf locks are taken: an HCA's lookup tables
+//! (`HcaDev::events`, see `core/events.rs`) and the hrtimer base lock
+//! inside `hrtimer_start` (the kernel's, which never calls back into rmlx5
+//! while held). Nothing under `state` allocates except `GFP_ATOMIC` pushes
+//! of the DMA registry.
 //!
 //! # The model's clock
 //!
@@ -40,7 +41,6 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    bitmap::BitmapVec,
     new_mutex, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
@@ -75,19 +75,23 @@ use crate::hca_model::{
     hca::Hca as ModelHca,
     mr::Mr as ModelMr,
     pd::Pd as ModelPd,
-    qp::Qp as ModelQp,
+    qp::{
+        Qp as ModelQp,
+        QPN_BASE, //
+    },
     table::{
         Slot,
         Storage,
         Tables, //
     },
 };
-use crate::ib::{
-    cq::Cq,
-    qp::Qp,
-    uqp::UserQp, //
+use crate::mlx5_core::{
+    eq::Eq,
+    events::{
+        EventHandlerFn,
+        EventTables, //
+    },
 };
-use crate::mlx5_core::eq::Eq;
 use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
 use crate::ulp::objects::UlpObjects;
 use dma::{
@@ -109,8 +113,6 @@ pub(crate) const MAX_QPS: usize = 4096;
 const MAX_EQS: usize = MAX_COMP_EQS + 1;
 /// Budget units of one engine run under the lock (WQEs, 4 KiB moved).
 pub(crate) const ENGINE_BUDGET: u32 = 64;
-/// Pending asynchronous events kept per HCA before they are dropped.
-const ASYNC_RING: usize = 64;
 
 /// The object tables of one model instance, in `KVVec`s.
 pub(crate) struct KStorage {
@@ -164,95 +166,12 @@ impl HcaSet for ModelSet {
     }
 }
 
-/// An asynchronous event for the ULP event handler.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct AsyncEvent {
-    /// `mlx5_prm` event type.
-    pub(crate) event_type: u8,
-    /// CQN or QPN the event is about.
-    pub(crate) element: u32,
-}
-
-/// Per-HCA lookup tables of the driver, under the fabric lock.
-pub(crate) struct HcaTables {
-    /// CQs that may receive completion events, by CQN. Polling-only CQs are
-    /// never here, so an EQE naming one is dropped.
-    pub(crate) cqs: KVVec<Option<Arc<Cq>>>,
-    /// QPs by slot (QPN - `QPN_BASE`), for poll_cq's wr_id lookup.
-    pub(crate) qps: KVVec<Option<Arc<Qp>>>,
-    /// User-space QPs by slot, for their async events.
-    pub(crate) uqps: KVVec<Option<Arc<UserQp>>>,
-    /// CQs queued for BH dispatch: one bit per CQN, so a CQ is queued at
-    /// most once however many EQEs name it.
-    pub(crate) pending: BitmapVec,
-    /// Async events waiting for the BH (ring of [`ASYNC_RING`]).
-    pub(crate) events: KVec<AsyncEvent>,
-    /// EQEs naming an unknown, destroyed or polling-only CQ.
-    pub(crate) stray_eqes: u64,
-    /// Async events dropped because the ring was full.
-    pub(crate) events_dropped: u64,
-}
-
-impl HcaTables {
-    fn new() -> Result<Self> {
-        let mut cqs = KVVec::with_capacity(MAX_CQS, GFP_KERNEL)?;
-        for _ in 0..MAX_CQS {
-            cqs.push(None, GFP_KERNEL)?;
-        }
-        let mut qps = KVVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
-        let mut uqps = KVVec::with_capacity(MAX_QPS, GFP_KERNEL)?;
-        for _ in 0..MAX_QPS {
-            qps.push(None, GFP_KERNEL)?;
-            uqps.push(None, GFP_KERNEL)?;
-        }
-        Ok(Self {
-            cqs,
-            qps,
-            uqps,
-            pending: BitmapVec::new(MAX_CQS, GFP_KERNEL)?,
-            events: KVec::with_capacity(ASYNC_RING, GFP_KERNEL)?,
-            stray_eqes: 0,
-            events_dropped: 0,
-        })
-    }
-
-    /// Queues CQ `cqn` for dispatch. Returns whether the CQ exists.
-    pub(crate) fn queue_cq(&mut self, cqn: u32) -> bool {
-        let i = cqn as usize;
-        match self.cqs.get(i) {
-            Some(Some(cq)) => {
-                cq.note_event();
-                self.pending.set_bit(i);
-                true
-            }
-            _ => {
-                self.stray_eqes += 1;
-                false
-            }
-        }
-    }
-
-    /// Queues an async event (no allocation: the ring was reserved).
-    pub(crate) fn queue_event(&mut self, ev: AsyncEvent) {
-        if self.events.len() < ASYNC_RING {
-            // Capacity was reserved at creation, so this does not allocate.
-            if self.events.push(ev, GFP_ATOMIC).is_err() {
-                self.events_dropped += 1;
-            }
-        } else {
-            self.events_dropped += 1;
-        }
-    }
-}
-
 /// Everything under the fabric lock.
 pub(crate) struct Locked {
     /// The model.
     pub(crate) fabric: Fabric<ModelSet>,
     /// Memory the model may reach.
     pub(crate) dma: DmaRegistry,
-    /// Driver tables, one per HCA.
-    pub(crate) hcas: KVec<HcaTables>,
     irqs_per_hca: u32,
     /// The model time the clock timer is armed for, if it is armed.
     pub(crate) timer_at: Option<u64>,
@@ -264,15 +183,8 @@ pub(crate) struct Locked {
 }
 
 impl Locked {
-    /// Splits the locked state into the model instance `hca`, a platform
-    /// for it, and the driver tables.
-    pub(crate) fn split(
-        &mut self,
-    ) -> (
-        &mut Fabric<ModelSet>,
-        SoftPlatform<'_>,
-        &mut KVec<HcaTables>,
-    ) {
+    /// Splits the locked state into the model and a platform for it.
+    pub(crate) fn split(&mut self) -> (&mut Fabric<ModelSet>, SoftPlatform<'_>) {
         (
             &mut self.fabric,
             SoftPlatform {
@@ -280,19 +192,19 @@ impl Locked {
                 irqs_per_hca: self.irqs_per_hca,
                 perf: &self.perf,
             },
-            &mut self.hcas,
         )
     }
 
     /// Sets the model time to `now` and runs the engine for one budget.
     fn run_engine_at(&mut self, now: u64) -> RunReport {
-        let (fabric, mut p, _) = self.split();
+        let (fabric, mut p) = self.split();
         fabric.set_time(now);
         fabric.run(&mut p, ENGINE_BUDGET)
     }
 }
 
-/// Per-HCA state outside the lock: the UAR page and the EQs.
+/// Per-HCA state outside the fabric lock: the UAR page, the EQs and the
+/// driver's lookup tables.
 #[pin_data]
 pub(crate) struct HcaDev {
     /// Instance number (fabric index).
@@ -301,9 +213,13 @@ pub(crate) struct HcaDev {
     pub(crate) uar: DmaBuf,
     /// EQs; index = interrupt vector (0 = async, 1.. = completion).
     pub(crate) eqs: KVec<Eq>,
+    /// CQN and QPN lookup, dispatch queue (its own leaf lock, see
+    /// `core/events.rs`).
+    #[pin]
+    pub(crate) events: SpinLockIrq<EventTables>,
     /// Asynchronous event handler of the kernel ULP (function, context).
     #[pin]
-    pub(crate) event_handler: SpinLockIrq<Option<(crate::ulp::EventHandlerFn, usize)>>,
+    pub(crate) event_handler: SpinLockIrq<Option<(EventHandlerFn, usize)>>,
 }
 
 /// The software HCAs of the module.
@@ -396,7 +312,6 @@ impl SoftHca {
     pub(crate) fn new(nr_hcas: usize, comp_eqs: usize) -> Result<Arc<Self>> {
         let irqs_per_hca = u32::try_from(comp_eqs + 1)?;
         let mut models = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
-        let mut tables = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
         let mut devs = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
         let mut dma = DmaRegistry::new();
         for i in 0..nr_hcas {
@@ -410,13 +325,14 @@ impl SoftHca {
                 eqs.push(eq, GFP_KERNEL)?;
             }
             models.push(model, GFP_KERNEL)?;
-            tables.push(HcaTables::new()?, GFP_KERNEL)?;
+            let tables = EventTables::new(MAX_CQS, MAX_QPS, QPN_BASE)?;
             devs.push(
                 KBox::pin_init(
                     pin_init!(HcaDev {
                         index,
                         uar,
                         eqs,
+                        events <- new_spinlock_irq!(tables, "rmlx5_events"),
                         event_handler <- new_spinlock_irq!(None, "rmlx5_event_handler"),
                     }),
                     GFP_KERNEL,
@@ -428,7 +344,6 @@ impl SoftHca {
         let locked = Locked {
             fabric: Fabric::new(ModelSet(models)),
             dma,
-            hcas: tables,
             irqs_per_hca,
             timer_at: None,
             timer_fires: 0,

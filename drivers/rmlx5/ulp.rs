@@ -28,10 +28,7 @@ use kernel::{
     },
 };
 
-use crate::hca::{
-    AsyncEvent,
-    SoftHca, //
-};
+use crate::hca::SoftHca;
 use crate::ib::{
     cq::{
         Cq,
@@ -50,23 +47,8 @@ use crate::ib::{
         MAX_SGE, //
     },
 };
+use crate::mlx5_core::events::EventHandlerFn;
 use objects::Handle;
-
-/// An async event handler: `(device index, event type, element, context)`.
-pub(crate) type EventHandlerFn = unsafe extern "C" fn(c_int, u32, u32, *mut c_void);
-
-/// Calls a ULP's async event handler (BH context).
-pub(crate) fn call_event_handler(f: EventHandlerFn, hca: usize, ev: AsyncEvent, ctx: usize) {
-    // SAFETY: The ULP registered `f` with `ctx` for this device.
-    unsafe {
-        f(
-            c_int::try_from(hca).unwrap_or(-1),
-            u32::from(ev.event_type),
-            ev.element,
-            ctx as *mut c_void,
-        )
-    };
-}
 
 fn errno(e: Error) -> c_int {
     e.to_errno()

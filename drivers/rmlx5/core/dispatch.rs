@@ -16,10 +16,11 @@
 //! # CQ lifetime rule
 //!
 //! A CQ with a completion handler is in its HCA's table from creation to
-//! destroy. The dispatcher takes a reference (`Arc`) under the fabric lock,
-//! sets the CQ's `busy` flag under that lock, calls the handler with the
-//! lock released, then clears `busy`. Destroy removes the CQ from the table
-//! and clears its pending bit under the lock, so no dispatch can start
+//! destroy. The dispatcher takes a reference (`Arc`) under the HCA's table
+//! lock (`core/events.rs`), sets the CQ's `busy` flag under that lock,
+//! calls the handler with the lock released, then clears `busy`. Destroy
+//! removes the CQ from the table and clears its pending bit under the
+//! lock, so no dispatch can start
 //! afterwards, then waits for `busy` to clear: once destroy returns, the
 //! handler is not running and never will again, and the ULP may free its
 //! context. Memory is freed when the last `Arc` goes, which may be the
@@ -31,8 +32,9 @@
 //! run; then the work requeues itself and returns, so softirq time stays
 //! bounded. Nothing here allocates or sleeps.
 //!
-//! Lock order: the fabric lock is released before the handler slot
-//! (`HcaDev::event_handler`) is locked and before any ULP callback runs.
+//! Lock order: the table lock is released before the handler slot
+//! (`HcaDev::event_handler`) is locked and before any callback runs; the
+//! dispatcher never takes the backend's lock.
 
 use core::sync::atomic::Ordering;
 use kernel::{
@@ -46,89 +48,33 @@ use kernel::{
     workqueue::WorkItem,
 };
 
-use crate::hca::{
+use super::events::{
+    call_event_handler,
     AsyncEvent,
-    HcaTables,
-    SoftHca, //
+    Pending, //
 };
-use crate::hca_model::qp::QPN_BASE;
-use crate::ib::{
-    cq::Cq,
-    uqp::UserQp, //
-};
-use crate::mlx5_prm::opcode::EventType;
-
-impl HcaTables {
-    /// The user CQ an async event is about, if it is a CQ event of one.
-    fn user_cq_of(&self, ev: &AsyncEvent) -> Option<Arc<Cq>> {
-        if ev.event_type != u8::from(EventType::CqError) {
-            return None;
-        }
-        let cq = self.cqs.get(ev.element as usize)?.as_ref()?;
-        cq.sink()?;
-        Some(cq.clone())
-    }
-
-    /// The user QP an async event is about, if it is a QP event of one.
-    fn user_qp_of(&self, ev: &AsyncEvent) -> Option<Arc<UserQp>> {
-        if !EventType::try_from(ev.event_type).is_ok_and(EventType::is_qp_srq_event) {
-            return None;
-        }
-        let slot = ev.element.checked_sub(QPN_BASE)? as usize;
-        self.uqps.get(slot)?.clone()
-    }
-}
+use crate::hca::SoftHca;
 
 /// Handler calls per dispatch run.
 pub(crate) const DISPATCH_BUDGET: u32 = 64;
 /// Time budget of one dispatch run, in microseconds.
 pub(crate) const DISPATCH_TIME_US: i64 = 1000;
 
-enum Next {
-    Cq(Arc<Cq>),
-    Event(usize, AsyncEvent),
-    /// An async event of a user CQ (marked busy).
-    UserCqEvent(Arc<Cq>, u8),
-    /// An async event of a user QP (marked busy).
-    UserQpEvent(Arc<UserQp>, u8),
-    Idle,
-}
-
 impl SoftHca {
-    /// Takes the next pending CQ (marking it busy) or async event.
-    fn next_pending(&self, start: usize) -> Next {
-        let mut st = self.state.lock();
-        let n = st.hcas.len();
+    /// Takes the next pending CQ or async event of the HCAs from `start`
+    /// on (round robin), with the HCA it came from.
+    fn next_pending(&self, start: usize) -> Option<(usize, Pending)> {
+        let n = self.devs.len();
         for k in 0..n {
             let h = (start + k).checked_rem(n).unwrap_or(0);
-            let Some(t) = st.hcas.get_mut(h) else {
+            let Ok(dev) = self.dev(h) else {
                 continue;
             };
-            if !t.events.is_empty() {
-                let ev = t.events.remove(0);
-                if let Ok(ev) = ev {
-                    // Events of user objects go to their process; the
-                    // busy flag keeps their destroy waiting for delivery.
-                    if let Some(cq) = t.user_cq_of(&ev) {
-                        cq.set_busy(true);
-                        return Next::UserCqEvent(cq, ev.event_type);
-                    }
-                    if let Some(qp) = t.user_qp_of(&ev) {
-                        qp.set_busy(true);
-                        return Next::UserQpEvent(qp, ev.event_type);
-                    }
-                    return Next::Event(h, ev);
-                }
-            }
-            while let Some(bit) = t.pending.next_bit(0) {
-                t.pending.clear_bit(bit);
-                if let Some(Some(cq)) = t.cqs.get(bit) {
-                    cq.set_busy(true);
-                    return Next::Cq(cq.clone());
-                }
+            if let Some(p) = dev.events.lock().take_next() {
+                return Some((h, p));
             }
         }
-        Next::Idle
+        None
     }
 
     fn deliver_event(&self, hca: usize, ev: AsyncEvent) {
@@ -137,7 +83,7 @@ impl SoftHca {
         };
         let handler = *dev.event_handler.lock();
         if let Some((f, ctx)) = handler {
-            crate::ulp::call_event_handler(f, hca, ev, ctx);
+            call_event_handler(f, hca, ev, ctx);
         } else {
             pr_debug!(
                 "rmlx5_{}: async event {:#x} on {:#x} (no handler)\n",
@@ -166,29 +112,24 @@ impl WorkItem<1> for SoftHca {
         let mut calls = 0u32;
         let mut cursor = 0usize;
         loop {
-            match this.next_pending(cursor) {
-                Next::Idle => {
-                    perf.bh_run.add(perf.now().saturating_sub(t0));
-                    return;
-                }
-                Next::Event(h, ev) => {
-                    cursor = h + 1;
-                    this.deliver_event(h, ev);
-                }
-                Next::UserCqEvent(cq, ty) => {
-                    cursor = cq.hca() + 1;
-                    cq.call_async(ty);
+            let Some((h, next)) = this.next_pending(cursor) else {
+                perf.bh_run.add(perf.now().saturating_sub(t0));
+                return;
+            };
+            cursor = h + 1;
+            match next {
+                Pending::Event(ev) => this.deliver_event(h, ev),
+                Pending::CqEvent(cq, ty) => {
+                    cq.async_event(ty);
                     cq.set_busy(false);
                 }
-                Next::UserQpEvent(qp, ty) => {
-                    cursor = qp.hca() + 1;
-                    qp.call_async(ty);
+                Pending::QpEvent(qp, ty) => {
+                    qp.async_event(ty);
                     qp.set_busy(false);
                 }
-                Next::Cq(cq) => {
-                    cursor = cq.hca() + 1;
+                Pending::Cq(cq) => {
                     let t = perf.now();
-                    cq.call_handler();
+                    cq.complete();
                     perf.cq_handler.add(perf.now().saturating_sub(t));
                     this.handler_calls.fetch_add(1, Ordering::Relaxed);
                     // After this store destroy may return; `cq` itself

@@ -31,12 +31,13 @@ use kernel::{
     },
 };
 
+use super::events::AsyncEvent;
 use crate::hca::{
     dma::{
         DmaBuf,
         DmaRegistry, //
     },
-    AsyncEvent, KStorage, SoftHca,
+    KStorage, SoftHca,
 };
 use crate::hca_model::{
     eq::EqAttr,
@@ -154,7 +155,7 @@ pub(crate) fn ring_eq_doorbell(
     let mut word = [0u8; 4];
     EqDoorbell { eqn: eq.eqn, ci }.encode(&mut word);
     dev.uar.write(UAR_EQ_ARM_OFFSET, &word)?;
-    let (fabric, mut p, _) = st.split();
+    let (fabric, mut p) = st.split();
     let hca = fabric.hca(eq.hca).ok_or(ENODEV)?;
     hca.eq_doorbell(&mut p, dev.uar.addr(), true)
         .map_err(|_| EIO)
@@ -191,43 +192,38 @@ pub(crate) fn eq_interrupt(soft: &Arc<SoftHca>, hca: usize, vector: usize) -> Re
     let mut ci = eq.ci.load(Ordering::Relaxed);
     let mut consumed = 0u32;
     let mut dispatch = false;
-    let mut st = soft.state.lock();
-    while consumed < EQ_BUDGET {
-        let Some(eqe) = eq.next_eqe(ci) else {
-            break;
-        };
-        ci = ci.wrapping_add(1);
-        consumed += 1;
-        let tables = st.hcas.get_mut(hca).ok_or(EINVAL)?;
-        match eqe.data {
-            EqeData::Comp { cqn } => dispatch |= tables.queue_cq(cqn),
-            EqeData::CqError { cqn, .. } => {
-                tables.queue_event(AsyncEvent {
-                    event_type: u8::from(eqe.event_type),
-                    element: cqn,
-                });
-                dispatch = true;
-            }
-            EqeData::QpSrq { qp_srq_n, .. } => {
-                tables.queue_event(AsyncEvent {
-                    event_type: u8::from(eqe.event_type),
-                    element: qp_srq_n,
-                });
-                dispatch = true;
-            }
-            EqeData::Raw(_) => {
-                tables.queue_event(AsyncEvent {
-                    event_type: u8::from(eqe.event_type),
-                    element: 0,
-                });
-                dispatch = true;
-            }
+    {
+        // The EQEs are read by owner bit, as from a device: the backend's
+        // lock is not needed for that, only for the doorbell below.
+        let mut tables = dev.events.lock();
+        while consumed < EQ_BUDGET {
+            let Some(eqe) = eq.next_eqe(ci) else {
+                break;
+            };
+            ci = ci.wrapping_add(1);
+            consumed += 1;
+            let element = match eqe.data {
+                EqeData::Comp { cqn } => {
+                    dispatch |= tables.queue_cq(cqn);
+                    continue;
+                }
+                EqeData::CqError { cqn, .. } => cqn,
+                EqeData::QpSrq { qp_srq_n, .. } => qp_srq_n,
+                EqeData::Raw(_) => 0,
+            };
+            tables.queue_event(AsyncEvent {
+                event_type: u8::from(eqe.event_type),
+                element,
+            });
+            dispatch = true;
         }
     }
     eq.ci.store(ci, Ordering::Relaxed);
     eq.eqes.fetch_add(u64::from(consumed), Ordering::Relaxed);
-    let r = ring_eq_doorbell(soft, &mut st, eq, ci);
-    drop(st);
+    let r = {
+        let mut st = soft.state.lock();
+        ring_eq_doorbell(soft, &mut st, eq, ci)
+    };
     let end = perf.now();
     if dispatch {
         perf.bh_queued.mark(end);

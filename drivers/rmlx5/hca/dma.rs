@@ -19,7 +19,13 @@
 
 use kernel::{
     prelude::*,
-    sync::Arc, //
+    sync::{
+        barrier::{
+            dma_mb,
+            Write, //
+        },
+        Arc,
+    },
 };
 
 use super::perf::Perf;
@@ -382,6 +388,11 @@ impl DmaMemory for SoftPlatform<'_> {
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
         self.perf.dma.add(data.len() as u64);
         let p = self.dma.check(addr, data.len())?;
+        // The model's writes become visible in the order it makes them, as
+        // a device's posted writes do: an EQE's or CQE's owner byte (its
+        // own write) after its body, for consumers that read by owner bit
+        // without the fabric lock (the EQ handler, pollers).
+        dma_mb(Write);
         // SAFETY: As for `read`.
         unsafe { volatile_copy_to(p, data) };
         Ok(())

@@ -8,8 +8,9 @@
 //! counted and dropped (the CVE-2025-68209 class of bug cannot happen).
 //!
 //! Lock order: `Cq::poll`, then `Qp::sq`/`Qp::rq` (wr_id lookup), then the
-//! fabric lock (`SoftHca::state`); the fabric lock is never held while
-//! taking another.
+//! fabric lock (`SoftHca::state`). The QP of a CQE is looked up under the
+//! HCA's table lock (`core/events.rs`), a leaf released before the QP's
+//! own lock is taken.
 
 use core::sync::atomic::{
     AtomicBool,
@@ -38,12 +39,12 @@ use kernel::{
 use super::model_err;
 use crate::hca::{
     dma::DmaBuf,
-    SoftHca,
-    MAX_QPS, //
+    SoftHca, //
 };
-use crate::hca_model::{
-    cq::CqAttr,
-    qp::QPN_BASE, //
+use crate::hca_model::cq::CqAttr;
+use crate::mlx5_core::events::{
+    CompTarget,
+    WrIds, //
 };
 use crate::mlx5_prm::{
     cqe::{
@@ -320,11 +321,10 @@ impl Cq {
             }
         };
         if r.handler.is_some() {
-            let mut st = soft.state.lock();
-            let t = st.hcas.get_mut(usize::from(hca)).ok_or(ENODEV)?;
-            if let Some(slot) = t.cqs.get_mut(cqn as usize) {
-                *slot = Some(r.clone());
-            }
+            soft.dev(usize::from(hca))?
+                .events
+                .lock()
+                .add_cq(cqn, r.clone());
         }
         Ok(r)
     }
@@ -348,7 +348,7 @@ impl Cq {
         if self.destroyed.load(Ordering::Acquire) {
             return Err(EINVAL);
         }
-        let (fabric, mut pf, _) = st.split();
+        let (fabric, mut pf) = st.split();
         let m = fabric.hca(self.hca).ok_or(ENODEV)?;
         m.cq_doorbell(&mut pf, self.uar_addr).map_err(|_| EINVAL)
     }
@@ -434,13 +434,12 @@ impl Cq {
 
     fn parse(&self, b: &[u8; CQE_SIZE], op_own: u8) -> Option<Wc> {
         let op = OpOwn::decode(op_own).ok()?;
-        let qp = |qpn: u32| -> Option<Arc<super::qp::Qp>> {
-            let slot = qpn.checked_sub(QPN_BASE)? as usize;
-            if slot >= MAX_QPS {
-                return None;
-            }
-            let st = self.soft.state.lock();
-            st.hcas.get(self.hca())?.qps.get(slot)?.clone()
+        // The kernel QP of a CQE, from the HCA's table (its own leaf lock,
+        // not the fabric lock the engine holds).
+        let qp = |qpn: u32| -> Option<Arc<dyn WrIds>> {
+            let dev = self.soft.dev(self.hca()).ok()?;
+            let q = dev.events.lock().qp(qpn);
+            q
         };
         match op.opcode {
             CqeOpcode::Req => {
@@ -554,7 +553,7 @@ impl Cq {
             let mut db = [0u8; 8];
             UarCqDoorbell { arm, cqn: self.cqn }.encode(&mut db);
             dev.uar.write(UAR_CQ_DOORBELL_OFFSET, &db)?;
-            let (fabric, mut pf, _) = st.split();
+            let (fabric, mut pf) = st.split();
             let m = fabric.hca(self.hca).ok_or(ENODEV)?;
             m.cq_doorbell(&mut pf, dev.uar.addr()).map_err(|_| EIO)?;
         }
@@ -580,13 +579,8 @@ impl Cq {
                 m.destroy_cq(self.cqn).map_err(model_err)?;
                 st.dma.remove_buf(&self.buf);
                 st.dma.remove_buf(&self.dbr);
-                if let Some(t) = st.hcas.get_mut(self.hca()) {
-                    if let Some(slot) = t.cqs.get_mut(self.cqn as usize) {
-                        if slot.as_ref().is_some_and(|c| core::ptr::eq(&**c, self)) {
-                            *slot = None;
-                            t.pending.clear_bit(self.cqn as usize);
-                        }
-                    }
+                if let Ok(dev) = self.soft.dev(self.hca()) {
+                    dev.events.lock().remove_cq(self.cqn, self);
                 }
                 self.destroyed.store(true, Ordering::Release);
             }
@@ -595,5 +589,27 @@ impl Cq {
             fsleep(Delta::from_micros(100));
         }
         Ok(())
+    }
+}
+
+impl CompTarget for Cq {
+    fn note_event(&self) {
+        Cq::note_event(self);
+    }
+
+    fn set_busy(&self, busy: bool) {
+        Cq::set_busy(self, busy);
+    }
+
+    fn complete(&self) {
+        self.call_handler();
+    }
+
+    fn takes_async(&self) -> bool {
+        self.sink().is_some()
+    }
+
+    fn async_event(&self, event_type: u8) {
+        self.call_async(event_type);
     }
 }

@@ -38,14 +38,14 @@ use crate::hca_model::{
         ConnAttrs,
         QpAttr,
         QpState,
-        RemoteQp,
-        QPN_BASE, //
+        RemoteQp, //
     },
     qp_modify::{
         AttrMask,
         QpModify, //
     },
 };
+use crate::mlx5_core::events::WrIds;
 use crate::mlx5_prm::{
     doorbell::{
         bf_reg_offset,
@@ -304,18 +304,16 @@ impl Qp {
             }),
             GFP_KERNEL,
         );
-        let mut st = soft.state.lock();
         match r {
             Ok(qp) => {
-                let slot = (qpn - QPN_BASE) as usize;
-                if let Some(t) = st.hcas.get_mut(usize::from(pd.hca)) {
-                    if let Some(s) = t.qps.get_mut(slot) {
-                        *s = Some(qp.clone());
-                    }
-                }
+                soft.dev(usize::from(pd.hca))?
+                    .events
+                    .lock()
+                    .add_qp(qpn, qp.clone());
                 Ok(qp)
             }
             Err(e) => {
+                let mut st = soft.state.lock();
                 if let Some(m) = st.fabric.hca(pd.hca) {
                     let _ = m.destroy_qp(qpn);
                 }
@@ -336,10 +334,9 @@ impl Qp {
         for b in [&self.sq_buf, &self.rq_buf, &self.dbr] {
             st.dma.remove_buf(b);
         }
-        if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
-            if let Some(s) = t.qps.get_mut((self.qpn - QPN_BASE) as usize) {
-                *s = None;
-            }
+        drop(st);
+        if let Ok(dev) = self.soft.dev(usize::from(self.hca)) {
+            dev.events.lock().remove_qp(self.qpn, self);
         }
         Ok(())
     }
@@ -561,7 +558,7 @@ impl Qp {
         let off = bf_reg_offset(0).map_err(|_| EINVAL)? + usize::from(half) * BF_BUF_SIZE;
         let mut st = self.soft.state.lock();
         dev.uar.write(off, &send_doorbell(ctrl))?;
-        let (fabric, mut p, _) = st.split();
+        let (fabric, mut p) = st.split();
         let m = fabric.hca(self.hca).ok_or(ENODEV)?;
         let _ = &mut p;
         m.send_doorbell(
@@ -644,5 +641,15 @@ impl Qp {
         let idx = (u32::from(counter) & (self.rq_wqes - 1)) as usize;
         rq.tail = counter.wrapping_add(1);
         rq.wrid.get(idx).copied().unwrap_or(0)
+    }
+}
+
+impl WrIds for Qp {
+    fn complete_send(&self, wqe_counter: u16) -> u64 {
+        Qp::complete_send(self, wqe_counter)
+    }
+
+    fn complete_recv(&self, wqe_counter: u16) -> u64 {
+        Qp::complete_recv(self, wqe_counter)
     }
 }

@@ -126,7 +126,7 @@ mod race {
     #[test]
     fn cqn_lookup_races_destroy_on_two_cpus() -> Result {
         let soft = crate::soft()?;
-        let stray_before = soft.state.lock().hcas.first().ok_or(EINVAL)?.stray_eqes;
+        let stray_before = soft.dev(0)?.events.lock().stray_eqes;
         let hammer_soft = soft.clone();
         let hammer = Arc::pin_init(
             pin_init!(Hammer {
@@ -153,8 +153,7 @@ mod race {
                 return Err(ETIMEDOUT);
             }
             {
-                let mut st = soft.state.lock();
-                let t = st.hcas.get_mut(0).ok_or(EINVAL)?;
+                let mut t = soft.dev(0)?.events.lock();
                 for cqn in 0..CQN_RANGE {
                     t.queue_cq(cqn);
                 }
@@ -170,7 +169,7 @@ mod race {
         }
         // Let queued dispatches drain before the counters are read.
         fsleep(Delta::from_millis(20));
-        let stray = soft.state.lock().hcas.first().ok_or(EINVAL)?.stray_eqes - stray_before;
+        let stray = soft.dev(0)?.events.lock().stray_eqes - stray_before;
         let rounds = hammer.rounds.load(Ordering::Relaxed);
         let calls = hammer.handler_calls.load(Ordering::Relaxed);
         pr_info!(

@@ -411,8 +411,7 @@ mod dispatch {
         let cq = Cq::new(&soft, 0, 16, 0, Some((count_handler, p as usize)))?;
         {
             // What the EQ handler does for 50 EQEs naming the same CQ.
-            let mut st = soft.state.lock();
-            let t = st.hcas.get_mut(0).ok_or(EINVAL)?;
+            let mut t = soft.dev(0)?.events.lock();
             for _ in 0..50 {
                 assert!(t.queue_cq(cq.cqn));
             }
@@ -437,14 +436,13 @@ mod dispatch {
         let gone = Cq::new(&soft, 0, 16, 0, None)?;
         let gone_cqn = gone.cqn;
         gone.destroy()?;
-        let mut st = soft.state.lock();
-        let t = st.hcas.get_mut(0).ok_or(EINVAL)?;
+        let mut t = soft.dev(0)?.events.lock();
         let before = t.stray_eqes;
         assert!(!t.queue_cq(cq.cqn));
         assert!(!t.queue_cq(0x00ff_ffff));
         assert!(!t.queue_cq(gone_cqn));
         assert_eq!(t.stray_eqes, before + 3);
-        drop(st);
+        drop(t);
         cq.destroy()
     }
 
@@ -462,12 +460,7 @@ mod dispatch {
             let calls = AtomicU32::new(0);
             let p: *const AtomicU32 = &calls;
             let cq = Cq::new(&soft, 1, 4, 1, Some((count_handler, p as usize)))?;
-            {
-                let mut st = soft.state.lock();
-                if let Some(t) = st.hcas.get_mut(1) {
-                    t.queue_cq(cq.cqn);
-                }
-            }
+            soft.dev(1)?.events.lock().queue_cq(cq.cqn);
             soft.kick_dispatch();
             cq.destroy()?;
             let after = calls.load(Ordering::Acquire);

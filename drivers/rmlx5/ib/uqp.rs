@@ -45,11 +45,11 @@ use crate::hca_model::{
     qp::{
         QpAttr,
         QpInfo,
-        QpState,
-        QPN_BASE, //
+        QpState, //
     },
     qp_modify::QpModify,
 };
+use crate::mlx5_core::events::QpEvents;
 use crate::mlx5_prm::doorbell::QP_DBR_SIZE;
 
 /// The memory and geometry of a user QP.
@@ -156,18 +156,16 @@ impl UserQp {
             },
             GFP_KERNEL,
         );
-        let mut st = soft.state.lock();
         match r {
             Ok(qp) => {
-                let slot = (qpn - QPN_BASE) as usize;
-                if let Some(t) = st.hcas.get_mut(usize::from(pd.hca)) {
-                    if let Some(s) = t.uqps.get_mut(slot) {
-                        *s = Some(qp.clone());
-                    }
-                }
+                soft.dev(usize::from(pd.hca))?
+                    .events
+                    .lock()
+                    .add_qp_events(qpn, qp.clone());
                 Ok(qp)
             }
             Err(e) => {
+                let mut st = soft.state.lock();
                 if let Some(m) = st.fabric.hca(pd.hca) {
                     let _ = m.destroy_qp(qpn);
                 }
@@ -181,11 +179,6 @@ impl UserQp {
 
     pub(crate) fn set_busy(&self, busy: bool) {
         self.busy.store(busy, Ordering::Release);
-    }
-
-    /// Index of the HCA.
-    pub(crate) fn hca(&self) -> usize {
-        usize::from(self.hca)
     }
 
     /// Delivers an async event (BH context, from the dispatcher).
@@ -234,7 +227,7 @@ impl UserQp {
         {
             let mut st = self.soft.state.lock();
             self.live()?;
-            let (fabric, mut p, _) = st.split();
+            let (fabric, mut p) = st.split();
             let m = fabric.hca(self.hca).ok_or(ENODEV)?;
             m.send_doorbell(
                 &mut p,
@@ -289,12 +282,8 @@ impl UserQp {
                 for b in [&self.buf, &self.dbr] {
                     st.dma.remove_buf(b);
                 }
-                if let Some(t) = st.hcas.get_mut(usize::from(self.hca)) {
-                    if let Some(s) = t.uqps.get_mut((self.qpn - QPN_BASE) as usize) {
-                        if s.as_ref().is_some_and(|q| core::ptr::eq(&**q, self)) {
-                            *s = None;
-                        }
-                    }
+                if let Ok(dev) = self.soft.dev(usize::from(self.hca)) {
+                    dev.events.lock().remove_qp_events(self.qpn, self);
                 }
                 self.destroyed.store(true, Ordering::Release);
             }
@@ -303,5 +292,15 @@ impl UserQp {
             fsleep(Delta::from_micros(100));
         }
         Ok(())
+    }
+}
+
+impl QpEvents for UserQp {
+    fn set_busy(&self, busy: bool) {
+        UserQp::set_busy(self, busy);
+    }
+
+    fn async_event(&self, event_type: u8) {
+        self.call_async(event_type);
     }
 }
