@@ -130,6 +130,27 @@ print(d["guest_passed"], d["guest_failed"])' "$res")
                 else
                     count_fail "PCI guest runner"
                 fi
+                rm -f "$res"
+                # Again with a firmware that never leaves its initialisation:
+                # probe must give up after cx_fw_wait_ms, cleanly.
+                step "guest with an emulated ConnectX whose firmware never becomes ready"
+                res=$(mktemp)
+                python3 "$top/tests/run-guest.py" --mode pci-smoke \
+                    --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
+                    --cx-emu "$top/target/release/rmlx5-cx-emu" \
+                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
+                    --module "$top/build/module/rmlx5.ko" --kunit-filter none \
+                    --cx-emu-never-ready \
+                    --timeout 600 --log "$top/build/pci-never-ready-console.log" --results "$res"
+                if [ -s "$res" ]; then
+                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["guest_passed"], d["guest_failed"])' "$res")
+                    passed=$((passed + gp))
+                    failed=$((failed + gf))
+                    [ "$gf" = 0 ] || failures+=("PCI guest, firmware never ready: $gf failed")
+                else
+                    count_fail "PCI guest runner (firmware never ready)"
+                fi
             else
                 count_fail "QEMU or emulated ConnectX build"
             fi

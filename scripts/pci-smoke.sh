@@ -12,6 +12,9 @@
 #                             gets every page back on rmmod (KUnit skipped)
 #   CX_FAIL=0x102             the emulator fails the first command with this
 #                             opcode (here INIT_HCA), as make check does
+#   CX_NEVER_READY=1          the emulator's firmware never leaves its
+#                             initialisation: probe must time out cleanly
+#                             (make check's second PCI run)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -43,6 +46,9 @@ if [ "${DRIVER:-0}" = 1 ]; then
 fi
 if [ -n "${CX_FAIL:-}" ]; then
     driver+=(--cx-emu-fail "$CX_FAIL")
+fi
+if [ "${CX_NEVER_READY:-0}" = 1 ]; then
+    driver+=(--cx-emu-never-ready)
 fi
 
 mkdir -p "$top/build"

@@ -64,6 +64,7 @@ use kernel::{
 };
 
 use crate::mlx5_cmdif::{
+    cmdif::Timeouts,
     cmdmem::{
         CmdMem,
         CMD_MEM_SIZE, //
@@ -76,6 +77,19 @@ use crate::mlx5_cmdif::{
 };
 use bus::CxBus;
 use eq::PageEq;
+
+/// The bring-up's configuration: mlx5_core's timeouts, except the wait
+/// for the firmware to accept the initialization segment, which is the
+/// `cx_fw_wait_ms` module parameter (default 120 s, as mlx5_core).
+fn config() -> Config {
+    Config {
+        timeouts: Timeouts {
+            fw_pre_init_ms: u64::from(crate::module_parameters::cx_fw_wait_ms.value()),
+            ..Timeouts::MLX5_CORE
+        },
+        ..Config::default()
+    }
+}
 
 /// MSI-X vectors asked for: vector 0 for the asynchronous EQ, the rest for
 /// the completion EQs to come.
@@ -278,7 +292,7 @@ impl pci::Driver for CxDriver {
                             addr: 0,
                             len: 0,
                         },
-                        Config::default(),
+                        config(),
                     ),
                     eq: None,
                 };
@@ -335,7 +349,7 @@ fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Resu
             addr: bus.cmd_mem_addr(),
             len: CMD_MEM_SIZE,
         },
-        Config::default(),
+        config(),
     );
     let s = match function.bring_up(bus) {
         Ok(s) => s,

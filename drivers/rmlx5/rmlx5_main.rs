@@ -141,6 +141,10 @@ module! {
             default: true,
             description: "Drive ConnectX PCI functions (the software HCAs exist either way)",
         },
+        cx_fw_wait_ms: u32 {
+            default: 120000,
+            description: "How long a ConnectX function's firmware may stay initializing at probe, in ms (mlx5_core: 120000)",
+        },
         cx_selftest: bool {
             default: false,
             description: "Run a data-path self-test (CQ, QPs, RDMA WRITE and SEND) on each ConnectX function after bring-up",

@@ -83,7 +83,16 @@ if [ $(( sub >> 16 )) = 5 ]; then
 else
     fail init_seg_cmdif_rev "cmdif_rev $(( sub >> 16 )), expected 5"
 fi
-if [ $(( init >> 31 )) = 0 ]; then
+# run-guest.py --cx-emu-never-ready: the firmware never leaves its
+# initialisation, so `initializing` stays set and the driver must give up.
+neverready=$(sed -n 's/.*rmlx5.cxneverready=\([01]\).*/\1/p' /proc/cmdline)
+if [ "$neverready" = 1 ]; then
+    if [ $(( init >> 31 )) = 1 ]; then
+        pass init_seg_never_ready
+    else
+        fail init_seg_never_ready "initializing is clear, expected set (--never-ready)"
+    fi
+elif [ $(( init >> 31 )) = 0 ]; then
     pass init_seg_ready
 else
     fail init_seg_ready "initializing is set"
@@ -103,6 +112,37 @@ if [ -f /lib/modules/rmlx5.ko ]; then
     ups() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 up"; }
     downs() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 down, every page returned"; }
     bound() { drv=$(readlink $dev/driver); [ "${drv##*/}" = rmlx5_cx ]; }
+    if [ "$neverready" = 1 ]; then
+        # A firmware that never becomes ready: probe waits cx_fw_wait_ms,
+        # names the wait in the log and fails without issuing a command;
+        # the module still loads (the software HCAs exist) and unloads.
+        t0=$(cut -d. -f1 /proc/uptime)
+        if insmod /lib/modules/rmlx5.ko cx_fw_wait_ms=3000; then
+            t1=$(cut -d. -f1 /proc/uptime)
+            dmesg | grep "rmlx5_cx $bdf"
+            if ! bound && [ "$(ups)" = 0 ] &&
+                dmesg | grep -q "rmlx5_cx $bdf: ConnectX-5 bring-up failed: waiting for firmware pre-initialization: timed out after 3000 ms" &&
+                [ $((t1 - t0)) -ge 2 ]; then
+                pass cx_firmware_never_ready_fails_probe_cleanly
+            else
+                fail cx_firmware_never_ready_fails_probe_cleanly "driver ${drv:-none}, $(ups) bring-up lines, $((t1 - t0)) s in insmod, no timeout line?"
+            fi
+            if [ -d /sys/class/misc/rmlx5_uverbs0 ] || [ -e /dev/rmlx5_uverbs0 ]; then
+                pass cx_software_hcas_still_there
+            else
+                fail cx_software_hcas_still_there "no rmlx5_uverbs0 after the failed probe"
+            fi
+            if rmmod rmlx5; then
+                pass cx_never_ready_unload
+            else
+                fail cx_never_ready_unload "rmmod exited $?"
+            fi
+        else
+            fail cx_never_ready_load "insmod exited $?"
+        fi
+        echo "==== end of pci-smoke"
+        exit 0
+    fi
     # make check runs the emulator with one command failed on purpose
     # (run-guest.py --cx-emu-fail OPCODE): the first probe must fail,
     # naming the command, status and syndrome, and undo the bring-up with
@@ -191,10 +231,34 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             else
                 fail cx_selftest_send_recv "driver ${drv:-none}, $(ups) bring-up lines, self-test line: $(dmesg | grep 'self-test' | tail -3)"
             fi
-            if rmmod rmlx5 && [ "$(downs)" = 3 ]; then
+            # Unbind and bind 20 times through sysfs: each bind brings the
+            # function up and runs the self-test's traffic again, each
+            # unbind destroys everything and takes every page back.
+            tests() { dmesg | grep -c "rmlx5_cx $bdf: self-test: RDMA WRITE 4 KiB + SEND 64 B"; }
+            u0=$(ups); d0=$(downs); t0=$(tests); bad=
+            i=0
+            while [ $i -lt 20 ]; do
+                i=$((i + 1))
+                echo "$bdf" > $sysdrv/unbind
+                if bound || [ "$(downs)" != $((d0 + i)) ]; then
+                    bad="unbind $i: driver ${drv:-none}, $(downs) teardown lines, expected $((d0 + i))"
+                    break
+                fi
+                echo "$bdf" > $sysdrv/bind
+                if ! bound || [ "$(ups)" != $((u0 + i)) ] || [ "$(tests)" != $((t0 + i)) ]; then
+                    bad="bind $i: driver ${drv:-none}, $(ups) bring-up and $(tests) self-test lines, expected $((u0 + i))"
+                    break
+                fi
+            done
+            if [ -z "$bad" ]; then
+                pass cx_unbind_bind_20_times_with_selftest
+            else
+                fail cx_unbind_bind_20_times_with_selftest "$bad"
+            fi
+            if rmmod rmlx5 && [ "$(downs)" = $((d0 + 21)) ]; then
                 pass cx_selftest_every_page_returned
             else
-                fail cx_selftest_every_page_returned "rmmod or teardown: $(downs) teardown lines, expected 3"
+                fail cx_selftest_every_page_returned "rmmod or teardown: $(downs) teardown lines, expected $((d0 + 21))"
             fi
         else
             fail cx_selftest_load "insmod cx_selftest=1 exited $?: $(dmesg | grep 'self-test' | tail -3)"

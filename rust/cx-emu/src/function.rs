@@ -25,7 +25,7 @@ use hca_model::caps::Caps;
 use hca_model::doorbell::SendDoorbell;
 use hca_model::fabric::Fabric;
 use hca_model::fw::reject::Reject;
-use hca_model::fw::{Firmware, FwConfig, HcaState};
+use hca_model::fw::{Firmware, FwConfig, HcaState, Readiness};
 use hca_model::hca::Hca;
 use mlx5_prm::command::opcode_name;
 use mlx5_prm::doorbell::{
@@ -60,6 +60,8 @@ pub(crate) struct Settings {
     pub(crate) fail_opcode: u16,
     /// How many of them.
     pub(crate) fail_count: u32,
+    /// The firmware never clears `initializing` (a driver must give up).
+    pub(crate) never_ready: bool,
 }
 
 impl Settings {
@@ -70,6 +72,7 @@ impl Settings {
         bf_idle: Duration::from_micros(200),
         fail_opcode: 0,
         fail_count: 0,
+        never_ready: false,
     };
 
     fn fw_config(&self) -> FwConfig {
@@ -79,6 +82,11 @@ impl Settings {
             msix_vectors: self.msix_vectors,
             fail_opcode: self.fail_opcode,
             fail_count: self.fail_count,
+            ready: if self.never_ready {
+                Readiness::Never
+            } else {
+                FwConfig::DEFAULT.ready
+            },
             ..FwConfig::DEFAULT
         }
     }

@@ -11,11 +11,13 @@
 //! fabric of one. Documentation/cx-emu.md describes the whole route.
 //!
 //! ```text
-//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [-v]... [-q]
+//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [-v]... [-q]
 //!
 //! `--fail-opcode` makes the firmware fail the first `--fail-count`
 //! (default 1) commands with that opcode (a test of the driver's error
 //! path); those refusals are counted apart and do not fail the run.
+//! `--never-ready` keeps `initializing` set forever (a firmware hung in
+//! its initialisation: the driver must give up after its timeout).
 //! ```
 //!
 //! The socket appears at PATH once it accepts a connection; the process
@@ -47,7 +49,7 @@ use log::{error, info};
 use server::Server;
 use vfio_user::socket::Connection;
 
-const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [-v]... [-q]";
+const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [-v]... [-q]";
 
 struct Args {
     socket: PathBuf,
@@ -90,6 +92,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                     settings.fail_count = 1;
                 }
             }
+            "--never-ready" => settings.never_ready = true,
             "--fail-count" => {
                 settings.fail_count = value("--fail-count")?
                     .parse()
@@ -212,5 +215,7 @@ mod tests {
         assert!(args(&["--socket", "/tmp/s", "--msix", "257"]).is_err());
         assert!(args(&["--socket"]).is_err());
         assert!(args(&["--socket", "x", "--bogus"]).is_err());
+        assert!(args(&["--socket", "x", "--never-ready"]).unwrap().settings.never_ready);
+        assert!(!args(&["--socket", "x"]).unwrap().settings.never_ready);
     }
 }
