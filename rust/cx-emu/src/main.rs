@@ -215,7 +215,12 @@ mod tests {
         assert!(args(&["--socket", "/tmp/s", "--msix", "257"]).is_err());
         assert!(args(&["--socket"]).is_err());
         assert!(args(&["--socket", "x", "--bogus"]).is_err());
-        assert!(args(&["--socket", "x", "--never-ready"]).unwrap().settings.never_ready);
+        assert!(
+            args(&["--socket", "x", "--never-ready"])
+                .unwrap()
+                .settings
+                .never_ready
+        );
         assert!(!args(&["--socket", "x"]).unwrap().settings.never_ready);
     }
 }
