@@ -16,6 +16,7 @@
 #     (results/ is not committed; results/latest points at the newest).
 #
 # BENCH="rounds=1 quick=1 ..." passes knobs to the guest script;
+# PARAMS="kick_elision=0" passes rmlx5.ko module parameters;
 # SKIP_HOST=1 leaves out the host microbenchmarks (step 4).
 # A measurement, not a test: it fails only when it cannot measure.
 set -euo pipefail
@@ -63,6 +64,7 @@ log "booting the benchmark guest ($accel); this takes 10 to 20 minutes"
 python3 "$top/tests/run-guest.py" --mode bench --kernel "$kdir/arch/x86/boot/bzImage" \
     --ksrc "$KSRC" --module "$top/build/bench-module/rmlx5.ko" "${guest_tools[@]}" \
     --overlay "$userland" --memory 2G --timeout 2400 --bench "${BENCH:-}" \
+    --params "${PARAMS:-}" \
     --log "$consolelog" >"$out/guest-run.txt" || guest_rc=$?
 tail -n 3 "$out/guest-run.txt" >&2
 host_cpu=$(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)

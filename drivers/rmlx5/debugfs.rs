@@ -134,6 +134,9 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "async_events_dropped {dropped}")?;
     }
     let mut st = r.soft.state.lock();
+    writeln!(f, "kick_elision {}", u8::from(r.soft.elision))?;
+    writeln!(f, "watch_runs {}", st.watch.runs)?;
+    writeln!(f, "watch_doorbells {}", st.watch.doorbells)?;
     writeln!(
         f,
         "dispatch_runs {}",

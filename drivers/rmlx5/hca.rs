@@ -34,6 +34,7 @@
 pub(crate) mod dma;
 pub(crate) mod irq;
 pub(crate) mod perf;
+pub(crate) mod watch;
 
 use core::sync::atomic::{
     AtomicBool,
@@ -41,11 +42,12 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    new_mutex, new_spinlock_irq, new_work,
+    new_mutex, new_spinlock, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         Arc,
         Mutex,
+        SpinLock,
         SpinLockIrq, //
     },
     time::{
@@ -177,6 +179,8 @@ pub(crate) struct Locked {
     pub(crate) timer_at: Option<u64>,
     /// Clock timer expiries (debugfs, tests).
     pub(crate) timer_fires: u64,
+    /// What the doorbell watcher reads and writes (`hca/watch.rs`).
+    pub(crate) watch: watch::WatchSet,
     /// The path figures, shared with [`SoftHca::perf`], so that the
     /// platform can stamp the interrupts it raises.
     perf: Arc<Perf>,
@@ -243,6 +247,19 @@ pub(crate) struct SoftHca {
     /// Process-context work continuing the engine after a budget ran out.
     #[pin]
     pub(crate) engine_work: Work<SoftHca, 2>,
+    /// The doorbell watcher (`hca/watch.rs`), on the unbound workqueue.
+    #[pin]
+    pub(crate) watch_work: Work<SoftHca, 3>,
+    /// The watcher is queued or running.
+    pub(crate) watching: AtomicBool,
+    /// The watcher is not started before this time (perf clock, ns).
+    pub(crate) watch_backoff: AtomicU64,
+    /// Held by the watcher while its word is set, so that it is not
+    /// preempted while providers count on it.
+    #[pin]
+    pub(crate) watch_run: SpinLock<()>,
+    /// Kick elision is on (`kick_elision` module parameter).
+    pub(crate) elision: bool,
     /// Set before teardown: the works stop rescheduling themselves.
     pub(crate) shutting_down: AtomicBool,
     /// BH dispatch runs and CQ handler calls (debugfs, tests).
@@ -265,6 +282,7 @@ pub(crate) struct SoftHca {
 kernel::impl_has_work! {
     impl HasWork<Self, 1> for SoftHca { self.dispatch_work }
     impl HasWork<Self, 2> for SoftHca { self.engine_work }
+    impl HasWork<Self, 3> for SoftHca { self.watch_work }
 }
 
 #[pinned_drop]
@@ -347,6 +365,7 @@ impl SoftHca {
             irqs_per_hca,
             timer_at: None,
             timer_fires: 0,
+            watch: watch::WatchSet::new(nr_hcas, MAX_QPS)?,
             perf: perf.clone(),
         };
         Arc::pin_init(
@@ -356,6 +375,11 @@ impl SoftHca {
                 irqs_per_hca,
                 dispatch_work <- new_work!("rmlx5_dispatch"),
                 engine_work <- new_work!("rmlx5_engine"),
+                watch_work <- new_work!("rmlx5_watch"),
+                watching: AtomicBool::new(false),
+                watch_backoff: AtomicU64::new(0),
+                watch_run <- new_spinlock!((), "rmlx5_watch_run"),
+                elision: crate::module_parameters::kick_elision.value(),
                 shutting_down: AtomicBool::new(false),
                 dispatch_runs: AtomicU64::new(0),
                 handler_calls: AtomicU64::new(0),
@@ -472,6 +496,7 @@ impl SoftHca {
             [
                 Work::<SoftHca, 1>::raw_get(&self.dispatch_work),
                 Work::<SoftHca, 2>::raw_get(&self.engine_work),
+                Work::<SoftHca, 3>::raw_get(&self.watch_work),
             ]
         };
         for w in works {

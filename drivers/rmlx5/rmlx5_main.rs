@@ -137,6 +137,10 @@ module! {
             default: 2,
             description: "Completion EQs (and interrupts) per HCA, 1 to 8",
         },
+        kick_elision: bool {
+            default: true,
+            description: "Software HCA: a doorbell watcher reads the doorbell records of streaming QPs, and their providers skip the KICK call while it runs",
+        },
         pci: bool {
             default: true,
             description: "Drive ConnectX PCI functions (the software HCAs exist either way)",

@@ -17,6 +17,10 @@
 //! model writes under the fabric lock while consumers read without it, as
 //! a CPU and a device share a DMA buffer.
 
+use core::sync::atomic::{
+    AtomicU64,
+    Ordering, //
+};
 use kernel::{
     prelude::*,
     sync::{
@@ -396,6 +400,25 @@ impl DmaMemory for SoftPlatform<'_> {
         // SAFETY: As for `read`.
         unsafe { volatile_copy_to(p, data) };
         Ok(())
+    }
+}
+
+impl SoftPlatform<'_> {
+    /// Atomically takes the aligned 64-bit word at `addr` (replacing it
+    /// with 0): a word of doorbell hints a process sets with atomic ORs
+    /// (the UAR page's doorbell bits, `hca/watch.rs`).
+    pub(crate) fn take_u64(&mut self, addr: u64) -> Result<u64, DmaFault> {
+        if addr % 8 != 0 {
+            return Err(DmaFault);
+        }
+        let p = self.dma.check(addr, 8)?;
+        // SAFETY: `check` found the 8 bytes inside a registered region,
+        // which is valid while registered (type invariant of
+        // `DmaRegistry`), and `addr` is 8-byte aligned, the alignment of
+        // `AtomicU64`. The other party (the process that maps the page)
+        // accesses this word only with 64-bit atomic operations.
+        let word = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+        Ok(word.swap(0, Ordering::AcqRel))
     }
 }
 

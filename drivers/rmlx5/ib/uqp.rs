@@ -17,6 +17,7 @@
 
 use core::sync::atomic::{
     AtomicBool,
+    AtomicU64,
     Ordering, //
 };
 use kernel::{
@@ -38,6 +39,11 @@ use super::{
 };
 use crate::hca::{
     dma::DmaBuf,
+    watch::{
+        STREAM_MAX_WQEBBS,
+        STREAM_NS, //
+    },
+    Locked,
     SoftHca, //
 };
 use crate::hca_model::{
@@ -50,7 +56,30 @@ use crate::hca_model::{
     qp_modify::QpModify,
 };
 use crate::mlx5_core::events::QpEvents;
-use crate::mlx5_prm::doorbell::QP_DBR_SIZE;
+use crate::mlx5_prm::{
+    doorbell::{
+        QpDbRec,
+        QP_DBR_SIZE, //
+    },
+    opcode::SendOpcode,
+};
+
+/// Whether a WQE with send opcode `opcode` leaves the peer's process out:
+/// RDMA WRITE, READ and atomics consume no receive. Only streams of those
+/// start the doorbell watcher (`hca/watch.rs`): a SEND stream needs its
+/// receiver to keep posting receives, and measured, a watcher competing
+/// with that process for the CPUs cost more than the kicks it saved.
+fn passive_peer(opcode: u8) -> bool {
+    matches!(
+        SendOpcode::try_from(opcode),
+        Ok(SendOpcode::RdmaWrite
+            | SendOpcode::RdmaRead
+            | SendOpcode::AtomicCs
+            | SendOpcode::AtomicFa
+            | SendOpcode::AtomicMaskedCs
+            | SendOpcode::AtomicMaskedFa)
+    )
+}
 
 /// The memory and geometry of a user QP.
 pub(crate) struct UserQpMem {
@@ -88,6 +117,10 @@ pub(crate) struct UserQp {
     buf: DmaBuf,
     dbr: DmaBuf,
     sink: Arc<dyn EventSink>,
+    /// DMA address of the process's UAR page (its watch word).
+    uar_addr: u64,
+    /// When the QP last kicked a send doorbell (perf clock, ns).
+    last_kick: AtomicU64,
     busy: AtomicBool,
     destroyed: AtomicBool,
 }
@@ -124,6 +157,7 @@ impl UserQp {
             max_send_sge: mem.max_send_sge,
             max_inline_data: mem.max_inline_data,
         };
+        let uar_addr = mem.uar_addr;
         let UserQpMem { buf, dbr, .. } = mem;
         let regions = [&buf, &dbr].map(|b| (b.addr(), b.len() as u64));
         let qpn = {
@@ -151,6 +185,8 @@ impl UserQp {
                 buf,
                 dbr,
                 sink,
+                uar_addr,
+                last_kick: AtomicU64::new(0),
                 busy: AtomicBool::new(false),
                 destroyed: AtomicBool::new(false),
             },
@@ -223,10 +259,32 @@ impl UserQp {
     /// # Errors
     ///
     /// `EINVAL` if the model refused the doorbell (counted in its stats).
-    pub(crate) fn send_doorbell(&self, half: u8, blueflame_len: u32) -> Result {
+    ///
+    /// With kick elision (`hca/watch.rs`), the QP is watched from its first
+    /// kick on; a kick whose doorbell record the watcher already took is
+    /// late, not wrong, and succeeds; and a kick that follows the previous
+    /// one within `STREAM_NS` starts the watcher.
+    pub(crate) fn send_doorbell(
+        self: &Arc<Self>,
+        half: u8,
+        blueflame_len: u32,
+        opcode: u8,
+    ) -> Result {
+        let soft = &self.soft;
+        let entry = soft.perf.now();
+        let mut small = false;
         {
-            let mut st = self.soft.state.lock();
+            let mut st = soft.state.lock();
             self.live()?;
+            if soft.elision {
+                let hca = usize::from(self.hca);
+                let took = st.watch.take_taken(hca, self.qpn);
+                let new = self.new_wqebbs(&mut st)?;
+                if st.watch.add(hca, self.qpn, self.uar_addr) && took && new == 0 {
+                    return Ok(());
+                }
+                small = new <= STREAM_MAX_WQEBBS && passive_peer(opcode);
+            }
             let (fabric, mut p) = st.split();
             let m = fabric.hca(self.hca).ok_or(ENODEV)?;
             m.send_doorbell(
@@ -239,8 +297,30 @@ impl UserQp {
             )
             .map_err(|_| EINVAL)?;
         }
-        self.soft.run_engine();
+        soft.run_engine();
+        if soft.elision {
+            // A stream: this kick came soon after the previous one, in
+            // absolute terms or against what a kick costs here (a debug
+            // kernel's kicks take several times longer).
+            let now = soft.perf.now();
+            let prev = self.last_kick.swap(now, Ordering::Relaxed);
+            let window = STREAM_NS.max(now.saturating_sub(entry).saturating_mul(3));
+            if small && now.saturating_sub(prev) < window {
+                soft.start_watch();
+            }
+        }
         Ok(())
+    }
+
+    /// WQEBBs the doorbell record announces beyond what the model has
+    /// accepted (0 when the watcher already took the record).
+    fn new_wqebbs(&self, st: &mut Locked) -> Result<u16> {
+        let mut rec = [0u8; QP_DBR_SIZE];
+        self.dbr.read(0, &mut rec)?;
+        let counter = QpDbRec::decode(&rec).map_err(|_| EINVAL)?.send_counter;
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        let pi = m.query_qp(self.qpn).map_or(counter, |i| i.sq_pi);
+        Ok(counter.wrapping_sub(pi))
     }
 
     /// The receive kick (new receives of a QP in ERR are flushed); then
@@ -279,6 +359,7 @@ impl UserQp {
             if !self.destroyed.load(Ordering::Acquire) {
                 let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
                 m.destroy_qp(self.qpn).map_err(model_err)?;
+                st.watch.remove(usize::from(self.hca), self.qpn);
                 for b in [&self.buf, &self.dbr] {
                     st.dma.remove_buf(b);
                 }

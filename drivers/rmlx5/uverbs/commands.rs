@@ -67,7 +67,11 @@ use crate::hca_model::{
 };
 use crate::mlx5_prm::{
     cqe::CQE_SIZE,
-    doorbell::BF_BUF_SIZE,
+    doorbell::{
+        send_doorbell as send_doorbell_bytes,
+        SendDoorbellWord,
+        BF_BUF_SIZE, //
+    },
     ring::wqebb_count,
     wqe::{
         CtrlSeg,
@@ -566,11 +570,14 @@ fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
             } else {
                 return Err(EINVAL);
             };
+            // The doorbell (or the copy) starts with the control segment
+            // of the last WQE posted.
+            let mut c = [0u8; CtrlSeg::SIZE];
+            ctx.uar.read(a.uar_offset as usize, &mut c)?;
+            let word = SendDoorbellWord::decode(&send_doorbell_bytes(&c));
             let blueflame_len = if a.kind == KICK_SEND_BLUEFLAME {
                 // The ABI's kick names no length: it is the size of the
                 // WQE whose control segment starts the copy.
-                let mut c = [0u8; CtrlSeg::SIZE];
-                ctx.uar.read(a.uar_offset as usize, &mut c)?;
                 let ctrl = CtrlSeg::decode(&c).map_err(|_| EINVAL)?;
                 let len = usize::from(wqebb_count(ctrl.ds)) * WQEBB_SIZE;
                 if len == 0 || len > BF_BUF_SIZE {
@@ -580,7 +587,7 @@ fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
             } else {
                 0
             };
-            qp.qp.send_doorbell(half, blueflame_len)?;
+            qp.qp.send_doorbell(half, blueflame_len, word.opcode)?;
             perf.kick_send.add(perf.now().saturating_sub(start));
         }
     }

@@ -180,12 +180,11 @@ impl Ucontext {
         }
         self.async_queue.close();
         // No object of the context is in the HCA any more: the UAR page
-        // leaves the registry before it is freed.
-        self.soft
-            .state
-            .lock()
-            .dma
-            .remove(self.uar.kaddr(), self.uar.len() as u64);
+        // leaves the doorbell watcher and the registry before it is freed
+        // (its address may come back as another buffer's).
+        let mut st = self.soft.state.lock();
+        st.watch.remove_uar(self.uar.kaddr());
+        st.dma.remove(self.uar.kaddr(), self.uar.len() as u64);
     }
 
     /// `mmap()` of one of the context's pages: the offset names the UAR

@@ -270,7 +270,7 @@ mod uverbs_kunit {
         qp.qp.destroy()?;
         assert_eq!(held.qp.query().err(), Some(EINVAL));
         assert_eq!(held.qp.recv_doorbell().err(), Some(EINVAL));
-        assert_eq!(held.qp.send_doorbell(0, 0).err(), Some(EINVAL));
+        assert_eq!(held.qp.send_doorbell(0, 0, 0).err(), Some(EINVAL));
         // A second destroy (the drop of the last reference) does nothing.
         qp.qp.destroy()?;
         drop(qp);

@@ -298,6 +298,19 @@ struct rmlx5_async_event {
 #define RMLX5_KICK_RECV			3
 #define RMLX5_KICK_CQ_ARM		4
 
+/*
+ * Software HCA: offset in the UAR page of the doorbell watcher's word
+ * (u32, non-zero while it runs; a QP kicked once may then skip its send
+ * kick: record store, full fence, load of this word).
+ */
+#define RMLX5_UAR_WATCH_OFFSET		0x100
+/*
+ * ... and of its doorbell bits: 64 native-endian u64 words, bit qpn % 4096
+ * (bit n % 64 of word n / 64), set with an atomic OR by a provider that
+ * skips a send kick.
+ */
+#define RMLX5_UAR_DOORBELL_BITS_OFFSET	0x200
+
 #define RMLX5_EVENT_CQ_ERR		0
 #define RMLX5_EVENT_QP_FATAL		1
 #define RMLX5_EVENT_QP_REQ_ERR		2

@@ -119,6 +119,36 @@ impl<S: Storage> Hca<S> {
         r
     }
 
+    /// Takes the send doorbell record of QP `qpn` as rung, with no kick:
+    /// the software HCA's doorbell watcher calls this for QPs whose
+    /// provider skipped the kick while the watcher was running (see the
+    /// module documentation). Every WQE between the accepted producer
+    /// counter and the record's must chain exactly (each control
+    /// segment's WQE index where the previous WQE ended, the last ending
+    /// at the counter), since no UAR doorbell names the last one.
+    ///
+    /// Returns whether anything new was accepted; a record with nothing
+    /// new (or a QP in RESET, or one without an SQ) is not an error.
+    ///
+    /// # Errors
+    ///
+    /// [`DoorbellError::NoSuchObject`] for no such QP (not counted), or the
+    /// [`DoorbellError`] that refused the record (counted).
+    pub fn send_doorbell_record<M: DmaMemory>(
+        &mut self,
+        mem: &mut M,
+        qpn: u32,
+    ) -> Result<bool, DoorbellError> {
+        let mut dev = self.dev();
+        let r = send_record(&mut dev, mem, qpn);
+        match r {
+            Ok(true) => bump(&mut dev.stats.doorbells),
+            Ok(false) | Err(DoorbellError::NoSuchObject) => {}
+            Err(e) => dev.stats.doorbell_error(e),
+        }
+        r
+    }
+
     /// Handles a CQ arm doorbell rung on the UAR page at `uar_addr`. A CQ
     /// that already holds a qualifying CQE fires at once (COMP EQE and,
     /// if its EQ is armed, an interrupt). An arm with a stale sequence
@@ -263,6 +293,52 @@ fn send<M: DmaMemory>(
         dev.sched.activate(dev.t.qps, slot);
     }
     Ok(())
+}
+
+fn send_record<M: DmaMemory>(
+    dev: &mut Dev<'_>,
+    mem: &mut M,
+    qpn: u32,
+) -> Result<bool, DoorbellError> {
+    let (slot, qp) = dev.qp(qpn).ok_or(DoorbellError::NoSuchObject)?;
+    let Some(sq) = qp.sq else {
+        return Ok(false);
+    };
+    if qp.state == QpState::Reset {
+        return Ok(false);
+    }
+    let rec = read8(mem, qp.attr.dbr_addr)?;
+    let rec: &[u8; QP_DBR_SIZE] = &rec;
+    let counter = QpDbRec::decode(rec)
+        .map_err(|_| DoorbellError::BadCounter)?
+        .send_counter;
+    let posted = counter.wrapping_sub(sq.pi);
+    if posted == 0 {
+        return Ok(false);
+    }
+    let outstanding = u32::from(counter.wrapping_sub(sq.ci));
+    if outstanding > 1u32 << sq.log {
+        return Err(DoorbellError::BadCounter);
+    }
+    // Walk the new WQEs by their control segments.
+    let mut at = sq.pi;
+    while at != counter {
+        let ctrl: [u8; CtrlSeg::SIZE] = read_ctrl(mem, &sq, at).ok_or(DoorbellError::Unreadable)?;
+        let word = SendDoorbellWord::decode(&send_doorbell(&ctrl));
+        let bbs = u16::from(ring::wqebb_count(word.ds));
+        if word.wqe_index != at || bbs == 0 || bbs > counter.wrapping_sub(at) {
+            return Err(DoorbellError::WqeMismatch);
+        }
+        at = at.wrapping_add(bbs);
+    }
+    let state = qp.state;
+    if let Some(s) = qp.sq.as_mut() {
+        s.pi = counter;
+    }
+    if matches!(state, QpState::Rts | QpState::Err) {
+        dev.sched.activate(dev.t.qps, slot);
+    }
+    Ok(true)
 }
 
 /// Compares a BlueFlame copy of `len` bytes at `reg_addr` with the `bbs`

@@ -584,6 +584,23 @@ pub const KICK_RECV: u32 = 3;
 /// `KICK` kind: the CQ was armed (doorbell record and UAR CQ doorbell).
 pub const KICK_CQ_ARM: u32 = 4;
 
+/// Byte offset in the context's UAR page of the software HCA's watch word
+/// (a native-endian `u32` no ConnectX register occupies): non-zero while
+/// the module's doorbell watcher runs and reads the doorbell records of
+/// every QP that has been kicked once. While it is set, a provider may
+/// leave out the send `KICK` of such a QP (its doorbell record store,
+/// then a full fence, then the load of this word); the watcher clears it,
+/// fences and reads the records once more before it stops.
+pub const UAR_WATCH_OFFSET: u32 = 0x100;
+/// Byte offset in the UAR page of the software HCA's doorbell bits: 4096
+/// bits (64 native-endian `u64` words, bit `n % 64` of word `n / 64`), bit
+/// `qpn % 4096` for a QP. A provider that leaves out a send `KICK` sets
+/// its QP's bit with an atomic OR (after its doorbell record store and
+/// before its load of the watch word), so the watcher reads only the
+/// records of QPs that rang; it reads every watched record once more
+/// before it stops, so a bit is a hint, never the only way in.
+pub const UAR_DOORBELL_BITS_OFFSET: u32 = 0x200;
+
 /// `IBV_EVENT_CQ_ERR`.
 pub const EVENT_CQ_ERR: u32 = 0;
 /// `IBV_EVENT_QP_FATAL`.

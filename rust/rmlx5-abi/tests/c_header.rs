@@ -306,6 +306,11 @@ fn numbers() -> Vec<(String, u64)> {
         ("RMLX5_KICK_SEND_BLUEFLAME", u64::from(KICK_SEND_BLUEFLAME)),
         ("RMLX5_KICK_RECV", u64::from(KICK_RECV)),
         ("RMLX5_KICK_CQ_ARM", u64::from(KICK_CQ_ARM)),
+        ("RMLX5_UAR_WATCH_OFFSET", u64::from(UAR_WATCH_OFFSET)),
+        (
+            "RMLX5_UAR_DOORBELL_BITS_OFFSET",
+            u64::from(UAR_DOORBELL_BITS_OFFSET),
+        ),
         ("RMLX5_EVENT_CQ_ERR", u64::from(EVENT_CQ_ERR)),
         ("RMLX5_EVENT_QP_FATAL", u64::from(EVENT_QP_FATAL)),
         ("RMLX5_EVENT_QP_REQ_ERR", u64::from(EVENT_QP_REQ_ERR)),

@@ -160,8 +160,44 @@ impl DmaRegion {
         // concurrently as whole 32-bit atomics (`store_u32`, `read_u32s`);
         // the byte accesses of a backend (zeroing a fresh record) are
         // ordered before or after by the backend's locks, so sizes never
-        // mix without synchronization.
+        // mix without synchronization. The one other word accessed so, the
+        // software HCA's watch word in the UAR page, is only loaded here and
+        // only written by the kernel, outside this process, like memory a
+        // device writes.
         unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset).cast::<u32>()) }
+    }
+
+    /// An atomic OR of `bits` into the aligned 64-bit word at `offset`: the
+    /// software HCA's doorbell bits in the UAR page, which the kernel takes
+    /// with an atomic swap.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] if the word is outside the region or not 8-byte
+    /// aligned in memory.
+    pub(crate) fn fetch_or_u64(&self, offset: usize, bits: u64) -> Result<()> {
+        if !self.words_ok(offset, 8) {
+            self.check(offset, 8)?;
+            return Err(Error::Invalid("misaligned word"));
+        }
+        self.word(offset).fetch_or(bits, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One aligned 32-bit load of the word at `offset`: a word the device
+    /// (here the software HCA's kernel side) writes, the UAR page's watch
+    /// word. Relaxed: the caller orders it with a full fence.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] if the word is outside the region or not 4-byte
+    /// aligned in memory.
+    pub(crate) fn load_u32(&self, offset: usize) -> Result<u32> {
+        if !self.u32_ok(offset) {
+            self.check(offset, 4)?;
+            return Err(Error::Invalid("misaligned word"));
+        }
+        Ok(self.word32(offset).load(Ordering::Relaxed))
     }
 
     /// Stores `bytes` (already in device byte order) at `offset` with one

@@ -335,6 +335,9 @@ pub(crate) struct QpInner {
     blueflame: bool,
     /// The backend's `needs_kick`, read once.
     pub(crate) needs_kick: bool,
+    /// A send kick of this QP succeeded (kick elision applies from then on,
+    /// see `send.rs`).
+    kicked: AtomicBool,
     shared: Arc<QpShared>,
     sq_lock: SqLock,
     rq_state: Mutex<RqState>,
@@ -463,6 +466,7 @@ impl Qp {
             sq_sig_all: init.sq_sig_all,
             blueflame: init.blueflame,
             needs_kick: backend.needs_kick(),
+            kicked: AtomicBool::new(false),
             shared,
             sq_lock: SqLock::default(),
             rq_state: Mutex::new(RqState { head: 0 }),

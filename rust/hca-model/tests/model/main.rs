@@ -25,4 +25,5 @@ mod hostile;
 mod props;
 mod states;
 mod verbs;
+mod watch;
 mod wrap;

@@ -17,7 +17,7 @@ use mlx5_prm::wqe::{
     CE_CQ_UPDATE, CE_ERROR_ONLY, FENCE_MODE_NONE, FENCE_MODE_SMALL_AND_FENCE, MAX_WQE_SIZE,
     WQEBB_SIZE,
 };
-use rmlx5_abi::uapi;
+use rmlx5_abi::uapi::{self, UAR_DOORBELL_BITS_OFFSET, UAR_WATCH_OFFSET};
 
 use super::{Qp, QpInner, SqState};
 use crate::backend::Cmd;
@@ -338,6 +338,25 @@ impl QpInner {
         // Then the next doorbell uses the other half.
         mmio_flush_writes();
         half.flip(self.bf_size);
+        // Kick elision (software HCA): once this QP has kicked, and while
+        // the module's doorbell watcher runs (its word in the UAR page is
+        // set), the watcher reads our doorbell record itself. The record
+        // store, the full fence of `mmio_flush_writes`, then this load:
+        // the watcher clears the word, fences and reads every record once
+        // more, so one of us sees the other (rmlx5-abi `UAR_WATCH_OFFSET`).
+        if self.needs_kick
+            && self.kicked.load(Ordering::Relaxed)
+            && self.uar.page.load_u32(UAR_WATCH_OFFSET as usize)? != 0
+        {
+            // Tell the watcher which QP rang (a hint: it reads every
+            // watched record once more before it stops).
+            let bit = (self.qpn % 4096) as usize;
+            self.uar.page.fetch_or_u64(
+                UAR_DOORBELL_BITS_OFFSET as usize + bit / 64 * 8,
+                1 << (bit % 64),
+            )?;
+            return Ok(());
+        }
         if self.needs_kick {
             let mut k = uapi::Kick {
                 kind,
@@ -346,6 +365,7 @@ impl QpInner {
                 ..Default::default()
             };
             self.pd.ctx.backend().command(Cmd::Kick(&mut k))?;
+            self.kicked.store(true, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -1,0 +1,413 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The doorbell watcher: kick elision for streaming QPs.
+//!
+//! A ConnectX sees a doorbell the moment the provider stores it; the
+//! software HCA sees it only when the provider makes its `KICK` system
+//! call, which under emulation costs several microseconds a message, more
+//! than the engine's execution of the WQE. So when a QP kicks again within
+//! [`STREAM_NS`] of its previous kick (a stream of posts, not a ping-pong),
+//! the module starts the watcher on the unbound workqueue. While it runs it
+//! behaves like the device: it reads the send doorbell record of every
+//! watched QP (each user QP that has kicked once) and hands the model what
+//! is new (`Hca::send_doorbell_record`), then runs the engine, over and
+//! over, until nothing new came for [`IDLE_NS`] or it ran [`MAX_NS`].
+//!
+//! After a first pass over every watched record, the watcher reads only
+//! the records of QPs whose processes flagged them: a provider that skips
+//! its kick sets its QP's bit in the UAR page's doorbell bits
+//! ([`crate::rmlx5_abi::uapi::UAR_DOORBELL_BITS_OFFSET`]) with an atomic
+//! OR, and the watcher takes each word with an atomic swap, so a pass costs
+//! the QPs that rang, not all of them (1,000 QP pairs are 2,000 records).
+//!
+//! While it runs, the watch word in the UAR page of every watched QP's
+//! process is set ([`crate::rmlx5_abi::uapi::UAR_WATCH_OFFSET`]), and a
+//! provider leaves out the kick of a QP that has kicked once. The handshake
+//! is Dekker's: the provider stores the doorbell record, fences, and loads
+//! the word; the watcher clears the word, fences, and reads every record
+//! once more before it stops. One of the two sees the other's store, so a
+//! doorbell is never left unexecuted; if both do, the late kick finds the
+//! record already taken and succeeds without effect.
+//!
+//! The watcher holds [`SoftHca::watch_run`] (a spin lock, so preemption is
+//! off) from setting the word to clearing it: a provider never waits for a
+//! watcher that was scheduled out. It polls only while no other task is
+//! runnable on its CPU (`single_task_running`, the rule of KVM's halt
+//! polling), so a busy process never waits for it either: on an
+//! oversubscribed machine it stops at once and the kicks go on as before.
+//! Each engine run inside still takes the fabric lock for one budget only.
+//! Only kicks that announce a single small WQE ([`STREAM_MAX_WQEBBS`])
+//! start it: a post list already shares one kick among its WQEs.
+
+use core::sync::atomic::Ordering;
+use kernel::{
+    bitmap::BitmapVec,
+    prelude::*,
+    sync::{
+        barrier::{
+            smp_mb,
+            Full, //
+        },
+        Arc, //
+    },
+    workqueue::{
+        self,
+        WorkItem, //
+    },
+};
+
+use super::{
+    Locked,
+    SoftHca, //
+};
+use crate::hca_model::{
+    doorbell::DoorbellError,
+    fabric::Fabric,
+    mem::DmaMemory,
+    qp::QPN_BASE, //
+};
+use crate::rmlx5_abi::uapi::{
+    UAR_DOORBELL_BITS_OFFSET,
+    UAR_WATCH_OFFSET, //
+};
+
+extern "C" {
+    /// `linux/sched/stat.h`: whether the current task is the only one
+    /// runnable on this CPU (KVM's halt polling stops on it too).
+    fn single_task_running() -> bool;
+}
+
+/// Whether no other task waits for this CPU.
+fn cpu_is_ours() -> bool {
+    // SAFETY: `single_task_running` has no preconditions; it reads the
+    // current CPU's run-queue length (we run with preemption off, so the
+    // CPU does not change under it).
+    unsafe { single_task_running() }
+}
+
+/// A QP's kicks closer together than this, or than three times the
+/// kick's own duration, start the watcher.
+pub(crate) const STREAM_NS: u64 = 20_000;
+/// Only kicks of at most this many new WQEBBs start it: a post list
+/// already shares one kick among its WQEs.
+pub(crate) const STREAM_MAX_WQEBBS: u16 = 4;
+/// The watcher stops after this long without a new doorbell or engine work.
+pub(crate) const IDLE_NS: u64 = 10_000;
+/// After a pass that found nothing, the watcher waits this long (without
+/// the fabric lock) before the next: kicks that still come find the lock
+/// free.
+pub(crate) const POLL_GAP_NS: u64 = 2_000;
+/// The longest one watcher run keeps its word set (it is queued again if
+/// work was still coming).
+pub(crate) const MAX_NS: u64 = 500_000;
+/// After a run that stopped because another task wanted its CPU, the
+/// watcher is not started again for this long (no CPU to spare).
+pub(crate) const BACKOFF_NS: u64 = 2_000_000;
+/// Doorbell bits in a UAR page (`UAR_DOORBELL_BITS_OFFSET`).
+const DOORBELL_BITS: usize = 4096;
+/// Distinct UAR pages (processes' contexts) whose word the watcher sets.
+const MAX_UARS: usize = 64;
+
+/// The QPs the watcher reads and the UAR pages it signals, under the
+/// fabric lock.
+pub(crate) struct WatchSet {
+    /// Per HCA, the user QPs (by QPN - `QPN_BASE`) that have kicked once.
+    qps: KVec<BitmapVec>,
+    /// Per HCA, the QPs whose record the watcher took since their last
+    /// kick (so a late kick is told from a kick with nothing posted).
+    taken: KVec<BitmapVec>,
+    /// DMA addresses of their UAR pages (capacity reserved: adding never
+    /// allocates). A closing context removes its page (`remove_uar`)
+    /// before the page leaves the DMA registry.
+    uars: KVec<(u64, usize)>,
+    /// Doorbells taken from records (debugfs).
+    pub(crate) doorbells: u64,
+    /// Watcher runs (debugfs).
+    pub(crate) runs: u64,
+}
+
+impl WatchSet {
+    pub(super) fn new(nr_hcas: usize, max_qps: usize) -> Result<Self> {
+        let mut qps = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+        let mut taken = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+        for _ in 0..nr_hcas {
+            qps.push(BitmapVec::new(max_qps, GFP_KERNEL)?, GFP_KERNEL)?;
+            taken.push(BitmapVec::new(max_qps, GFP_KERNEL)?, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            qps,
+            taken,
+            uars: KVec::with_capacity(MAX_UARS, GFP_KERNEL)?,
+            doorbells: 0,
+            runs: 0,
+        })
+    }
+
+    /// Watches user QP `qpn` of HCA `hca`, whose process rings on the UAR
+    /// page at `uar_addr`. Returns false (and watches nothing) if the
+    /// UAR page cannot be added: then the QP must keep kicking, which it
+    /// does as long as the watcher never sets a word it reads.
+    pub(crate) fn add(&mut self, hca: usize, qpn: u32, uar_addr: u64) -> bool {
+        let Some(slot) = qpn.checked_sub(QPN_BASE).map(|s| s as usize) else {
+            return false;
+        };
+        let Some(bits) = self.qps.get_mut(hca) else {
+            return false;
+        };
+        if slot >= bits.len() {
+            return false;
+        }
+        if !self.uars.iter().any(|&(u, _)| u == uar_addr) {
+            if self.uars.len() >= MAX_UARS {
+                return false;
+            }
+            // Within the reserved capacity: no allocation.
+            if self.uars.push((uar_addr, hca), GFP_ATOMIC).is_err() {
+                return false;
+            }
+        }
+        bits.set_bit(slot);
+        true
+    }
+
+    /// Stops watching QP `qpn` of HCA `hca` (it is being destroyed).
+    pub(crate) fn remove(&mut self, hca: usize, qpn: u32) {
+        let _ = self.take_taken(hca, qpn);
+        if let (Some(bits), Some(slot)) = (
+            self.qps.get_mut(hca),
+            qpn.checked_sub(QPN_BASE).map(|s| s as usize),
+        ) {
+            if slot < bits.len() {
+                bits.clear_bit(slot);
+            }
+        }
+    }
+
+    /// Forgets the UAR page at `uar_addr` (its context is closing, and the
+    /// address may come back as another buffer's, which the watch word
+    /// must never be written into). Every QP of the context is destroyed
+    /// already.
+    pub(crate) fn remove_uar(&mut self, uar_addr: u64) {
+        if let Some(i) = self.uars.iter().position(|&(u, _)| u == uar_addr) {
+            let _ = self.uars.remove(i);
+        }
+    }
+
+    /// Whether the watcher took a record of QP `qpn` since its last kick;
+    /// clears the mark (this is that kick).
+    pub(crate) fn take_taken(&mut self, hca: usize, qpn: u32) -> bool {
+        let (Some(bits), Some(slot)) = (
+            self.taken.get_mut(hca),
+            qpn.checked_sub(QPN_BASE).map(|s| s as usize),
+        ) else {
+            return false;
+        };
+        if slot >= bits.len() || bits.next_bit(slot) != Some(slot) {
+            return false;
+        }
+        bits.clear_bit(slot);
+        true
+    }
+}
+
+impl Locked {
+    /// The model, a platform for it, and the watch set.
+    fn split_watch(
+        &mut self,
+    ) -> (
+        &mut Fabric<super::ModelSet>,
+        (super::dma::SoftPlatform<'_>, &mut WatchSet),
+    ) {
+        (
+            &mut self.fabric,
+            (
+                super::dma::SoftPlatform {
+                    dma: &self.dma,
+                    irqs_per_hca: self.irqs_per_hca,
+                    perf: &self.perf,
+                },
+                &mut self.watch,
+            ),
+        )
+    }
+
+    /// Writes the watch word of every watched UAR page.
+    fn set_watch_word(&mut self, on: bool) {
+        let word = u32::from(on).to_ne_bytes();
+        let (_, (mut p, watch)) = self.split_watch();
+        let mut i = 0;
+        while let Some(&(uar, _)) = watch.uars.get(i) {
+            if p.write(uar + u64::from(UAR_WATCH_OFFSET), &word).is_err() {
+                // Not registered (cannot happen: contexts remove their
+                // page first); never write there again.
+                let _ = watch.uars.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Hands the model the new doorbell records of the watched QPs whose
+    /// doorbell bits their processes set (taking the bits). Returns
+    /// whether any was new.
+    fn scan_bits(&mut self) -> bool {
+        let mut found = 0u64;
+        let (fabric, (mut p, watch)) = self.split_watch();
+        for &(uar, hca) in watch.uars.iter() {
+            let (Some(bits), Some(taken)) = (watch.qps.get(hca), watch.taken.get_mut(hca)) else {
+                continue;
+            };
+            let Some(m) = u16::try_from(hca).ok().and_then(|h| fabric.hca(h)) else {
+                continue;
+            };
+            for w in 0..DOORBELL_BITS / 64 {
+                let at = uar + u64::from(UAR_DOORBELL_BITS_OFFSET) + (w * 8) as u64;
+                let Ok(mut word) = p.take_u64(at) else {
+                    break;
+                };
+                while word != 0 {
+                    let b = word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    // Bit `qpn % 4096`: the one QPN of the HCA's range.
+                    let n = w * 64 + b;
+                    let slot =
+                        (n + DOORBELL_BITS - QPN_BASE as usize % DOORBELL_BITS) % DOORBELL_BITS;
+                    if slot >= bits.len() || bits.next_bit(slot) != Some(slot) {
+                        continue;
+                    }
+                    let Ok(s) = u32::try_from(slot) else {
+                        continue;
+                    };
+                    if let Ok(true) = m.send_doorbell_record(&mut p, QPN_BASE + s) {
+                        found += 1;
+                        taken.set_bit(slot);
+                    }
+                }
+            }
+        }
+        watch.doorbells += found;
+        found != 0
+    }
+
+    /// Hands the model every watched QP's new doorbell record. Returns
+    /// whether any was new.
+    fn scan_records(&mut self) -> bool {
+        let mut found = 0u64;
+        let (fabric, (mut p, watch)) = self.split_watch();
+        for (h, (bits, taken)) in watch.qps.iter_mut().zip(watch.taken.iter_mut()).enumerate() {
+            let Some(m) = u16::try_from(h).ok().and_then(|h| fabric.hca(h)) else {
+                continue;
+            };
+            let mut next = bits.next_bit(0);
+            while let Some(slot) = next {
+                next = bits.next_bit(slot + 1);
+                let Ok(s) = u32::try_from(slot) else {
+                    continue;
+                };
+                match m.send_doorbell_record(&mut p, QPN_BASE + s) {
+                    Ok(true) => {
+                        found += 1;
+                        taken.set_bit(slot);
+                    }
+                    Ok(false) => {}
+                    // Destroyed meanwhile (destroy also clears the bit).
+                    Err(DoorbellError::NoSuchObject) => bits.clear_bit(slot),
+                    // Refused and counted by the model, like a bad kick.
+                    Err(_) => {}
+                }
+            }
+        }
+        watch.doorbells += found;
+        found != 0
+    }
+}
+
+impl SoftHca {
+    /// Starts the watcher unless it is queued or running, or backing off
+    /// (any context).
+    pub(crate) fn start_watch(self: &Arc<Self>) {
+        if !self.elision
+            || self.shutting_down.load(Ordering::Acquire)
+            || self.perf.now() < self.watch_backoff.load(Ordering::Relaxed)
+            || self.watching.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        if workqueue::system_unbound()
+            .enqueue::<Arc<Self>, 3>(self.clone())
+            .is_err()
+        {
+            self.watching.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl WorkItem<3> for SoftHca {
+    type Pointer = Arc<SoftHca>;
+
+    fn run(this: Arc<SoftHca>) {
+        let perf = &this.perf;
+        let start = perf.now();
+        let mut last = start;
+        let more = {
+            // Preemption is off from here until the word is cleared.
+            let _run = this.watch_run.lock();
+            {
+                let mut st = this.state.lock();
+                st.watch.runs += 1;
+                st.set_watch_word(true);
+            }
+            let mut first = true;
+            loop {
+                let busy = {
+                    let mut st = this.state.lock();
+                    // Every record on the first pass; then only those of
+                    // QPs whose processes set their doorbell bits.
+                    let found = if first {
+                        st.scan_records()
+                    } else {
+                        st.scan_bits()
+                    };
+                    first = false;
+                    this.engine_locked(&mut st) || found
+                };
+                let now = perf.now();
+                if busy {
+                    last = now;
+                }
+                // Poll only while no task wants this CPU: a busy process
+                // (a receiver reposting, a poller) must never wait for the
+                // watcher; it runs again from the next kick.
+                if !cpu_is_ours() {
+                    this.watch_backoff
+                        .store(now.saturating_add(BACKOFF_NS), Ordering::Relaxed);
+                    break;
+                }
+                if this.shutting_down.load(Ordering::Acquire)
+                    || now.saturating_sub(last) > IDLE_NS
+                    || now.saturating_sub(start) > MAX_NS
+                {
+                    break;
+                }
+                if !busy {
+                    while perf.now().saturating_sub(now) < POLL_GAP_NS {
+                        core::hint::spin_loop();
+                    }
+                }
+            }
+            let mut st = this.state.lock();
+            st.set_watch_word(false);
+            // Dekker: the cleared word before the last reading of the
+            // records (the provider fences between its record and its
+            // reading of the word).
+            smp_mb(Full);
+            let found = st.scan_records();
+            this.engine_locked(&mut st) || found
+        };
+        this.watching.store(false, Ordering::Release);
+        if more {
+            // Work remains or was still coming: continue it.
+            this.kick_engine();
+        }
+    }
+}
