@@ -151,6 +151,27 @@ print(d["guest_passed"], d["guest_failed"])' "$res")
                 else
                     count_fail "PCI guest runner (firmware never ready)"
                 fi
+                rm -f "$res"
+                # And with one MSI-X vector: the driver and its self-test
+                # fall back to vector 0.
+                step "guest with an emulated ConnectX of one MSI-X vector"
+                res=$(mktemp)
+                python3 "$top/tests/run-guest.py" --mode pci-smoke \
+                    --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
+                    --cx-emu "$top/target/release/rmlx5-cx-emu" \
+                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
+                    --module "$top/build/module/rmlx5.ko" --kunit-filter none \
+                    --cx-emu-msix 1 \
+                    --timeout 600 --log "$top/build/pci-one-vector-console.log" --results "$res"
+                if [ -s "$res" ]; then
+                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["guest_passed"], d["guest_failed"])' "$res")
+                    passed=$((passed + gp))
+                    failed=$((failed + gf))
+                    [ "$gf" = 0 ] || failures+=("PCI guest, one MSI-X vector: $gf failed")
+                else
+                    count_fail "PCI guest runner (one MSI-X vector)"
+                fi
             else
                 count_fail "QEMU or emulated ConnectX build"
             fi

@@ -15,6 +15,9 @@
 #   CX_NEVER_READY=1          the emulator's firmware never leaves its
 #                             initialisation: probe must time out cleanly
 #                             (make check's second PCI run)
+#   CX_MSIX=1                 the function has one MSI-X vector: the driver
+#                             and its self-test fall back to vector 0
+#                             (make check's third PCI run)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -49,6 +52,9 @@ if [ -n "${CX_FAIL:-}" ]; then
 fi
 if [ "${CX_NEVER_READY:-0}" = 1 ]; then
     driver+=(--cx-emu-never-ready)
+fi
+if [ -n "${CX_MSIX:-}" ]; then
+    driver+=(--cx-emu-msix "$CX_MSIX")
 fi
 
 mkdir -p "$top/build"

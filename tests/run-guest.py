@@ -88,7 +88,7 @@ def build_initramfs(args, workdir):
 class CxEmu:
     """The emulated ConnectX-5: rmlx5-cx-emu serving one vfio-user socket."""
 
-    def __init__(self, binary, workdir, log_path, fail_opcode="", never_ready=False):
+    def __init__(self, binary, workdir, log_path, fail_opcode="", never_ready=False, msix=0):
         self.socket = os.path.join(workdir, "cx-emu.sock")
         self.log_path = log_path
         self.log = open(log_path, "w")
@@ -97,6 +97,8 @@ class CxEmu:
             cmd += ["--fail-opcode", fail_opcode]
         if never_ready:
             cmd += ["--never-ready"]
+        if msix:
+            cmd += ["--msix", str(msix)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.returncode = None
@@ -161,6 +163,8 @@ def run_qemu(args, initramfs, log_path, cx_emu=None):
         append.append(f"rmlx5.cxfail={args.cx_emu_fail}")
     if args.cx_emu_never_ready:
         append.append("rmlx5.cxneverready=1")
+    if args.cx_emu_msix:
+        append.append(f"rmlx5.cxmsix={args.cx_emu_msix}")
     if cx_emu:
         memory, device = cx_emu.qemu_args(args.memory)
         machine += ",memory-backend=mem"
@@ -258,6 +262,9 @@ def main():
     ap.add_argument("--cx-emu-never-ready", action="store_true",
                     help="the emulated ConnectX's firmware never leaves initialisation "
                          "(told to the guest as rmlx5.cxneverready=1)")
+    ap.add_argument("--cx-emu-msix", type=int, default=0,
+                    help="MSI-X vectors of the emulated ConnectX (default: the emulator's 16; "
+                         "told to the guest as rmlx5.cxmsix=N)")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--memory", default="1G")
     ap.add_argument("--timeout", type=int, default=900)
@@ -275,7 +282,7 @@ def main():
     if args.cx_emu:
         cx_log = os.path.splitext(log_path)[0] + "-cx-emu.log"
         cx_emu = CxEmu(args.cx_emu, workdir, cx_log, args.cx_emu_fail,
-                       args.cx_emu_never_ready)
+                       args.cx_emu_never_ready, args.cx_emu_msix)
         if not cx_emu.wait_listening():
             cx_emu.stop(timeout=1)
             print(f"guest: FAIL cx_emu: the emulator did not start; its log ({cx_log}):")
