@@ -124,7 +124,7 @@ fn qps(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 
 fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     // The registry mutex comes before the fabric lock (ulp/objects.rs).
-    let ulp_objects = r.soft.ulp_objects.lock().len();
+    let ulp_objects = crate::ulp::objects::ULP_OBJECTS.lock().len();
     if let Ok(dev) = r.soft.dev(r.hca) {
         let (stray, dropped) = {
             let t = dev.events.lock();

@@ -12,7 +12,8 @@
 //! rmlx5_1). Hold times are bounded by the engine budget
 //! ([`ENGINE_BUDGET`]) and the EQ budget. Lock order in the whole module:
 //! an object's own lock (`Cq::poll`, `Qp::sq`, `Qp::rq`) may be held while
-//! taking `state`, and `ulp_objects` (a mutex) before either of them;
+//! taking `state`, and the ULP layer's registry (`ULP_OBJECTS`, a mutex)
+//! before either of them;
 //! under `state` only leaf locks are taken: an HCA's lookup tables
 //! (`HcaDev::events`, see `core/events.rs`) and the hrtimer base lock
 //! inside `hrtimer_start` (the kernel's, which never calls back into rmlx5
@@ -42,11 +43,10 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    new_mutex, new_spinlock, new_spinlock_irq, new_work,
+    new_spinlock, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         Arc,
-        Mutex,
         SpinLock,
         SpinLockIrq, //
     },
@@ -95,7 +95,6 @@ use crate::mlx5_core::{
     },
 };
 use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
-use crate::ulp::objects::UlpObjects;
 use dma::{
     DmaBuf,
     DmaRegistry,
@@ -268,10 +267,6 @@ pub(crate) struct SoftHca {
     /// Where the time of the doorbell and event paths goes (debugfs
     /// `rmlx5/perf`).
     pub(crate) perf: Arc<Perf>,
-    /// Objects handed to kernel ULPs, reclaimed at unload (see
-    /// `ulp/objects.rs`).
-    #[pin]
-    pub(crate) ulp_objects: Mutex<UlpObjects>,
     /// Origin of the model's clock.
     epoch: Instant<Monotonic>,
     /// Fires at the earliest RNR or transport retry deadline.
@@ -384,7 +379,6 @@ impl SoftHca {
                 dispatch_runs: AtomicU64::new(0),
                 handler_calls: AtomicU64::new(0),
                 perf,
-                ulp_objects <- new_mutex!(UlpObjects::new(), "rmlx5_ulp_objects"),
                 epoch: Instant::now(),
                 clock <- HrTimer::new(),
             }),

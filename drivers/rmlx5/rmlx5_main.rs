@@ -204,6 +204,8 @@ impl kernel::Module for Rmlx5Module {
                 return Err(EINVAL);
             }
         };
+        // SAFETY: Called once, before anything can use the registry.
+        unsafe { ulp::objects::ULP_OBJECTS.init() };
         let soft = hca::SoftHca::new(count, comp)?;
         SOFT.store(Arc::into_raw(soft).cast_mut(), Ordering::Release);
         let r = (|| -> Result<Self> {
@@ -260,9 +262,7 @@ struct ReclaimUlpObjects;
 
 impl Drop for ReclaimUlpObjects {
     fn drop(&mut self) {
-        if let Ok(soft) = soft() {
-            ulp::objects::reclaim(&soft);
-        }
+        ulp::objects::reclaim();
     }
 }
 

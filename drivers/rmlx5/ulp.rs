@@ -28,7 +28,6 @@ use kernel::{
     },
 };
 
-use crate::hca::SoftHca;
 use crate::ib::{
     cq::{
         Cq,
@@ -48,7 +47,10 @@ use crate::ib::{
     },
 };
 use crate::mlx5_core::events::EventHandlerFn;
-use objects::Handle;
+use objects::{
+    Handle,
+    ULP_OBJECTS, //
+};
 
 fn errno(e: Error) -> c_int {
     e.to_errno()
@@ -56,8 +58,8 @@ fn errno(e: Error) -> c_int {
 
 /// Records a new object; if that fails, undoes its creation with
 /// `undo` (which destroys and frees it) and returns the error.
-fn record(soft: &SoftHca, h: Handle, undo: impl FnOnce()) -> Result {
-    let r = soft.ulp_objects.lock().add(h);
+fn record(h: Handle, undo: impl FnOnce()) -> Result {
+    let r = ULP_OBJECTS.lock().add(h);
     if r.is_err() {
         undo();
     }
@@ -67,10 +69,10 @@ fn record(soft: &SoftHca, h: Handle, undo: impl FnOnce()) -> Result {
 /// Destroys a recorded object: `EINVAL` if `h` is not recorded, else
 /// `destroy`'s result; on success `h` is forgotten and `free` releases it.
 fn destroy_recorded(h: Handle, destroy: impl FnOnce() -> Result, free: impl FnOnce()) -> c_int {
-    let Ok(soft) = crate::soft() else {
+    if crate::soft().is_err() {
         return ENODEV.to_errno();
-    };
-    let mut reg = soft.ulp_objects.lock();
+    }
+    let mut reg = ULP_OBJECTS.lock();
     if !reg.contains(h) {
         return EINVAL.to_errno();
     }
@@ -172,7 +174,7 @@ pub unsafe extern "C" fn rmlx5_ib_alloc_pd(index: c_int, out: *mut *mut Pd) -> c
         let hca = u16::try_from(index).map_err(|_| ENODEV)?;
         soft.dev(usize::from(hca))?;
         let pd = KBox::into_raw(KBox::new(Pd::new(&soft, hca)?, GFP_KERNEL)?);
-        record(&soft, Handle::Pd(pd as usize), || {
+        record(Handle::Pd(pd as usize), || {
             // SAFETY: `pd` is the `KBox` just leaked, known to nobody else.
             let pd = unsafe { KBox::from_raw(pd) };
             let _ = pd.destroy();
@@ -226,7 +228,7 @@ pub unsafe extern "C" fn rmlx5_ib_reg_mr(
         let mr = Mr::new(pd, addr as u64, len, access)?;
         let k = mr.key;
         let b = KBox::into_raw(KBox::new(mr, GFP_KERNEL)?);
-        record(&pd.soft, Handle::Mr(b as usize), || {
+        record(Handle::Mr(b as usize), || {
             // SAFETY: `b` is the `KBox` just leaked, known to nobody else.
             let mr = unsafe { KBox::from_raw(b) };
             let _ = mr.destroy();
@@ -286,7 +288,7 @@ pub unsafe extern "C" fn rmlx5_ib_create_cq(
             handler.map(|f| (f, ctx as usize)),
         )?;
         let undo = cq.clone();
-        record(&soft, Handle::Cq(Arc::as_ptr(&cq) as usize), move || {
+        record(Handle::Cq(Arc::as_ptr(&cq) as usize), move || {
             let _ = undo.destroy();
         })?;
         Ok(cq)
@@ -393,7 +395,7 @@ pub unsafe extern "C" fn rmlx5_ib_create_qp(
     };
     let r = Qp::new(pd, &scq, &rcq, &caps).and_then(|qp| {
         let undo = qp.clone();
-        record(&pd.soft, Handle::Qp(Arc::as_ptr(&qp) as usize), move || {
+        record(Handle::Qp(Arc::as_ptr(&qp) as usize), move || {
             let _ = undo.destroy();
         })?;
         Ok(qp)

@@ -6,7 +6,7 @@
 //! # The rule
 //!
 //! Every PD, MR, CQ and QP handed to C is recorded in
-//! [`SoftHca::ulp_objects`] from creation until its destroy succeeds; a
+//! [`ULP_OBJECTS`] from creation until its destroy succeeds; a
 //! destroy call for a pointer that is not recorded fails with `EINVAL`
 //! instead of touching it. A ULP module cannot outlive rmlx5 (it uses
 //! rmlx5's symbols), but it can unload without destroying its objects.
@@ -28,7 +28,6 @@ use kernel::{
     sync::Arc, //
 };
 
-use crate::hca::SoftHca;
 use crate::ib::{
     cq::Cq,
     mr::{
@@ -63,7 +62,15 @@ impl Handle {
     }
 }
 
-/// The objects ULPs currently hold (under `SoftHca::ulp_objects`).
+kernel::sync::global_lock! {
+    // SAFETY: `init` is called once, in module init, before any ULP call
+    // can reach the registry (the ULP API needs the module loaded).
+    /// The objects ULPs currently hold: the ULP layer's own registry, not
+    /// the software HCA's (the layers below never see it).
+    pub(crate) unsafe(uninit) static ULP_OBJECTS: Mutex<UlpObjects> = UlpObjects::new();
+}
+
+/// The objects ULPs currently hold (in [`ULP_OBJECTS`]).
 pub(crate) struct UlpObjects {
     live: KVec<Handle>,
 }
@@ -160,8 +167,8 @@ unsafe fn reclaim_one(h: Handle) -> bool {
 /// Destroys every object a ULP left behind (module unload, process
 /// context, with interrupts and dispatch still running). Returns how many
 /// were reclaimed.
-pub(crate) fn reclaim(soft: &SoftHca) -> usize {
-    let mut reg = soft.ulp_objects.lock();
+pub(crate) fn reclaim() -> usize {
+    let mut reg = ULP_OBJECTS.lock();
     let mut live = core::mem::take(&mut reg.live);
     live.sort_unstable_by_key(|h| h.rank());
     let total = live.len();
