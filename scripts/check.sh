@@ -107,75 +107,48 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
             # tests/guest/pci-smoke.sh with rmlx5.ko in the image; the
             # emulator fails the first INIT_HCA (0x102) on purpose, so the
             # driver's error path runs too.
-            step "guest with the emulated ConnectX (PCI backend)"
-            res=$(mktemp)
+            # One PCI guest: pci_guest STEP WHAT LOG EMULATOR-ARGS...
+            pci_guest() {
+                local what=$2 log=$3 res
+                step "$1"
+                shift 3
+                res=$(mktemp)
+                python3 "$top/tests/run-guest.py" --mode pci-smoke \
+                    --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
+                    --cx-emu "$top/target/release/rmlx5-cx-emu" \
+                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
+                    --module "$top/build/module/rmlx5.ko" --kunit-filter none \
+                    "$@" --timeout 600 --log "$top/build/$log" --results "$res"
+                if [ -s "$res" ]; then
+                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["guest_passed"], d["guest_failed"])' "$res")
+                    passed=$((passed + gp))
+                    failed=$((failed + gf))
+                    [ "$gf" = 0 ] || failures+=("$what: $gf failed")
+                else
+                    count_fail "$what runner"
+                fi
+                rm -f "$res"
+            }
             if qemu=$(bash "$here/qemu.sh") &&
                 cargo build --quiet --release -p cx-emu --bin rmlx5-cx-emu &&
                 RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
                     --target x86_64-unknown-linux-gnu --target-dir "$top/target/guest" \
                     -p cx-emu --bin rmlx5-pci-peek; then
-                python3 "$top/tests/run-guest.py" --mode pci-smoke \
-                    --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
-                    --cx-emu "$top/target/release/rmlx5-cx-emu" \
-                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
-                    --module "$top/build/module/rmlx5.ko" --kunit-filter none \
-                    --cx-emu-fail 0x102 \
-                    --timeout 600 --log "$top/build/pci-console.log" --results "$res"
-                if [ -s "$res" ]; then
-                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
-print(d["guest_passed"], d["guest_failed"])' "$res")
-                    passed=$((passed + gp))
-                    failed=$((failed + gf))
-                    [ "$gf" = 0 ] || failures+=("PCI guest: $gf failed")
-                else
-                    count_fail "PCI guest runner"
-                fi
-                rm -f "$res"
+                pci_guest "guest with the emulated ConnectX (PCI backend)" \
+                    "PCI guest" pci-console.log --cx-emu-fail 0x102
                 # Again with a firmware that never leaves its initialisation:
                 # probe must give up after cx_fw_wait_ms, cleanly.
-                step "guest with an emulated ConnectX whose firmware never becomes ready"
-                res=$(mktemp)
-                python3 "$top/tests/run-guest.py" --mode pci-smoke \
-                    --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
-                    --cx-emu "$top/target/release/rmlx5-cx-emu" \
-                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
-                    --module "$top/build/module/rmlx5.ko" --kunit-filter none \
-                    --cx-emu-never-ready \
-                    --timeout 600 --log "$top/build/pci-never-ready-console.log" --results "$res"
-                if [ -s "$res" ]; then
-                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
-print(d["guest_passed"], d["guest_failed"])' "$res")
-                    passed=$((passed + gp))
-                    failed=$((failed + gf))
-                    [ "$gf" = 0 ] || failures+=("PCI guest, firmware never ready: $gf failed")
-                else
-                    count_fail "PCI guest runner (firmware never ready)"
-                fi
-                rm -f "$res"
+                pci_guest "guest with an emulated ConnectX whose firmware never becomes ready" \
+                    "PCI guest, firmware never ready" pci-never-ready-console.log \
+                    --cx-emu-never-ready
                 # And with one MSI-X vector: the driver and its self-test
                 # fall back to vector 0.
-                step "guest with an emulated ConnectX of one MSI-X vector"
-                res=$(mktemp)
-                python3 "$top/tests/run-guest.py" --mode pci-smoke \
-                    --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
-                    --cx-emu "$top/target/release/rmlx5-cx-emu" \
-                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
-                    --module "$top/build/module/rmlx5.ko" --kunit-filter none \
-                    --cx-emu-msix 1 \
-                    --timeout 600 --log "$top/build/pci-one-vector-console.log" --results "$res"
-                if [ -s "$res" ]; then
-                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
-print(d["guest_passed"], d["guest_failed"])' "$res")
-                    passed=$((passed + gp))
-                    failed=$((failed + gf))
-                    [ "$gf" = 0 ] || failures+=("PCI guest, one MSI-X vector: $gf failed")
-                else
-                    count_fail "PCI guest runner (one MSI-X vector)"
-                fi
+                pci_guest "guest with an emulated ConnectX of one MSI-X vector" \
+                    "PCI guest, one MSI-X vector" pci-one-vector-console.log --cx-emu-msix 1
             else
                 count_fail "QEMU or emulated ConnectX build"
             fi
-            rm -f "$res"
         else
             count_fail "module or guest program build"
         fi
