@@ -56,13 +56,7 @@ use crate::hca_model::{
     qp_modify::QpModify,
 };
 use crate::mlx5_core::events::QpEvents;
-use crate::mlx5_prm::{
-    doorbell::{
-        QpDbRec,
-        QP_DBR_SIZE, //
-    },
-    opcode::SendOpcode,
-};
+use crate::mlx5_prm::{doorbell::QP_DBR_SIZE, opcode::SendOpcode};
 
 /// Whether a WQE with send opcode `opcode` leaves the peer's process out:
 /// RDMA WRITE, READ and atomics consume no receive. Only streams of those
@@ -280,10 +274,10 @@ impl UserQp {
                 let hca = usize::from(self.hca);
                 let took = st.watch.take_taken(hca, self.qpn);
                 let new = self.new_wqebbs(&mut st)?;
-                if st.watch.add(hca, self.qpn, self.uar_addr) && took && new == 0 {
+                if st.watch.add(hca, self.qpn, self.uar_addr) && took && new == Some(0) {
                     return Ok(());
                 }
-                small = new <= STREAM_MAX_WQEBBS && passive_peer(opcode);
+                small = new.is_some_and(|n| n <= STREAM_MAX_WQEBBS) && passive_peer(opcode);
             }
             let (fabric, mut p) = st.split();
             let m = fabric.hca(self.hca).ok_or(ENODEV)?;
@@ -313,14 +307,12 @@ impl UserQp {
     }
 
     /// WQEBBs the doorbell record announces beyond what the model has
-    /// accepted (0 when the watcher already took the record).
-    fn new_wqebbs(&self, st: &mut Locked) -> Result<u16> {
-        let mut rec = [0u8; QP_DBR_SIZE];
-        self.dbr.read(0, &mut rec)?;
-        let counter = QpDbRec::decode(&rec).map_err(|_| EINVAL)?.send_counter;
-        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-        let pi = m.query_qp(self.qpn).map_or(counter, |i| i.sq_pi);
-        Ok(counter.wrapping_sub(pi))
+    /// accepted (0 when the watcher already took the record; `None` for
+    /// what the doorbell itself will refuse).
+    fn new_wqebbs(&self, st: &mut Locked) -> Result<Option<u16>> {
+        let (fabric, mut p) = st.split();
+        let m = fabric.hca(self.hca).ok_or(ENODEV)?;
+        Ok(m.send_posted(&mut p, self.qpn))
     }
 
     /// The receive kick (new receives of a QP in ERR are flushed); then

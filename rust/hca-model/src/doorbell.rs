@@ -149,6 +149,18 @@ impl<S: Storage> Hca<S> {
         r
     }
 
+    /// WQEBBs QP `qpn`'s send doorbell record announces beyond what the
+    /// model has accepted; `None` for no such QP, one without an SQ or in
+    /// RESET, or a record that is unreadable or out of range (what a
+    /// doorbell would refuse). Changes nothing and counts nothing.
+    pub fn send_posted<M: DmaMemory>(&mut self, mem: &mut M, qpn: u32) -> Option<u16> {
+        let mut dev = self.dev();
+        let (_, qp) = dev.qp(qpn)?;
+        let sq = qp.sq.filter(|_| qp.state != QpState::Reset)?;
+        let counter = new_send_counter(mem, qp.attr.dbr_addr, &sq).ok()?;
+        Some(counter.wrapping_sub(sq.pi))
+    }
+
     /// Handles a CQ arm doorbell rung on the UAR page at `uar_addr`. A CQ
     /// that already holds a qualifying CQE fires at once (COMP EQE and,
     /// if its EQ is armed, an interrupt). An arm with a stale sequence
@@ -251,18 +263,10 @@ fn send<M: DmaMemory>(
     if qp.state == QpState::Reset {
         return Err(DoorbellError::NotAccepting);
     }
-    let rec = read8(mem, qp.attr.dbr_addr)?;
-    let rec: &[u8; QP_DBR_SIZE] = &rec;
-    let counter = QpDbRec::decode(rec)
-        .map_err(|_| DoorbellError::BadCounter)?
-        .send_counter;
+    let counter = new_send_counter(mem, qp.attr.dbr_addr, &sq)?;
     let posted = counter.wrapping_sub(sq.pi);
     if posted == 0 {
         return Err(DoorbellError::NothingPosted);
-    }
-    let outstanding = u32::from(counter.wrapping_sub(sq.ci));
-    if outstanding > 1u32 << sq.log {
-        return Err(DoorbellError::BadCounter);
     }
     if db.half > 1 {
         return Err(DoorbellError::BadRegister);
@@ -307,18 +311,9 @@ fn send_record<M: DmaMemory>(
     if qp.state == QpState::Reset {
         return Ok(false);
     }
-    let rec = read8(mem, qp.attr.dbr_addr)?;
-    let rec: &[u8; QP_DBR_SIZE] = &rec;
-    let counter = QpDbRec::decode(rec)
-        .map_err(|_| DoorbellError::BadCounter)?
-        .send_counter;
-    let posted = counter.wrapping_sub(sq.pi);
-    if posted == 0 {
+    let counter = new_send_counter(mem, qp.attr.dbr_addr, &sq)?;
+    if counter == sq.pi {
         return Ok(false);
-    }
-    let outstanding = u32::from(counter.wrapping_sub(sq.ci));
-    if outstanding > 1u32 << sq.log {
-        return Err(DoorbellError::BadCounter);
     }
     // Walk the new WQEs by their control segments.
     let mut at = sq.pi;
@@ -339,6 +334,24 @@ fn send_record<M: DmaMemory>(
         dev.sched.activate(dev.t.qps, slot);
     }
     Ok(true)
+}
+
+/// The send counter of the QP doorbell record at `dbr_addr`, checked to
+/// claim no more WQEBBs than `sq` has room for.
+fn new_send_counter<M: DmaMemory>(
+    mem: &mut M,
+    dbr_addr: u64,
+    sq: &Sq,
+) -> Result<u16, DoorbellError> {
+    let rec = read8(mem, dbr_addr)?;
+    let rec: &[u8; QP_DBR_SIZE] = &rec;
+    let counter = QpDbRec::decode(rec)
+        .map_err(|_| DoorbellError::BadCounter)?
+        .send_counter;
+    if u32::from(counter.wrapping_sub(sq.ci)) > 1u32 << sq.log {
+        return Err(DoorbellError::BadCounter);
+    }
+    Ok(counter)
 }
 
 /// Compares a BlueFlame copy of `len` bytes at `reg_addr` with the `bbs`

@@ -64,7 +64,14 @@ fn record_only_doorbells_execute_every_new_wqe() {
     ];
     p.w.fill(p.abuf, &[0x5a; 64]);
     post_record_only(&mut p, &wrs);
+    let qpn = p.a.qpn;
+    let mem = &mut p.w.mem;
+    // 1 + 2 + 2 WQEBBs of WRITEs (3 SGEs spill over), 1 of the SEND.
+    let pending = p.w.fabric.hca(0).unwrap().send_posted(mem, qpn);
+    assert_eq!(pending, Some(p.a.cur_post));
     assert_eq!(record(&mut p), Ok(true));
+    let mem = &mut p.w.mem;
+    assert_eq!(p.w.fabric.hca(0).unwrap().send_posted(mem, qpn), Some(0));
     // Taken once: the same record again is nothing new.
     assert_eq!(record(&mut p), Ok(false));
     p.w.run();
