@@ -188,14 +188,8 @@ pub(crate) struct Locked {
 impl Locked {
     /// Splits the locked state into the model and a platform for it.
     pub(crate) fn split(&mut self) -> (&mut Fabric<ModelSet>, SoftPlatform<'_>) {
-        (
-            &mut self.fabric,
-            SoftPlatform {
-                dma: &self.dma,
-                irqs_per_hca: self.irqs_per_hca,
-                perf: &self.perf,
-            },
-        )
+        let (fabric, (p, _)) = self.split_watch();
+        (fabric, p)
     }
 
     /// Sets the model time to `now` and runs the engine for one budget.

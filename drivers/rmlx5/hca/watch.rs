@@ -211,8 +211,9 @@ impl WatchSet {
 }
 
 impl Locked {
-    /// The model, a platform for it, and the watch set.
-    fn split_watch(
+    /// The model, a platform for it, and the watch set (`Locked::split`
+    /// without the last).
+    pub(super) fn split_watch(
         &mut self,
     ) -> (
         &mut Fabric<super::ModelSet>,
