@@ -46,6 +46,7 @@ $(MO):
 	@mkdir -p $(MO)
 
 ULP_MO := $(BUILD)/ulp
+IBTEST_MO := $(BUILD)/ibtest
 
 module: | $(MO)
 	$(MAKE) -C $(KDIR) M=$(TOP) MO=$(MO) LLVM=$(LLVM) modules
@@ -60,6 +61,13 @@ ulp: | $(MO)
 	@out=$$($(MAKE) -s -C $(KDIR) M=$(TOP)/samples/rmlx5_ulp MO=$(ULP_MO) LLVM=$(LLVM) \
 		KBUILD_EXTRA_SYMBOLS=$(MO)/Module.symvers modules 2>&1); rc=$$?; echo "$$out"; \
 	if [ $$rc -ne 0 ] || echo "$$out" | grep -qiE 'warning|error'; then echo "ulp: build failed or warned"; exit 1; fi
+	@# The ib_* API test ULP (samples/rmlx5_ibcore), on kernels with the RDMA core.
+	@rm -rf $(IBTEST_MO)
+	@if grep -q '^CONFIG_INFINIBAND=[ym]' $(KDIR)/.config; then \
+	mkdir -p $(IBTEST_MO); \
+	out=$$($(MAKE) -s -C $(KDIR) M=$(TOP)/samples/rmlx5_ibcore MO=$(IBTEST_MO) LLVM=$(LLVM) modules 2>&1); rc=$$?; echo "$$out"; \
+	if [ $$rc -ne 0 ] || echo "$$out" | grep -qiE 'warning|error'; then echo "ibtest: build failed or warned"; exit 1; fi; \
+	fi
 
 # What make check builds: the module warning-free (warnings are errors
 # here), clean under clippy, and rustfmt-clean (.rustfmt.toml is the
@@ -73,7 +81,7 @@ module-check: | $(MO)
 	rustfmt --check --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs \
 		|| { echo "module: not rustfmt-clean (run make rustfmt)"; exit 1; }; \
 	$(MAKE) -s KDIR=$$kdir ulp || exit 1; \
-	echo "module: $(MO)/rmlx5.ko and $(ULP_MO)/rmlx5_ulp.ko built clean"
+	echo "module: $(MO)/rmlx5.ko, $(ULP_MO)/rmlx5_ulp.ko and (with INFINIBAND) $(IBTEST_MO)/rmlx5_ibtest.ko built clean"
 
 rustfmt:
 	@rustfmt --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs

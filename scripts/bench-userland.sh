@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stage rdma-core's user space, perftest and iproute2 for the benchmark
-# guest (cached). Prints the staged root directory on stdout; run-guest.py
+# guest, or (profile `check`) iproute2's rdma tool for make check's guest
+# (cached). Prints the staged root directory on stdout; run-guest.py
 # copies it into the initramfs.
 #
 # The packages are Debian's, the same release as the host (so the host's C
@@ -11,13 +12,29 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
 
-# What the benchmark runs, and the packages it comes from. The libraries
-# are listed too, so a fresh machine that lacks one of them still works.
-PROGRAMS=(ib_send_lat ib_write_lat ib_send_bw ib_write_bw ibv_devices ibv_devinfo rdma ip)
-PACKAGES=(perftest rdma-core ibverbs-providers ibverbs-utils libibverbs1 librdmacm1 libibumad3
-          iproute2 libpci3 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1)
+# Profiles: `bench` (default) stages what the benchmark runs; `check`
+# stages only iproute2's rdma tool, which make check's guest runs against
+# rmlx5's ib_core devices.
+profile=${1:-bench}
+# What the guest runs, and the packages it comes from. The libraries are
+# listed too, so a fresh machine that lacks one of them still works.
+case "$profile" in
+bench)
+    PROGRAMS=(ib_send_lat ib_write_lat ib_send_bw ib_write_bw ibv_devices ibv_devinfo rdma ip)
+    PACKAGES=(perftest rdma-core ibverbs-providers ibverbs-utils libibverbs1 librdmacm1 libibumad3
+              iproute2 libpci3 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1)
+    ;;
+check)
+    PROGRAMS=(rdma)
+    PACKAGES=(iproute2 libmnl0 libbsd0 libmd0 libcap2)
+    ;;
+*)
+    echo "usage: $0 [bench|check]" >&2
+    exit 2
+    ;;
+esac
 
-log() { printf 'bench-userland: %s\n' "$*" >&2; }
+log() { printf '%s-userland: %s\n' "$profile" "$*" >&2; }
 
 versions=$(apt-cache policy "${PACKAGES[@]}" 2>/dev/null | awk '/^[a-z0-9]/{p=$1} /Candidate:/{print p, $2}')
 if echo "$versions" | grep -q "(none)" || [ -z "$versions" ]; then
@@ -26,7 +43,7 @@ if echo "$versions" | grep -q "(none)" || [ -z "$versions" ]; then
     versions=$(apt-cache policy "${PACKAGES[@]}" | awk '/^[a-z0-9]/{p=$1} /Candidate:/{print p, $2}')
 fi
 key=$( { printf '%s\n' "${PROGRAMS[@]}"; echo "$versions"; cat "$0"; } | sha256sum | cut -c1-12)
-out=$CACHE/bench-userland-$key
+out=$CACHE/$profile-userland-$key
 if [ -f "$out/.staged" ]; then
     log "cached $out"
     echo "$out/root"
@@ -81,7 +98,9 @@ for prog in "${PROGRAMS[@]}"; do
     cp "$src" "$root/usr/bin/$prog"
     stage_deps "$src"
 done
-for drv in rxe siw; do
+providers=()
+[ "$profile" = bench ] && providers=(rxe siw)
+for drv in "${providers[@]}"; do
     so=$(ls "$pkg"/usr/lib/x86_64-linux-gnu/libibverbs/lib$drv-rdmav*.so)
     cp -L "$so" "$root/usr/lib/x86_64-linux-gnu/libibverbs/"
     cp "$pkg/etc/libibverbs.d/$drv.driver" "$root/etc/libibverbs.d/"
@@ -89,11 +108,14 @@ for drv in rxe siw; do
 done
 # The loader where the programs' PT_INTERP names it.
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+mkdir -p "$root/etc"
 {
-    echo "perftest $(dpkg-deb -f "$out"/debs/perftest_*.deb Version)"
-    echo "rdma-core $(dpkg-deb -f "$out"/debs/rdma-core_*.deb Version)"
-    echo "iproute2 $(dpkg-deb -f "$out"/debs/iproute2_*.deb Version)"
-} > "$root/etc/rmlx5-bench-versions"
+    for p in perftest rdma-core iproute2; do
+        for deb in "$out"/debs/${p}_*.deb; do
+            if [ -f "$deb" ]; then echo "$p $(dpkg-deb -f "$deb" Version)"; fi
+        done
+    done
+} > "$root/etc/rmlx5-$profile-versions"
 rm -rf "$out/pkg"
 touch "$out/.staged"
 log "staged $(find "$root" -type f | wc -l) files ($(du -sh "$root" | cut -f1)) in $root"

@@ -85,9 +85,16 @@ if [ "${SKIP_GUEST:-0}" != 1 ]; then
                 "$top"/build/samples/rmlx5-dv-c-tests; do
                 programs+=(--program "$p")
             done
+            # iproute2's rdma tool, for the ib_core checks (cached).
+            overlay=()
+            if userland=$(bash "$here/bench-userland.sh" check); then
+                overlay=(--overlay "$userland")
+            else
+                count_fail "staging iproute2 for the guest"
+            fi
             python3 "$top/tests/run-guest.py" --kernel "$kdir/arch/x86/boot/bzImage" \
                 --ksrc "$KSRC" --module "$top/build/module/rmlx5.ko" "${programs[@]}" \
-                "${guest_tools[@]}" \
+                "${guest_tools[@]}" "${overlay[@]}" \
                 --filter "${GUEST_FILTER:-}" --kunit-filter "${KUNIT_FILTER:-}" \
                 --log "$top/build/console.log" --results "$res"
             if [ -s "$res" ]; then

@@ -60,6 +60,13 @@ def build_initramfs(args, workdir):
             os.path.dirname(os.path.dirname(os.path.abspath(args.module))), "ulp", "rmlx5_ulp.ko")
         if os.path.exists(ulp):
             shutil.copy(ulp, os.path.join(root, "lib/modules/rmlx5_ulp.ko"))
+        # The ib_* API test ULP (samples/rmlx5_ibcore), built only for
+        # kernels with the RDMA core.
+        ibtest = os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(args.module))), "ibtest",
+            "rmlx5_ibtest.ko")
+        if os.path.exists(ibtest):
+            shutil.copy(ibtest, os.path.join(root, "lib/modules/rmlx5_ibtest.ko"))
     for prog in args.programs:
         shutil.copy(prog, os.path.join(root, "tests", os.path.basename(prog)))
     # Tools a user would run (rmlx5-devinfo, -pingpong, -perf) go in /bin.

@@ -157,10 +157,11 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use crate::hca::dma::RegionKind;
         writeln!(
             f,
-            "dma_regions buf {} kernel_mr {} user_mr {}",
+            "dma_regions buf {} kernel_mr {} user_mr {} direct_map_mrs {}",
             st.dma.count(RegionKind::Buf),
             st.dma.count(RegionKind::KernelMr),
-            st.dma.count(RegionKind::UserMr)
+            st.dma.count(RegionKind::UserMr),
+            st.dma.direct_map_users()
         )?;
     }
     if let Some(m) = st.fabric.hca(r.hca as u16) {

@@ -214,10 +214,23 @@ pub(crate) struct HcaDev {
     /// `core/events.rs`).
     #[pin]
     pub(crate) events: SpinLockIrq<EventTables>,
-    /// Asynchronous event handler of the kernel ULP (function, context).
+    /// Asynchronous event handlers (function, context), by
+    /// [`EventSlot`]: the `rmlx5_ib_*` ULP's and ib_core's.
     #[pin]
-    pub(crate) event_handler: SpinLockIrq<Option<(EventHandlerFn, usize)>>,
+    pub(crate) event_handler: SpinLockIrq<[Option<(EventHandlerFn, usize)>; EVENT_SLOTS]>,
 }
+
+/// Who an async event handler of an HCA belongs to.
+#[derive(Clone, Copy)]
+pub(crate) enum EventSlot {
+    /// The kernel ULP of the `rmlx5_ib_*` API.
+    Ulp = 0,
+    /// The ib_core device (`ib_core.c`).
+    IbCore = 1,
+}
+
+/// Number of [`EventSlot`]s.
+pub(crate) const EVENT_SLOTS: usize = 2;
 
 /// The software HCAs of the module.
 ///
@@ -340,7 +353,7 @@ impl SoftHca {
                         uar,
                         eqs,
                         events <- new_spinlock_irq!(tables, "rmlx5_events"),
-                        event_handler <- new_spinlock_irq!(None, "rmlx5_event_handler"),
+                        event_handler <- new_spinlock_irq!([None; EVENT_SLOTS], "rmlx5_event_handler"),
                     }),
                     GFP_KERNEL,
                 )?,
@@ -467,6 +480,15 @@ impl SoftHca {
             let t = <Self as HasHrTimer<Self>>::c_timer_ptr(this);
             kernel::bindings::hrtimer_cancel(t.cast_mut());
         }
+    }
+
+    /// Waits until the BH dispatcher is neither queued nor running, so a
+    /// handler it copied out before a change is no longer being called.
+    /// Process context.
+    pub(crate) fn flush_dispatch(&self) {
+        // SAFETY: The work item is an initialised field of `self`, which
+        // outlives this call.
+        unsafe { irq::flush_work(Work::<SoftHca, 1>::raw_get(&self.dispatch_work)) };
     }
 
     /// Stops the clock timer and the works and waits for them; called once

@@ -24,6 +24,8 @@ mod debugfs;
 mod device;
 mod hca;
 pub mod ib;
+#[cfg(CONFIG_INFINIBAND)]
+mod ibdev;
 #[path = "core.rs"]
 mod mlx5_core;
 mod prm_tests;
@@ -141,6 +143,10 @@ module! {
             default: true,
             description: "Software HCA: a doorbell watcher reads the doorbell records of streaming QPs, and their providers skip the KICK call while it runs",
         },
+        ib_core: bool {
+            default: true,
+            description: "Register the software HCAs with the kernel's RDMA core as rmlx5_<n>, for ULPs of the ib_* API (kernels with CONFIG_INFINIBAND)",
+        },
         pci: bool {
             default: true,
             description: "Drive ConnectX PCI functions (the software HCAs exist either way)",
@@ -178,13 +184,16 @@ pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
 }
 
 /// The loaded module. Fields drop in order: the ConnectX PCI driver
-/// (unbinding its functions), objects kernel ULPs left behind are
+/// (unbinding its functions), the ib_core devices (whose clients destroy
+/// their objects through the ops as they are removed), objects kernel ULPs left behind are
 /// reclaimed while everything still runs, the platform driver
 /// (its unbind frees the EQ interrupts), the works are stopped, then the
 /// interrupt controller and the platform devices, the HCAs' device nodes,
 /// debugfs, and last the software HCA itself.
 struct Rmlx5Module {
     _cx: Option<Pin<KBox<driver::Registration<pci::Adapter<cx::CxDriver>>>>>,
+    #[cfg(CONFIG_INFINIBAND)]
+    _ib: Option<ibdev::IbDevices>,
     _reclaim: ReclaimUlpObjects,
     _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
     _quiesce: Quiesce,
@@ -213,6 +222,14 @@ impl kernel::Module for Rmlx5Module {
             let intc = hca::irq::Intc::new(u32::try_from(count)?, u32::try_from(comp + 1)?)?;
             let dbg = debugfs::Debugfs::new(&crate::soft()?)?;
             let drv = KBox::pin_init(driver::Registration::new(c"rmlx5", module), GFP_KERNEL)?;
+            // Once the EQ interrupts are bound: ib_core's clients start
+            // using the devices during registration.
+            #[cfg(CONFIG_INFINIBAND)]
+            let ib = if module_parameters::ib_core.value() {
+                Some(ibdev::IbDevices::register(count)?)
+            } else {
+                None
+            };
             // Last, so that a function probed at once finds the rest up.
             let cx = if module_parameters::pci.value() {
                 Some(KBox::pin_init(
@@ -224,6 +241,8 @@ impl kernel::Module for Rmlx5Module {
             };
             Ok(Self {
                 _cx: cx,
+                #[cfg(CONFIG_INFINIBAND)]
+                _ib: ib,
                 _reclaim: ReclaimUlpObjects,
                 _driver: drv,
                 _quiesce: Quiesce,

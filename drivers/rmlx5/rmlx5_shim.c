@@ -20,6 +20,7 @@
 #include <linux/irq.h>
 #include <linux/irq_work.h>
 #include <linux/irqdomain.h>
+#include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/platform_device.h>
 #include <linux/slab.h>
@@ -45,6 +46,9 @@ EXPORT_SYMBOL_GPL(rmlx5_ib_modify_qp);
 EXPORT_SYMBOL_GPL(rmlx5_ib_post_send);
 EXPORT_SYMBOL_GPL(rmlx5_ib_post_recv);
 EXPORT_SYMBOL_GPL(rmlx5_ib_set_event_handler);
+EXPORT_SYMBOL_GPL(rmlx5_ib_get_dma_mr);
+EXPORT_SYMBOL_GPL(rmlx5_ib_cq_num);
+EXPORT_SYMBOL_GPL(rmlx5_ib_query_qp_state);
 
 /* The interrupt controller of all software HCAs. */
 struct rmlx5_intc {
@@ -105,6 +109,19 @@ void rmlx5_shim_raise_irq(unsigned int hwirq)
 {
 	if (hwirq < intc.nr_irqs)
 		irq_work_queue(&intc.works[hwirq]);
+}
+
+struct device *rmlx5_shim_hca_device(unsigned int hca)
+{
+	if (!intc.pdevs || hca >= intc.nr_hcas || !intc.pdevs[hca])
+		return NULL;
+	return &intc.pdevs[hca]->dev;
+}
+
+void rmlx5_shim_direct_map(u64 *start, u64 *len)
+{
+	*start = PAGE_OFFSET;
+	*len = (unsigned long)high_memory - PAGE_OFFSET;
 }
 
 int rmlx5_shim_hca_of_irq(unsigned int virq)

@@ -3,6 +3,9 @@
 #ifndef _RMLX5_SHIM_H
 #define _RMLX5_SHIM_H
 
+#include <linux/types.h>
+
+struct device;
 struct work_struct;
 
 int rmlx5_shim_create(unsigned int nr_hcas, unsigned int irqs_per_hca);
@@ -10,5 +13,9 @@ void rmlx5_shim_destroy(void);
 void rmlx5_shim_raise_irq(unsigned int hwirq);
 int rmlx5_shim_hca_of_irq(unsigned int virq);
 void rmlx5_shim_flush_work(struct work_struct *work);
+/* The platform device of software HCA `hca` (parent of its ib_device). */
+struct device *rmlx5_shim_hca_device(unsigned int hca);
+/* The kernel's direct map, which the DMA MRs of ib_core ULPs cover. */
+void rmlx5_shim_direct_map(u64 *start, u64 *len);
 
 #endif

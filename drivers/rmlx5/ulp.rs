@@ -28,6 +28,11 @@ use kernel::{
     },
 };
 
+use crate::hca::{
+    EventSlot,
+    HcaDev,
+    SoftHca, //
+};
 use crate::ib::{
     cq::{
         Cq,
@@ -247,6 +252,46 @@ pub unsafe extern "C" fn rmlx5_ib_reg_mr(
     }
 }
 
+/// Registers a DMA MR: every direct-map address of the kernel (what
+/// `ib_dma_map_*` returns for rmlx5) is its own IOVA under the one key.
+///
+/// # Safety
+///
+/// `pd` is live; `out` and `key` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_get_dma_mr(
+    pd: *mut Pd,
+    access: u32,
+    out: *mut *mut Mr,
+    key: *mut u32,
+) -> c_int {
+    // SAFETY: `pd` is a live PD.
+    let Some(pd) = (unsafe { pd.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let r = (|| -> Result<*mut Mr> {
+        let mr = Mr::new_dma(pd, access)?;
+        let k = mr.key;
+        let b = KBox::into_raw(KBox::new(mr, GFP_KERNEL)?);
+        record(Handle::Mr(b as usize), || {
+            // SAFETY: `b` is the `KBox` just leaked, known to nobody else.
+            let mr = unsafe { KBox::from_raw(b) };
+            let _ = mr.destroy();
+        })?;
+        // SAFETY: `key` is writable.
+        unsafe { key.write(k) };
+        Ok(b)
+    })();
+    match r {
+        Ok(p) => {
+            // SAFETY: `out` is writable.
+            unsafe { out.write(p) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
 /// # Safety
 ///
 /// `mr` must come from `rmlx5_ib_reg_mr`.
@@ -315,6 +360,17 @@ pub unsafe extern "C" fn rmlx5_ib_destroy_cq(cq: *const Cq) -> c_int {
         // SAFETY: From `Arc::into_raw`; the caller gives it up.
         || drop(unsafe { Arc::from_raw(cq) }),
     )
+}
+
+/// The CQ's number (the element of its async events).
+///
+/// # Safety
+///
+/// `cq` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_cq_num(cq: *const Cq) -> u32 {
+    // SAFETY: `cq` is a live CQ.
+    unsafe { cq.as_ref() }.map_or(0, |c| c.cqn)
 }
 
 /// # Safety
@@ -431,6 +487,24 @@ pub unsafe extern "C" fn rmlx5_ib_destroy_qp(qp: *const Qp) -> c_int {
 pub unsafe extern "C" fn rmlx5_ib_qp_num(qp: *const Qp) -> u32 {
     // SAFETY: `qp` is a live QP.
     unsafe { qp.as_ref() }.map_or(0, |q| q.qpn)
+}
+
+/// The QP's current state (`enum ib_qp_state`, which the HCA changes to
+/// ERR by itself on a completion error), or a negative errno.
+///
+/// # Safety
+///
+/// `qp` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_query_qp_state(qp: *const Qp) -> c_int {
+    // SAFETY: `qp` is a live QP.
+    let Some(qp) = (unsafe { qp.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    match qp.state() {
+        Ok(s) => c_int::try_from(s).unwrap_or(c_int::MAX),
+        Err(e) => errno(e),
+    }
 }
 
 /// # Safety
@@ -607,7 +681,43 @@ pub extern "C" fn rmlx5_ib_set_event_handler(
     let r = (|| -> Result {
         let soft = crate::soft()?;
         let dev = soft.dev(usize::try_from(index).map_err(|_| ENODEV)?)?;
-        *dev.event_handler.lock() = handler.map(|f| (f, ctx as usize));
+        set_event_handler(&soft, dev, EventSlot::Ulp, handler, ctx);
+        Ok(())
+    })();
+    r.map_or_else(errno, |()| 0)
+}
+
+/// Sets the handler of `slot`; clearing it also waits for a dispatcher
+/// run that may still be calling the old one, so its context may be freed
+/// on return (process context).
+fn set_event_handler(
+    soft: &SoftHca,
+    dev: &HcaDev,
+    slot: EventSlot,
+    handler: Option<EventHandlerFn>,
+    ctx: *mut c_void,
+) {
+    if let Some(s) = dev.event_handler.lock().get_mut(slot as usize) {
+        *s = handler.map(|f| (f, ctx as usize));
+    }
+    if handler.is_none() {
+        soft.flush_dispatch();
+    }
+}
+
+/// Sets (or clears) ib_core's async event handler of a device: for
+/// `ib_core.c` only, not exported (ib_core's clients see events through
+/// `ib_dispatch_event` and their QP and CQ handlers).
+#[no_mangle]
+pub extern "C" fn rmlx5_ibc_set_event_handler(
+    index: c_int,
+    handler: Option<EventHandlerFn>,
+    ctx: *mut c_void,
+) -> c_int {
+    let r = (|| -> Result {
+        let soft = crate::soft()?;
+        let dev = soft.dev(usize::try_from(index).map_err(|_| ENODEV)?)?;
+        set_event_handler(&soft, dev, EventSlot::IbCore, handler, ctx);
         Ok(())
     })();
     r.map_or_else(errno, |()| 0)

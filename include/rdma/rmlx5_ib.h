@@ -64,8 +64,8 @@ enum {
 	RMLX5_IB_WC_RDMA_READ = 2,
 	RMLX5_IB_WC_COMP_SWAP = 3,
 	RMLX5_IB_WC_FETCH_ADD = 4,
-	RMLX5_IB_WC_MASKED_COMP_SWAP = 9,
-	RMLX5_IB_WC_MASKED_FETCH_ADD = 10,
+	RMLX5_IB_WC_MASKED_COMP_SWAP = 11,
+	RMLX5_IB_WC_MASKED_FETCH_ADD = 12,
 	RMLX5_IB_WC_RECV = 128,
 	RMLX5_IB_WC_RECV_RDMA_WITH_IMM = 129,
 };
@@ -209,6 +209,10 @@ int rmlx5_ib_alloc_pd(int index, struct rmlx5_ib_pd **pd);
 int rmlx5_ib_dealloc_pd(struct rmlx5_ib_pd *pd);
 int rmlx5_ib_reg_mr(struct rmlx5_ib_pd *pd, void *addr, u64 length,
 		    u32 access, struct rmlx5_ib_mr **mr, u32 *key);
+/* A DMA MR: every direct-map kernel address is its own IOVA under *key
+ * (what ib_core's local_dma_lkey covers for ULPs of the ib_* API). */
+int rmlx5_ib_get_dma_mr(struct rmlx5_ib_pd *pd, u32 access,
+			struct rmlx5_ib_mr **mr, u32 *key);
 int rmlx5_ib_dereg_mr(struct rmlx5_ib_mr *mr);
 
 /* A NULL handler creates a polling-only CQ: it cannot be armed and no
@@ -217,6 +221,8 @@ int rmlx5_ib_dereg_mr(struct rmlx5_ib_mr *mr);
 int rmlx5_ib_create_cq(int index, rmlx5_ib_comp_handler handler, void *context,
 		       u32 entries, u32 comp_vector, struct rmlx5_ib_cq **cq);
 int rmlx5_ib_destroy_cq(struct rmlx5_ib_cq *cq);
+/* The CQ's number, the element of its async events. */
+u32 rmlx5_ib_cq_num(struct rmlx5_ib_cq *cq);
 /* Returns the number of completions polled. */
 int rmlx5_ib_poll_cq(struct rmlx5_ib_cq *cq, int num_entries,
 		     struct rmlx5_ib_wc *wc);
@@ -229,6 +235,9 @@ int rmlx5_ib_create_qp(struct rmlx5_ib_pd *pd,
 		       struct rmlx5_ib_qp **qp);
 int rmlx5_ib_destroy_qp(struct rmlx5_ib_qp *qp);
 u32 rmlx5_ib_qp_num(struct rmlx5_ib_qp *qp);
+/* The QP's current state (RMLX5_IB_QPS_*): the HCA moves it to ERR by
+ * itself on a completion error. */
+int rmlx5_ib_query_qp_state(struct rmlx5_ib_qp *qp);
 int rmlx5_ib_modify_qp(struct rmlx5_ib_qp *qp,
 		       const struct rmlx5_ib_qp_attr *attr, u32 attr_mask);
 int rmlx5_ib_post_send(struct rmlx5_ib_qp *qp,

@@ -8,7 +8,8 @@
 #   rmlx5-test: FAIL <name>: <reason>
 #   rmlx5-guest: DONE
 /bin/busybox --install -s /bin
-export PATH=/bin:/tests
+# /usr/bin: programs staged from Debian packages (rdma, the benchmark tools).
+export PATH=/bin:/tests:/usr/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
@@ -130,6 +131,64 @@ if [ "$mode" != stress ] && [ -f /lib/modules/rmlx5_ulp.ko ] &&
     fi
 fi
 
+# rmlx5 as an ib_core device (kernels with the RDMA core): what sysfs and
+# iproute2's rdma tool show, then a ULP of the generic ib_* API
+# (samples/rmlx5_ibcore), and one that stays attached until rmmod rmlx5.
+if [ "$mode" != stress ] && [ -d /sys/class/infiniband ] &&
+    [ -z "$filter" -o "${filter#ib}" != "$filter" ]; then
+    ok=1
+    for n in $(seq 0 $((RMLX5_NUM_HCAS - 1))); do
+        d=/sys/class/infiniband/rmlx5_$n
+        state=$(cat $d/ports/1/state 2>/dev/null)
+        lid=$(cat $d/ports/1/lid 2>/dev/null)
+        ll=$(cat $d/ports/1/link_layer 2>/dev/null)
+        nt=$(cat $d/node_type 2>/dev/null)
+        echo "rmlx5-guest: rmlx5_$n: state '$state' lid '$lid' link_layer '$ll' node_type '$nt' guid $(cat $d/node_guid 2>/dev/null)"
+        if [ "$state" != "4: ACTIVE" ] || [ "$lid" != "0x$((n + 1))" ] ||
+            [ "$ll" != InfiniBand ] || [ "$nt" != "1: CA" ]; then
+            ok=
+        fi
+    done
+    if [ -n "$ok" ]; then
+        pass ib_sysfs
+    else
+        fail ib_sysfs "/sys/class/infiniband/rmlx5_<n> missing or not an active IB CA port with LID n+1"
+    fi
+    # Debian's rdma and its libraries (scripts/bench-userland.sh check).
+    rdma() { LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu /usr/bin/rdma "$@"; }
+    if [ -x /usr/bin/rdma ]; then
+        echo "rmlx5-guest: rdma dev; rdma link"
+        rdma dev
+        links=$(rdma link)
+        echo "$links"
+        ok=1
+        for n in $(seq 0 $((RMLX5_NUM_HCAS - 1))); do
+            rdma dev show rmlx5_$n >/dev/null 2>&1 || ok=
+            echo "$links" | grep -qE "^link rmlx5_$n/1 .*state ACTIVE physical_state LINK_UP" || ok=
+        done
+        if [ -n "$ok" ]; then
+            pass ib_rdma_tool
+        else
+            fail ib_rdma_tool "rdma dev / rdma link do not show every rmlx5_<n> with port 1 ACTIVE"
+        fi
+    else
+        fail ib_rdma_tool "no rdma tool in the guest (scripts/bench-userland.sh check)"
+    fi
+    if [ ! -f /lib/modules/rmlx5_ibtest.ko ]; then
+        fail ib_ulp_load "rmlx5_ibtest.ko is not in the image"
+    elif insmod /lib/modules/rmlx5_ibtest.ko; then
+        rmmod rmlx5_ibtest || fail ib_ulp_unload "rmmod rmlx5_ibtest failed"
+        # Again, holding objects on every device until rmmod rmlx5 below.
+        if insmod /lib/modules/rmlx5_ibtest.ko hold=1; then
+            ib_held=1
+        else
+            fail ib_hold_load "insmod rmlx5_ibtest hold=1 exited $?"
+        fi
+    else
+        fail ib_ulp_load "insmod rmlx5_ibtest exited $?"
+    fi
+fi
+
 # The EQ interrupts of the software HCAs, with their counts (the KUnit
 # suites above drove completions through them).
 echo "rmlx5-guest: /proc/interrupts"
@@ -170,6 +229,20 @@ if rmmod rmlx5; then
     pass module_unload
 else
     fail module_unload "rmmod exited $?"
+fi
+# The attached ib_* ULP was told to let go of every device (its remove
+# callback prints a marker per device), and can unload now.
+if [ -n "${ib_held:-}" ]; then
+    ok=1
+    for n in $(seq 0 $((RMLX5_NUM_HCAS - 1))); do
+        dmesg | grep -q "rmlx5-test: PASS ib_remove_rmlx5_$n" || ok=
+    done
+    if [ -n "$ok" ] && ! ls /sys/class/infiniband/rmlx5_* >/dev/null 2>&1; then
+        pass ib_unregister_with_ulp
+    else
+        fail ib_unregister_with_ulp "rmmod rmlx5 did not remove every ib device through the attached client"
+    fi
+    rmmod rmlx5_ibtest || fail ib_hold_unload "rmmod rmlx5_ibtest failed"
 fi
 # 2 PDs, 2 MRs, 2 CQs and 2 QPs left by the leak-mode ULP.
 if [ -n "${ulp_leaked:-}" ]; then

@@ -81,10 +81,11 @@ impl SoftHca {
         let Ok(dev) = self.dev(hca) else {
             return;
         };
-        let handler = *dev.event_handler.lock();
-        if let Some((f, ctx)) = handler {
+        let handlers = *dev.event_handler.lock();
+        for &(f, ctx) in handlers.iter().flatten() {
             call_event_handler(f, hca, ev, ctx);
-        } else {
+        }
+        if handlers.iter().all(Option::is_none) {
             pr_debug!(
                 "rmlx5_{}: async event {:#x} on {:#x} (no handler)\n",
                 hca,

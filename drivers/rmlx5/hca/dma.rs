@@ -269,20 +269,60 @@ struct Region {
 /// the regions up to and including it.
 ///
 /// Every region is valid for reads and writes for as long as it is in the
-/// registry: module buffers are registered after allocation and removed
+/// registry, and so is the direct map while `direct` is set (see
+/// [`Self::open_direct_map`]): module buffers are registered after allocation and removed
 /// (under the fabric lock) before they are freed; kernel ULP memory is
 /// registered by `reg_mr`, whose caller promises it stays valid until
 /// `dereg_mr`; user MRs are removed (under the fabric lock) before their
 /// pages are unmapped and unpinned.
 pub(crate) struct DmaRegistry {
     regions: KVec<Region>,
+    /// The kernel's direct map `(start, end)` and the number of DMA MRs
+    /// that opened it (see [`Self::open_direct_map`]).
+    direct: Option<(u64, u64, usize)>,
 }
 
 impl DmaRegistry {
     pub(crate) fn new() -> Self {
         Self {
             regions: KVec::new(),
+            direct: None,
         }
+    }
+
+    /// Opens the kernel's direct map (`len` bytes at `start`) to the model
+    /// for one more DMA MR.
+    ///
+    /// ib_core's kernel ULPs name memory by the address `ib_dma_map_*`
+    /// gives them, which for a device without a DMA device (rxe, siw, the
+    /// software HCA) is the memory's direct-map address, under the local
+    /// DMA MR every PD carries. So while a DMA MR exists, any range inside
+    /// the direct map is reachable, the trust rxe and siw place in their
+    /// kernel callers. The direct map is mapped for as long as the kernel
+    /// runs (this kernel has no DEBUG_PAGEALLOC, and a ULP never hands out
+    /// secretmem pages); KASAN still catches an access to memory the ULP
+    /// freed.
+    pub(crate) fn open_direct_map(&mut self, start: u64, len: u64) -> Result {
+        let end = start.checked_add(len).ok_or(EINVAL)?;
+        self.direct = match self.direct {
+            None => Some((start, end, 1)),
+            Some((s, e, n)) if s == start && e == end => Some((s, e, n + 1)),
+            Some(_) => return Err(EINVAL),
+        };
+        Ok(())
+    }
+
+    /// Closes the direct map for one DMA MR: the last one closes it.
+    pub(crate) fn close_direct_map(&mut self) {
+        self.direct = match self.direct {
+            Some((s, e, n)) if n > 1 => Some((s, e, n - 1)),
+            _ => None,
+        };
+    }
+
+    /// Number of DMA MRs that keep the direct map open (debugfs, tests).
+    pub(crate) fn direct_map_users(&self) -> usize {
+        self.direct.map_or(0, |(_, _, n)| n)
     }
 
     /// Registers a module-owned buffer.
@@ -365,7 +405,10 @@ impl DmaRegistry {
                 return Ok(addr as *mut u8);
             }
         }
-        Err(DmaFault)
+        match self.direct {
+            Some((s, e, _)) if s <= addr && end <= e => Ok(addr as *mut u8),
+            _ => Err(DmaFault),
+        }
     }
 }
 
@@ -539,6 +582,42 @@ mod tests {
         }
         assert_eq!(reg.count(RegionKind::Buf), 0);
         assert!(reg.check(base, 1).is_err());
+        Ok(())
+    }
+
+    /// The direct-map window of DMA MRs: reachable only while at least one
+    /// is open, only inside the window, and it does not hide regions.
+    #[test]
+    fn direct_map_window() -> Result {
+        let mut reg = DmaRegistry::new();
+        let (start, len) = (0x4000_0000u64, 0x1000_0000u64);
+        assert!(reg.check(start, 8).is_err());
+        reg.open_direct_map(start, len)?;
+        reg.open_direct_map(start, len)?;
+        assert_eq!(reg.direct_map_users(), 2);
+        // A second, different window is refused.
+        assert_eq!(reg.open_direct_map(start, len + 1).err(), Some(EINVAL));
+        assert_eq!(reg.open_direct_map(u64::MAX, 2).err(), Some(EINVAL));
+        assert!(reg.check(start, 8).is_ok());
+        assert!(reg.check(start + len - 8, 8).is_ok());
+        assert!(reg.check(start + len - 8, 9).is_err());
+        assert!(reg.check(start - 1, 2).is_err());
+        // A region outside the window still works, and inside too.
+        reg.add_raw(0x1000, 64, RegionKind::Buf)?;
+        reg.add_raw(start + 4096, 64, RegionKind::KernelMr)?;
+        assert!(reg.check(0x1000, 64).is_ok());
+        assert!(reg.check(0x1000, 65).is_err());
+        assert!(reg.check(start + 4096, 128).is_ok());
+        reg.close_direct_map();
+        assert!(reg.check(start, 8).is_ok());
+        reg.close_direct_map();
+        assert_eq!(reg.direct_map_users(), 0);
+        assert!(reg.check(start, 8).is_err());
+        assert!(reg.check(start + 4096, 64).is_ok());
+        assert!(reg.check(start + 4096, 128).is_err());
+        // Closing more often than opened stays closed.
+        reg.close_direct_map();
+        assert!(reg.check(start, 8).is_err());
         Ok(())
     }
 

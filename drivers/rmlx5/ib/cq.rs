@@ -155,8 +155,8 @@ pub(crate) const WC_RDMA_WRITE: u32 = 1;
 pub(crate) const WC_RDMA_READ: u32 = 2;
 pub(crate) const WC_COMP_SWAP: u32 = 3;
 pub(crate) const WC_FETCH_ADD: u32 = 4;
-pub(crate) const WC_MASKED_COMP_SWAP: u32 = 9;
-pub(crate) const WC_MASKED_FETCH_ADD: u32 = 10;
+pub(crate) const WC_MASKED_COMP_SWAP: u32 = 11;
+pub(crate) const WC_MASKED_FETCH_ADD: u32 = 12;
 pub(crate) const WC_RECV: u32 = 128;
 pub(crate) const WC_RECV_RDMA_WITH_IMM: u32 = 129;
 /// `IB_WC_WITH_IMM`.

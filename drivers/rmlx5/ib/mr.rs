@@ -51,12 +51,28 @@ impl Pd {
 /// virtual address, also the IOVA the ULP names in SGEs and RDMA
 /// addresses); for user space over pinned pages mapped at `addr`, with the
 /// process's own IOVA.
+///
+/// A DMA MR ([`Mr::new_dma`]) covers the whole direct map instead.
 pub struct Mr {
     pub(crate) soft: Arc<SoftHca>,
     pub(crate) hca: u16,
     pub(crate) key: u32,
     addr: u64,
     len: u64,
+    /// A DMA MR: it holds the direct map open rather than a region.
+    direct: bool,
+}
+
+extern "C" {
+    fn rmlx5_shim_direct_map(start: *mut u64, len: *mut u64);
+}
+
+/// The kernel's direct map: `(start, len)`.
+fn direct_map() -> (u64, u64) {
+    let (mut start, mut len) = (0u64, 0u64);
+    // SAFETY: Two writable `u64`s; the shim only stores to them.
+    unsafe { rmlx5_shim_direct_map(&mut start, &mut len) };
+    (start, len)
 }
 
 impl Mr {
@@ -67,6 +83,39 @@ impl Mr {
     /// The caller keeps the memory valid until [`Mr::destroy`].
     pub(crate) fn new(pd: &Pd, addr: u64, len: u64, access: u32) -> Result<Self> {
         Self::register(pd, addr, addr, len, access, RegionKind::KernelMr)
+    }
+
+    /// Registers a DMA MR (ib_core's `get_dma_mr`): the IOVA of every byte
+    /// of the kernel's direct map is its own address, so a kernel ULP
+    /// names `ib_dma_map_*` addresses with its key (see
+    /// `DmaRegistry::open_direct_map`).
+    pub(crate) fn new_dma(pd: &Pd, access: u32) -> Result<Self> {
+        let access = Access::from_bits(access).ok_or(EINVAL)?;
+        let (start, len) = direct_map();
+        let attr = MrAttr {
+            pdn: pd.pdn,
+            iova: start,
+            length: len,
+            dma_addr: start,
+            access,
+        };
+        let mut st = pd.soft.state.lock();
+        st.dma.open_direct_map(start, len)?;
+        let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
+        match m.create_mr(&attr) {
+            Ok(key) => Ok(Self {
+                soft: pd.soft.clone(),
+                hca: pd.hca,
+                key,
+                addr: start,
+                len,
+                direct: true,
+            }),
+            Err(e) => {
+                st.dma.close_direct_map();
+                Err(model_err(e))
+            }
+        }
     }
 
     /// Registers a user memory region: `len` bytes the model reaches at
@@ -105,6 +154,7 @@ impl Mr {
                 key,
                 addr,
                 len,
+                direct: false,
             }),
             Err(e) => {
                 st.dma.remove(addr, len);
@@ -119,7 +169,11 @@ impl Mr {
         let mut st = self.soft.state.lock();
         let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
         m.destroy_mr(self.key).map_err(model_err)?;
-        st.dma.remove(self.addr, self.len);
+        if self.direct {
+            st.dma.close_direct_map();
+        } else {
+            st.dma.remove(self.addr, self.len);
+        }
         Ok(())
     }
 }

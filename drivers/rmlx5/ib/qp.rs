@@ -341,6 +341,14 @@ impl Qp {
         Ok(())
     }
 
+    /// The QP's state as the HCA has it (`enum ib_qp_state`): it moves to
+    /// ERR by itself on a completion error.
+    pub(crate) fn state(&self) -> Result<u32> {
+        let mut st = self.soft.state.lock();
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        Ok(m.query_qp(self.qpn).ok_or(EINVAL)?.state as u32)
+    }
+
     /// Modifies the QP (IB modify-QP semantics, `IB_QP_*` mask bits).
     pub(crate) fn modify(&self, a: &QpAttrC, mask: u32) -> Result {
         let state = QpState::from_raw(a.qp_state).ok_or(EINVAL)?;

@@ -1,0 +1,873 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rmlx5 as an ib_core device: one struct ib_device per software HCA,
+ * registered as rmlx5_<n>, so kernel ULPs use the generic ib_* API on it.
+ *
+ * This file is the ib_device_ops table and the translation between ib_core's
+ * structures and the rmlx5_ib_* C ABI (include/rdma/rmlx5_ib.h), which the
+ * Rust crate implements (ulp.rs) and which rmlx5's own ULP API exports too.
+ * Every object made here is one of those Rust objects underneath, and every
+ * decision (argument checks, limits, the QP state machine, the queues) is
+ * taken there. ib_core's structures have no Rust bindings for an
+ * out-of-tree module and their layout depends on the kernel configuration,
+ * so they are read and written only here, where the C compiler checks them;
+ * the Rust crate never sees an ib_* pointer. The constants both sides share
+ * are checked equal at build time below.
+ *
+ * What is left out, and what a ULP sees instead: UD, UC, XRC, SRQ and the
+ * special QPs (-EOPNOTSUPP from create_qp; so no MADs: the port advertises
+ * no MAD, CM or SA capability and ib_mad, ib_cm and ib_sa leave it alone),
+ * inline data (max_inline_data 0, IB_SEND_INLINE refused), fast
+ * registration and invalidation (not in device_cap_flags; IB_WR_REG_MR and
+ * IB_WR_LOCAL_INV refused), user memory (reg_user_mr: ib_uverbs is not the
+ * user path of rmlx5, its own uverbs is).
+ *
+ * Addressing: the port is InfiniBand, LID n + 1 for rmlx5_<n> (LID 0 is not
+ * a valid unicast LID), one GID (fe80::/64 + the port GUID), one P_Key
+ * (0xffff). The devices have no DMA device, so ib_dma_map_*() return
+ * direct-map addresses (ib_uses_virt_dma), which the DMA MR of each PD
+ * (get_dma_mr, its local_dma_lkey) covers.
+ */
+#include <linux/module.h>
+#include <linux/spinlock.h>
+#include <linux/xarray.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/rmlx5_ib.h>
+
+#include "ib_core.h"
+#include "rmlx5_shim.h"
+
+/* In the Rust crate (ulp.rs), not exported: ib_core's event handler slot. */
+typedef void (*rmlx5_ibc_event_fn)(int dev, u32 event_type, u32 element,
+				   void *context);
+int rmlx5_ibc_set_event_handler(int index, rmlx5_ibc_event_fn handler,
+				void *context);
+
+/* The values the rmlx5_ib ABI shares with ib_verbs.h, checked once. */
+static_assert(RMLX5_IB_WR_RDMA_WRITE == IB_WR_RDMA_WRITE);
+static_assert(RMLX5_IB_WR_RDMA_WRITE_WITH_IMM == IB_WR_RDMA_WRITE_WITH_IMM);
+static_assert(RMLX5_IB_WR_SEND == IB_WR_SEND);
+static_assert(RMLX5_IB_WR_SEND_WITH_IMM == IB_WR_SEND_WITH_IMM);
+static_assert(RMLX5_IB_WR_RDMA_READ == IB_WR_RDMA_READ);
+static_assert(RMLX5_IB_WR_ATOMIC_CMP_AND_SWP == IB_WR_ATOMIC_CMP_AND_SWP);
+static_assert(RMLX5_IB_WR_ATOMIC_FETCH_AND_ADD == IB_WR_ATOMIC_FETCH_AND_ADD);
+static_assert(RMLX5_IB_WR_MASKED_ATOMIC_CMP_AND_SWP == IB_WR_MASKED_ATOMIC_CMP_AND_SWP);
+static_assert(RMLX5_IB_WR_MASKED_ATOMIC_FETCH_AND_ADD == IB_WR_MASKED_ATOMIC_FETCH_AND_ADD);
+static_assert(RMLX5_IB_SEND_FENCE == IB_SEND_FENCE);
+static_assert(RMLX5_IB_SEND_SIGNALED == IB_SEND_SIGNALED);
+static_assert(RMLX5_IB_SEND_SOLICITED == IB_SEND_SOLICITED);
+static_assert(RMLX5_IB_WC_SUCCESS == IB_WC_SUCCESS);
+static_assert(RMLX5_IB_WC_LOC_LEN_ERR == IB_WC_LOC_LEN_ERR);
+static_assert(RMLX5_IB_WC_LOC_QP_OP_ERR == IB_WC_LOC_QP_OP_ERR);
+static_assert(RMLX5_IB_WC_LOC_PROT_ERR == IB_WC_LOC_PROT_ERR);
+static_assert(RMLX5_IB_WC_WR_FLUSH_ERR == IB_WC_WR_FLUSH_ERR);
+static_assert(RMLX5_IB_WC_LOC_ACCESS_ERR == IB_WC_LOC_ACCESS_ERR);
+static_assert(RMLX5_IB_WC_REM_ACCESS_ERR == IB_WC_REM_ACCESS_ERR);
+static_assert(RMLX5_IB_WC_REM_OP_ERR == IB_WC_REM_OP_ERR);
+static_assert(RMLX5_IB_WC_RETRY_EXC_ERR == IB_WC_RETRY_EXC_ERR);
+static_assert(RMLX5_IB_WC_RNR_RETRY_EXC_ERR == IB_WC_RNR_RETRY_EXC_ERR);
+static_assert(RMLX5_IB_WC_SEND == IB_WC_SEND);
+static_assert(RMLX5_IB_WC_RDMA_WRITE == IB_WC_RDMA_WRITE);
+static_assert(RMLX5_IB_WC_RDMA_READ == IB_WC_RDMA_READ);
+static_assert(RMLX5_IB_WC_COMP_SWAP == IB_WC_COMP_SWAP);
+static_assert(RMLX5_IB_WC_FETCH_ADD == IB_WC_FETCH_ADD);
+static_assert(RMLX5_IB_WC_MASKED_COMP_SWAP == IB_WC_MASKED_COMP_SWAP);
+static_assert(RMLX5_IB_WC_MASKED_FETCH_ADD == IB_WC_MASKED_FETCH_ADD);
+static_assert(RMLX5_IB_WC_RECV == IB_WC_RECV);
+static_assert(RMLX5_IB_WC_RECV_RDMA_WITH_IMM == IB_WC_RECV_RDMA_WITH_IMM);
+static_assert(RMLX5_IB_WC_WITH_IMM == IB_WC_WITH_IMM);
+static_assert(RMLX5_IB_CQ_SOLICITED == IB_CQ_SOLICITED);
+static_assert(RMLX5_IB_CQ_NEXT_COMP == IB_CQ_NEXT_COMP);
+static_assert(RMLX5_IB_CQ_REPORT_MISSED_EVENTS == IB_CQ_REPORT_MISSED_EVENTS);
+static_assert(RMLX5_IB_ACCESS_LOCAL_WRITE == IB_ACCESS_LOCAL_WRITE);
+static_assert(RMLX5_IB_ACCESS_REMOTE_WRITE == IB_ACCESS_REMOTE_WRITE);
+static_assert(RMLX5_IB_ACCESS_REMOTE_READ == IB_ACCESS_REMOTE_READ);
+static_assert(RMLX5_IB_ACCESS_REMOTE_ATOMIC == IB_ACCESS_REMOTE_ATOMIC);
+static_assert(RMLX5_IB_QPS_RESET == IB_QPS_RESET);
+static_assert(RMLX5_IB_QPS_ERR == IB_QPS_ERR);
+static_assert(RMLX5_IB_QP_STATE == IB_QP_STATE);
+static_assert(RMLX5_IB_QP_CUR_STATE == IB_QP_CUR_STATE);
+static_assert(RMLX5_IB_QP_ACCESS_FLAGS == IB_QP_ACCESS_FLAGS);
+static_assert(RMLX5_IB_QP_PKEY_INDEX == IB_QP_PKEY_INDEX);
+static_assert(RMLX5_IB_QP_PORT == IB_QP_PORT);
+static_assert(RMLX5_IB_QP_AV == IB_QP_AV);
+static_assert(RMLX5_IB_QP_PATH_MTU == IB_QP_PATH_MTU);
+static_assert(RMLX5_IB_QP_TIMEOUT == IB_QP_TIMEOUT);
+static_assert(RMLX5_IB_QP_RETRY_CNT == IB_QP_RETRY_CNT);
+static_assert(RMLX5_IB_QP_RNR_RETRY == IB_QP_RNR_RETRY);
+static_assert(RMLX5_IB_QP_RQ_PSN == IB_QP_RQ_PSN);
+static_assert(RMLX5_IB_QP_MAX_QP_RD_ATOMIC == IB_QP_MAX_QP_RD_ATOMIC);
+static_assert(RMLX5_IB_QP_MIN_RNR_TIMER == IB_QP_MIN_RNR_TIMER);
+static_assert(RMLX5_IB_QP_SQ_PSN == IB_QP_SQ_PSN);
+static_assert(RMLX5_IB_QP_MAX_DEST_RD_ATOMIC == IB_QP_MAX_DEST_RD_ATOMIC);
+static_assert(RMLX5_IB_QP_DEST_QPN == IB_QP_DEST_QPN);
+/* SGE lists are handed over as they are. */
+static_assert(sizeof(struct rmlx5_ib_sge) == sizeof(struct ib_sge));
+static_assert(offsetof(struct rmlx5_ib_sge, addr) == offsetof(struct ib_sge, addr));
+static_assert(offsetof(struct rmlx5_ib_sge, length) == offsetof(struct ib_sge, length));
+static_assert(offsetof(struct rmlx5_ib_sge, lkey) == offsetof(struct ib_sge, lkey));
+
+/* The modify-QP attributes an RC QP of rmlx5 takes. */
+#define RMLX5_IBC_QP_MASK                                                    \
+	(IB_QP_STATE | IB_QP_CUR_STATE | IB_QP_ACCESS_FLAGS |                \
+	 IB_QP_PKEY_INDEX | IB_QP_PORT | IB_QP_AV | IB_QP_PATH_MTU |         \
+	 IB_QP_TIMEOUT | IB_QP_RETRY_CNT | IB_QP_RNR_RETRY | IB_QP_RQ_PSN |  \
+	 IB_QP_MAX_QP_RD_ATOMIC | IB_QP_MIN_RNR_TIMER | IB_QP_SQ_PSN |       \
+	 IB_QP_MAX_DEST_RD_ATOMIC | IB_QP_DEST_QPN)
+
+#define RMLX5_IBC_MAX_DEVS 8
+
+struct rmlx5_ibc_dev {
+	struct ib_device ibdev;
+	int index;
+	/*
+	 * QPN -> QP (wc->qp, QP events) and CQN -> CQ (CQ events). An event
+	 * handler looks up and calls under ev_lock; destroy removes the entry
+	 * under it, so no handler runs on an object ib_core is about to free.
+	 */
+	struct xarray qps;
+	struct xarray cqs;
+	spinlock_t ev_lock;
+};
+
+struct rmlx5_ibc_pd {
+	struct ib_pd ibpd;
+	struct rmlx5_ib_pd *pd;
+};
+
+struct rmlx5_ibc_mr {
+	struct ib_mr ibmr;
+	struct rmlx5_ib_mr *mr;
+};
+
+struct rmlx5_ibc_cq {
+	struct ib_cq ibcq;
+	struct rmlx5_ib_cq *cq;
+	u32 cqn;
+};
+
+struct rmlx5_ibc_qp {
+	struct ib_qp ibqp;
+	struct rmlx5_ib_qp *qp;
+	/* What query_qp reports besides the state: the QP's attributes only
+	 * change by modify_qp, so the last accepted values are its own. */
+	struct ib_qp_attr attr;
+	struct ib_qp_cap cap;
+	enum ib_sig_type sq_sig_type;
+};
+
+static struct rmlx5_ibc_dev *rmlx5_ibc_devs[RMLX5_IBC_MAX_DEVS];
+static unsigned int rmlx5_ibc_nr;
+
+static struct rmlx5_ibc_dev *to_dev(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct rmlx5_ibc_dev, ibdev);
+}
+
+static struct rmlx5_ibc_pd *to_pd(struct ib_pd *ibpd)
+{
+	return container_of(ibpd, struct rmlx5_ibc_pd, ibpd);
+}
+
+static struct rmlx5_ibc_mr *to_mr(struct ib_mr *ibmr)
+{
+	return container_of(ibmr, struct rmlx5_ibc_mr, ibmr);
+}
+
+static struct rmlx5_ibc_cq *to_cq(struct ib_cq *ibcq)
+{
+	return container_of(ibcq, struct rmlx5_ibc_cq, ibcq);
+}
+
+static struct rmlx5_ibc_qp *to_qp(struct ib_qp *ibqp)
+{
+	return container_of(ibqp, struct rmlx5_ibc_qp, ibqp);
+}
+
+static __be64 rmlx5_ibc_guid(int index)
+{
+	/* Locally administered EUI-64 ("rmlx5" + index). */
+	return cpu_to_be64(0x02726d6c78350000ULL | (u64)index);
+}
+
+/* Device and port queries. */
+
+static int rmlx5_ibc_query_device(struct ib_device *ibdev,
+				  struct ib_device_attr *props,
+				  struct ib_udata *udata)
+{
+	struct rmlx5_ib_device_attr a;
+	int err;
+
+	if (udata && (udata->inlen || udata->outlen))
+		return -EINVAL;
+	err = rmlx5_ib_query_device(to_dev(ibdev)->index, &a);
+	if (err)
+		return err;
+	memset(props, 0, sizeof(*props));
+	props->sys_image_guid = ibdev->node_guid;
+	props->max_mr_size = a.max_mr_size;
+	props->page_size_cap = PAGE_SIZE;
+	props->max_qp = a.max_qp;
+	props->max_qp_wr = a.max_qp_wr;
+	props->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN;
+	props->max_send_sge = a.max_sge;
+	props->max_recv_sge = a.max_sge;
+	props->max_sge_rd = a.max_sge;
+	props->max_cq = a.max_cq;
+	props->max_cqe = a.max_cqe;
+	props->max_mr = a.max_mr;
+	props->max_pd = a.max_pd;
+	props->max_qp_rd_atom = a.max_qp_rd_atom;
+	props->max_qp_init_rd_atom = a.max_qp_rd_atom;
+	props->max_res_rd_atom = a.max_qp_rd_atom * a.max_qp;
+	props->atomic_cap = IB_ATOMIC_HCA;
+	props->masked_atomic_cap = IB_ATOMIC_HCA;
+	props->max_pkeys = 1;
+	props->local_ca_ack_delay = 16;
+	return 0;
+}
+
+static int rmlx5_ibc_query_port(struct ib_device *ibdev, u32 port,
+				struct ib_port_attr *props)
+{
+	struct rmlx5_ib_device_attr a;
+	int err;
+
+	if (port != 1)
+		return -EINVAL;
+	err = rmlx5_ib_query_device(to_dev(ibdev)->index, &a);
+	if (err)
+		return err;
+	/* ib_core cleared *props; the subnet prefix it fills from the GID. */
+	props->state = a.port_state == IB_PORT_ACTIVE ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+	props->phys_state = props->state == IB_PORT_ACTIVE ?
+		IB_PORT_PHYS_STATE_LINK_UP : IB_PORT_PHYS_STATE_DISABLED;
+	props->max_mtu = IB_MTU_4096;
+	props->active_mtu = IB_MTU_4096;
+	props->gid_tbl_len = 1;
+	props->pkey_tbl_len = 1;
+	props->max_msg_sz = 1U << 30;
+	props->lid = a.lid + 1;
+	props->lmc = 0;
+	props->max_vl_num = 1;
+	props->active_width = IB_WIDTH_4X;
+	props->active_speed = IB_SPEED_EDR;
+	return 0;
+}
+
+static int rmlx5_ibc_get_port_immutable(struct ib_device *ibdev, u32 port,
+					struct ib_port_immutable *imm)
+{
+	struct ib_port_attr attr = {};
+	int err;
+
+	/* Our own query: ib_core's needs the immutable data made here. */
+	err = rmlx5_ibc_query_port(ibdev, port, &attr);
+	if (err)
+		return err;
+	imm->pkey_tbl_len = attr.pkey_tbl_len;
+	imm->gid_tbl_len = attr.gid_tbl_len;
+	/* InfiniBand transport without MAD, SMI, CM or SA support. */
+	imm->core_cap_flags = RDMA_CORE_CAP_PROT_IB;
+	imm->max_mad_size = 0;
+	return 0;
+}
+
+static int rmlx5_ibc_query_gid(struct ib_device *ibdev, u32 port, int index,
+			       union ib_gid *gid)
+{
+	if (port != 1 || index != 0)
+		return -EINVAL;
+	gid->global.subnet_prefix = cpu_to_be64(0xfe80000000000000ULL);
+	gid->global.interface_id = ibdev->node_guid;
+	return 0;
+}
+
+static int rmlx5_ibc_query_pkey(struct ib_device *ibdev, u32 port, u16 index,
+				u16 *pkey)
+{
+	if (port != 1 || index != 0)
+		return -EINVAL;
+	*pkey = 0xffff;
+	return 0;
+}
+
+/* Protection domains and memory regions. */
+
+static int rmlx5_ibc_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	if (udata)
+		return -EOPNOTSUPP;
+	return rmlx5_ib_alloc_pd(to_dev(ibpd->device)->index, &to_pd(ibpd)->pd);
+}
+
+static int rmlx5_ibc_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	return rmlx5_ib_dealloc_pd(to_pd(ibpd)->pd);
+}
+
+static struct ib_mr *rmlx5_ibc_get_dma_mr(struct ib_pd *ibpd, int access)
+{
+	struct rmlx5_ibc_mr *mr;
+	u32 key;
+	int err;
+
+	/* Optional flags (relaxed ordering) may be ignored; others not. */
+	access &= ~IB_ACCESS_OPTIONAL;
+	if (access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
+		       IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC))
+		return ERR_PTR(-EOPNOTSUPP);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	err = rmlx5_ib_get_dma_mr(to_pd(ibpd)->pd, access, &mr->mr, &key);
+	if (err) {
+		kfree(mr);
+		return ERR_PTR(err);
+	}
+	mr->ibmr.lkey = key;
+	mr->ibmr.rkey = key;
+	return &mr->ibmr;
+}
+
+static struct ib_mr *rmlx5_ibc_reg_user_mr(struct ib_pd *ibpd, u64 start,
+					   u64 length, u64 virt_addr,
+					   int access, struct ib_dmah *dmah,
+					   struct ib_udata *udata)
+{
+	/* User space reaches rmlx5 through its own uverbs device. */
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static int rmlx5_ibc_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct rmlx5_ibc_mr *mr = to_mr(ibmr);
+	int err;
+
+	err = rmlx5_ib_dereg_mr(mr->mr);
+	if (!err)
+		kfree(mr);
+	return err;
+}
+
+/* Completion queues. */
+
+/* BH context, from rmlx5's dispatcher; the CQ is not destroyed meanwhile. */
+static void rmlx5_ibc_comp(struct rmlx5_ib_cq *cq, void *context)
+{
+	struct ib_cq *ibcq = context;
+	void (*handler)(struct ib_cq *cq, void *cq_context);
+
+	handler = READ_ONCE(ibcq->comp_handler);
+	if (handler)
+		handler(ibcq, ibcq->cq_context);
+}
+
+static int rmlx5_ibc_create_cq(struct ib_cq *ibcq,
+			       const struct ib_cq_init_attr *attr,
+			       struct uverbs_attr_bundle *attrs)
+{
+	struct rmlx5_ibc_dev *dev = to_dev(ibcq->device);
+	struct rmlx5_ibc_cq *cq = to_cq(ibcq);
+	void *old;
+	int err;
+
+	if (attrs || attr->flags)
+		return -EOPNOTSUPP;
+	err = rmlx5_ib_create_cq(dev->index, rmlx5_ibc_comp, ibcq, attr->cqe,
+				 attr->comp_vector, &cq->cq);
+	if (err)
+		return err;
+	cq->cqn = rmlx5_ib_cq_num(cq->cq);
+	ibcq->cqe = attr->cqe;
+	/* A stale entry of a destroyed CQ with the same number is replaced. */
+	old = xa_store_bh(&dev->cqs, cq->cqn, cq, GFP_KERNEL);
+	if (xa_is_err(old)) {
+		rmlx5_ib_destroy_cq(cq->cq);
+		return xa_err(old);
+	}
+	return 0;
+}
+
+static int rmlx5_ibc_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
+{
+	struct rmlx5_ibc_dev *dev = to_dev(ibcq->device);
+	struct rmlx5_ibc_cq *cq = to_cq(ibcq);
+	int err;
+
+	err = rmlx5_ib_destroy_cq(cq->cq);
+	if (err)
+		return err;
+	spin_lock_bh(&dev->ev_lock);
+	xa_cmpxchg_bh(&dev->cqs, cq->cqn, cq, NULL, GFP_ATOMIC);
+	spin_unlock_bh(&dev->ev_lock);
+	return 0;
+}
+
+static int rmlx5_ibc_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
+{
+	struct rmlx5_ibc_dev *dev = to_dev(ibcq->device);
+	struct rmlx5_ib_wc w[8];
+	int done = 0;
+
+	while (done < num) {
+		int want = min_t(int, num - done, ARRAY_SIZE(w));
+		int n = rmlx5_ib_poll_cq(to_cq(ibcq)->cq, want, w);
+		int i;
+
+		if (n < 0)
+			return done ? done : n;
+		for (i = 0; i < n; i++) {
+			/* Only the pointer: a QP is not read here, since its
+			 * owner may destroy it while CQEs of it remain. */
+			struct rmlx5_ibc_qp *qp = xa_load(&dev->qps, w[i].qp_num);
+
+			wc[done + i] = (struct ib_wc){
+				.wr_id = w[i].wr_id,
+				.status = w[i].status,
+				.opcode = w[i].opcode,
+				.vendor_err = w[i].vendor_err,
+				.byte_len = w[i].byte_len,
+				.qp = qp ? &qp->ibqp : NULL,
+				.ex.imm_data = w[i].imm_data,
+				.src_qp = w[i].src_qp,
+				.wc_flags = w[i].wc_flags,
+				.port_num = 1,
+			};
+		}
+		done += n;
+		if (n < want)
+			break;
+	}
+	return done;
+}
+
+static int rmlx5_ibc_req_notify_cq(struct ib_cq *ibcq,
+				   enum ib_cq_notify_flags flags)
+{
+	return rmlx5_ib_req_notify_cq(to_cq(ibcq)->cq, flags);
+}
+
+/* Queue pairs. */
+
+static int rmlx5_ibc_create_qp(struct ib_qp *ibqp,
+			       struct ib_qp_init_attr *init,
+			       struct ib_udata *udata)
+{
+	struct rmlx5_ibc_dev *dev = to_dev(ibqp->device);
+	struct rmlx5_ibc_qp *qp = to_qp(ibqp);
+	struct rmlx5_ib_qp_init_attr a = {};
+	void *old;
+	int err;
+
+	if (udata)
+		return -EOPNOTSUPP;
+	if (init->qp_type != IB_QPT_RC || init->srq || init->xrcd ||
+	    init->rwq_ind_tbl || init->create_flags)
+		return -EOPNOTSUPP;
+	if (init->cap.max_inline_data)
+		return -EINVAL;
+	a.send_cq = to_cq(init->send_cq)->cq;
+	a.recv_cq = to_cq(init->recv_cq)->cq;
+	a.max_send_wr = init->cap.max_send_wr;
+	a.max_recv_wr = init->cap.max_recv_wr;
+	a.max_send_sge = init->cap.max_send_sge;
+	a.max_recv_sge = init->cap.max_recv_sge;
+	a.sq_sig_all = init->sq_sig_type == IB_SIGNAL_ALL_WR;
+	err = rmlx5_ib_create_qp(to_pd(ibqp->pd)->pd, &a, &qp->qp);
+	if (err)
+		return err;
+	ibqp->qp_num = rmlx5_ib_qp_num(qp->qp);
+	qp->cap = init->cap;
+	qp->sq_sig_type = init->sq_sig_type;
+	qp->attr.port_num = 1;
+	old = xa_store_bh(&dev->qps, ibqp->qp_num, qp, GFP_KERNEL);
+	if (xa_is_err(old)) {
+		rmlx5_ib_destroy_qp(qp->qp);
+		return xa_err(old);
+	}
+	return 0;
+}
+
+static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
+			       int mask, struct ib_udata *udata)
+{
+	struct rmlx5_ibc_qp *qp = to_qp(ibqp);
+	struct rmlx5_ib_qp_attr a = {
+		.qp_state = attr->qp_state,
+		.cur_qp_state = attr->cur_qp_state,
+		.qp_access_flags = attr->qp_access_flags,
+		.path_mtu = attr->path_mtu,
+		.dest_qp_num = attr->dest_qp_num,
+		.rq_psn = attr->rq_psn,
+		.sq_psn = attr->sq_psn,
+		.pkey_index = attr->pkey_index,
+		.port_num = attr->port_num,
+		.max_rd_atomic = attr->max_rd_atomic,
+		.max_dest_rd_atomic = attr->max_dest_rd_atomic,
+		.min_rnr_timer = attr->min_rnr_timer,
+		.timeout = attr->timeout,
+		.retry_cnt = attr->retry_cnt,
+		.rnr_retry = attr->rnr_retry,
+	};
+	int err;
+
+	if (udata)
+		return -EOPNOTSUPP;
+	if (mask & ~RMLX5_IBC_QP_MASK)
+		return -EOPNOTSUPP;
+	if (!(mask & IB_QP_STATE))
+		a.qp_state = qp->attr.qp_state;
+	if (mask & IB_QP_AV) {
+		u16 dlid = rdma_ah_get_dlid(&attr->ah_attr);
+
+		/* rmlx5_<n> has LID n + 1. */
+		if (attr->ah_attr.type != RDMA_AH_ATTR_TYPE_IB || !dlid ||
+		    dlid > RMLX5_IBC_MAX_DEVS)
+			return -EINVAL;
+		a.dlid = dlid - 1;
+	}
+	err = rmlx5_ib_modify_qp(qp->qp, &a, mask);
+	if (err)
+		return err;
+	if (mask & IB_QP_STATE)
+		qp->attr.qp_state = attr->qp_state;
+	if (mask & IB_QP_ACCESS_FLAGS)
+		qp->attr.qp_access_flags = attr->qp_access_flags;
+	if (mask & IB_QP_PKEY_INDEX)
+		qp->attr.pkey_index = attr->pkey_index;
+	if (mask & IB_QP_PORT)
+		qp->attr.port_num = attr->port_num;
+	if (mask & IB_QP_AV) {
+		/* Only what rmlx5 uses: no GRH, so no GID attribute reference. */
+		memset(&qp->attr.ah_attr, 0, sizeof(qp->attr.ah_attr));
+		qp->attr.ah_attr.type = RDMA_AH_ATTR_TYPE_IB;
+		rdma_ah_set_dlid(&qp->attr.ah_attr, a.dlid + 1);
+		rdma_ah_set_sl(&qp->attr.ah_attr, rdma_ah_get_sl(&attr->ah_attr));
+		rdma_ah_set_port_num(&qp->attr.ah_attr, 1);
+	}
+	if (mask & IB_QP_PATH_MTU)
+		qp->attr.path_mtu = attr->path_mtu;
+	if (mask & IB_QP_TIMEOUT)
+		qp->attr.timeout = attr->timeout;
+	if (mask & IB_QP_RETRY_CNT)
+		qp->attr.retry_cnt = attr->retry_cnt;
+	if (mask & IB_QP_RNR_RETRY)
+		qp->attr.rnr_retry = attr->rnr_retry;
+	if (mask & IB_QP_RQ_PSN)
+		qp->attr.rq_psn = attr->rq_psn;
+	if (mask & IB_QP_MAX_QP_RD_ATOMIC)
+		qp->attr.max_rd_atomic = attr->max_rd_atomic;
+	if (mask & IB_QP_MIN_RNR_TIMER)
+		qp->attr.min_rnr_timer = attr->min_rnr_timer;
+	if (mask & IB_QP_SQ_PSN)
+		qp->attr.sq_psn = attr->sq_psn;
+	if (mask & IB_QP_MAX_DEST_RD_ATOMIC)
+		qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	if (mask & IB_QP_DEST_QPN)
+		qp->attr.dest_qp_num = attr->dest_qp_num;
+	return 0;
+}
+
+static int rmlx5_ibc_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
+			      int mask, struct ib_qp_init_attr *init)
+{
+	struct rmlx5_ibc_qp *qp = to_qp(ibqp);
+	int state = rmlx5_ib_query_qp_state(qp->qp);
+
+	if (state < 0)
+		return state;
+	*attr = qp->attr;
+	attr->qp_state = state;
+	attr->cur_qp_state = state;
+	attr->cap = qp->cap;
+	memset(init, 0, sizeof(*init));
+	init->qp_type = IB_QPT_RC;
+	init->send_cq = ibqp->send_cq;
+	init->recv_cq = ibqp->recv_cq;
+	init->cap = qp->cap;
+	init->sq_sig_type = qp->sq_sig_type;
+	init->qp_context = ibqp->qp_context;
+	init->event_handler = ibqp->event_handler;
+	return 0;
+}
+
+static int rmlx5_ibc_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
+{
+	struct rmlx5_ibc_dev *dev = to_dev(ibqp->device);
+	struct rmlx5_ibc_qp *qp = to_qp(ibqp);
+	int err;
+
+	err = rmlx5_ib_destroy_qp(qp->qp);
+	if (err)
+		return err;
+	spin_lock_bh(&dev->ev_lock);
+	xa_cmpxchg_bh(&dev->qps, ibqp->qp_num, qp, NULL, GFP_ATOMIC);
+	spin_unlock_bh(&dev->ev_lock);
+	return 0;
+}
+
+static int rmlx5_ibc_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+			       const struct ib_send_wr **bad_wr)
+{
+	struct rmlx5_ib_qp *qp = to_qp(ibqp)->qp;
+	int err = 0;
+
+	for (; wr; wr = wr->next) {
+		struct rmlx5_ib_send_wr w = {
+			.wr_id = wr->wr_id,
+			.sg_list = (const struct rmlx5_ib_sge *)wr->sg_list,
+			.num_sge = wr->num_sge,
+			.opcode = wr->opcode,
+			.send_flags = wr->send_flags,
+			.imm_data = wr->ex.imm_data,
+		};
+
+		if (wr->send_flags & ~(IB_SEND_FENCE | IB_SEND_SIGNALED |
+				       IB_SEND_SOLICITED)) {
+			err = -EINVAL;
+			break;
+		}
+		switch (wr->opcode) {
+		case IB_WR_SEND:
+		case IB_WR_SEND_WITH_IMM:
+			break;
+		case IB_WR_RDMA_WRITE:
+		case IB_WR_RDMA_WRITE_WITH_IMM:
+		case IB_WR_RDMA_READ:
+			w.remote_addr = rdma_wr(wr)->remote_addr;
+			w.rkey = rdma_wr(wr)->rkey;
+			break;
+		case IB_WR_ATOMIC_CMP_AND_SWP:
+		case IB_WR_ATOMIC_FETCH_AND_ADD:
+		case IB_WR_MASKED_ATOMIC_CMP_AND_SWP:
+		case IB_WR_MASKED_ATOMIC_FETCH_AND_ADD:
+			w.remote_addr = atomic_wr(wr)->remote_addr;
+			w.rkey = atomic_wr(wr)->rkey;
+			w.compare_add = atomic_wr(wr)->compare_add;
+			w.swap = atomic_wr(wr)->swap;
+			w.compare_add_mask = atomic_wr(wr)->compare_add_mask;
+			w.swap_mask = atomic_wr(wr)->swap_mask;
+			break;
+		default:
+			err = -EINVAL;
+			break;
+		}
+		if (!err)
+			err = rmlx5_ib_post_send(qp, &w, NULL);
+		if (err)
+			break;
+	}
+	if (err)
+		*bad_wr = wr;
+	return err;
+}
+
+static int rmlx5_ibc_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+			       const struct ib_recv_wr **bad_wr)
+{
+	struct rmlx5_ib_qp *qp = to_qp(ibqp)->qp;
+	int err = 0;
+
+	for (; wr; wr = wr->next) {
+		struct rmlx5_ib_recv_wr w = {
+			.wr_id = wr->wr_id,
+			.sg_list = (const struct rmlx5_ib_sge *)wr->sg_list,
+			.num_sge = wr->num_sge,
+		};
+
+		err = rmlx5_ib_post_recv(qp, &w, NULL);
+		if (err) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	return err;
+}
+
+/* Asynchronous events: mlx5 event types to ib_event (BH context). */
+
+static void rmlx5_ibc_qp_event(struct rmlx5_ibc_dev *dev, u32 qpn,
+			       enum ib_event_type type)
+{
+	struct rmlx5_ibc_qp *qp;
+	struct ib_event ev = { .device = &dev->ibdev, .event = type };
+
+	spin_lock_bh(&dev->ev_lock);
+	qp = xa_load(&dev->qps, qpn);
+	if (qp && qp->ibqp.event_handler) {
+		ev.element.qp = &qp->ibqp;
+		qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);
+	}
+	spin_unlock_bh(&dev->ev_lock);
+}
+
+static void rmlx5_ibc_event(int index, u32 type, u32 element, void *context)
+{
+	struct rmlx5_ibc_dev *dev = context;
+	struct ib_event ev = { .device = &dev->ibdev };
+	struct rmlx5_ibc_cq *cq;
+
+	switch (type) {
+	case 0x01: /* MLX5_EVENT_TYPE_PATH_MIG */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_PATH_MIG);
+		break;
+	case 0x02: /* MLX5_EVENT_TYPE_COMM_EST */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_COMM_EST);
+		break;
+	case 0x03: /* MLX5_EVENT_TYPE_SQ_DRAINED */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_SQ_DRAINED);
+		break;
+	case 0x05: /* MLX5_EVENT_TYPE_WQ_CATAS_ERROR */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_FATAL);
+		break;
+	case 0x07: /* MLX5_EVENT_TYPE_PATH_MIG_FAILED */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_PATH_MIG_ERR);
+		break;
+	case 0x10: /* MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_REQ_ERR);
+		break;
+	case 0x11: /* MLX5_EVENT_TYPE_WQ_ACCESS_ERROR */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_ACCESS_ERR);
+		break;
+	case 0x13: /* MLX5_EVENT_TYPE_SRQ_LAST_WQE */
+		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_LAST_WQE_REACHED);
+		break;
+	case 0x04: /* MLX5_EVENT_TYPE_CQ_ERROR */
+		spin_lock_bh(&dev->ev_lock);
+		cq = xa_load(&dev->cqs, element);
+		if (cq && cq->ibcq.event_handler) {
+			ev.event = IB_EVENT_CQ_ERR;
+			ev.element.cq = &cq->ibcq;
+			cq->ibcq.event_handler(&ev, cq->ibcq.cq_context);
+		}
+		spin_unlock_bh(&dev->ev_lock);
+		break;
+	case 0x08: /* MLX5_EVENT_TYPE_INTERNAL_ERROR */
+		ev.event = IB_EVENT_DEVICE_FATAL;
+		ev.element.port_num = 1;
+		ib_dispatch_event(&ev);
+		break;
+	default:
+		dev_dbg(&dev->ibdev.dev, "async event %#x on %#x not forwarded\n",
+			type, element);
+		break;
+	}
+}
+
+static const struct ib_device_ops rmlx5_ibc_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = RDMA_DRIVER_UNKNOWN,
+
+	.query_device = rmlx5_ibc_query_device,
+	.query_port = rmlx5_ibc_query_port,
+	.get_port_immutable = rmlx5_ibc_get_port_immutable,
+	.query_gid = rmlx5_ibc_query_gid,
+	.query_pkey = rmlx5_ibc_query_pkey,
+	.alloc_pd = rmlx5_ibc_alloc_pd,
+	.dealloc_pd = rmlx5_ibc_dealloc_pd,
+	.get_dma_mr = rmlx5_ibc_get_dma_mr,
+	.reg_user_mr = rmlx5_ibc_reg_user_mr,
+	.dereg_mr = rmlx5_ibc_dereg_mr,
+	.create_cq = rmlx5_ibc_create_cq,
+	.destroy_cq = rmlx5_ibc_destroy_cq,
+	.poll_cq = rmlx5_ibc_poll_cq,
+	.req_notify_cq = rmlx5_ibc_req_notify_cq,
+	.create_qp = rmlx5_ibc_create_qp,
+	.modify_qp = rmlx5_ibc_modify_qp,
+	.query_qp = rmlx5_ibc_query_qp,
+	.destroy_qp = rmlx5_ibc_destroy_qp,
+	.post_send = rmlx5_ibc_post_send,
+	.post_recv = rmlx5_ibc_post_recv,
+
+	INIT_RDMA_OBJ_SIZE(ib_pd, rmlx5_ibc_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_cq, rmlx5_ibc_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_qp, rmlx5_ibc_qp, ibqp),
+};
+
+static void rmlx5_ibc_remove_one(struct rmlx5_ibc_dev *dev)
+{
+	ib_unregister_device(&dev->ibdev);
+	/* Waits for a dispatcher run that may still call rmlx5_ibc_event. */
+	rmlx5_ibc_set_event_handler(dev->index, NULL, NULL);
+	WARN_ON(!xa_empty(&dev->qps) || !xa_empty(&dev->cqs));
+	xa_destroy(&dev->qps);
+	xa_destroy(&dev->cqs);
+	ib_dealloc_device(&dev->ibdev);
+}
+
+static int rmlx5_ibc_add_one(unsigned int index)
+{
+	struct rmlx5_ib_device_attr a;
+	struct rmlx5_ibc_dev *dev;
+	char name[IB_DEVICE_NAME_MAX];
+	int err;
+
+	err = rmlx5_ib_query_device(index, &a);
+	if (err)
+		return err;
+	dev = ib_alloc_device(rmlx5_ibc_dev, ibdev);
+	if (!dev)
+		return -ENOMEM;
+	dev->index = index;
+	/* Their lock nests in ev_lock, which BH takes. */
+	xa_init_flags(&dev->qps, XA_FLAGS_LOCK_BH);
+	xa_init_flags(&dev->cqs, XA_FLAGS_LOCK_BH);
+	spin_lock_init(&dev->ev_lock);
+	dev->ibdev.node_type = RDMA_NODE_IB_CA;
+	dev->ibdev.phys_port_cnt = 1;
+	dev->ibdev.num_comp_vectors = max_t(u32, a.num_comp_vectors, 1);
+	dev->ibdev.node_guid = rmlx5_ibc_guid(index);
+	strscpy(dev->ibdev.node_desc, "rmlx5 software HCA",
+		sizeof(dev->ibdev.node_desc));
+	dev->ibdev.dev.parent = rmlx5_shim_hca_device(index);
+	ib_set_device_ops(&dev->ibdev, &rmlx5_ibc_ops);
+	err = rmlx5_ibc_set_event_handler(index, rmlx5_ibc_event, dev);
+	if (err)
+		goto fail;
+	snprintf(name, sizeof(name), "rmlx5_%u", index);
+	/* No DMA device: ib_dma_map_*() give direct-map addresses. */
+	err = ib_register_device(&dev->ibdev, name, NULL);
+	if (err) {
+		rmlx5_ibc_set_event_handler(index, NULL, NULL);
+		goto fail;
+	}
+	rmlx5_ibc_devs[index] = dev;
+	return 0;
+fail:
+	xa_destroy(&dev->qps);
+	xa_destroy(&dev->cqs);
+	ib_dealloc_device(&dev->ibdev);
+	return err;
+}
+
+int rmlx5_ibc_register(unsigned int nr)
+{
+	unsigned int i;
+	int err;
+
+	if (nr > RMLX5_IBC_MAX_DEVS)
+		return -EINVAL;
+	for (i = 0; i < nr; i++) {
+		err = rmlx5_ibc_add_one(i);
+		if (err) {
+			pr_err("rmlx5: registering rmlx5_%u with ib_core failed: %d\n",
+			       i, err);
+			rmlx5_ibc_unregister();
+			return err;
+		}
+		rmlx5_ibc_nr = i + 1;
+	}
+	return 0;
+}
+
+void rmlx5_ibc_unregister(void)
+{
+	while (rmlx5_ibc_nr) {
+		unsigned int i = --rmlx5_ibc_nr;
+
+		rmlx5_ibc_remove_one(rmlx5_ibc_devs[i]);
+		rmlx5_ibc_devs[i] = NULL;
+	}
+}

@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rmlx5_ibtest: a kernel ULP of the generic ib_* API, run on rmlx5's
+ * ib_core devices. It uses no rmlx5 symbol: it finds rmlx5_0 and rmlx5_1
+ * through an ib_client, as any in-tree ULP finds its devices.
+ *
+ * At load, for each CQ poll context (IB_POLL_DIRECT, IB_POLL_SOFTIRQ,
+ * IB_POLL_WORKQUEUE) it connects an RC QP on rmlx5_0 to one on rmlx5_1
+ * and checks SEND/RECV, RDMA WRITE and RDMA READ (data and completions,
+ * under the PD's DMA MR), an RDMA WRITE with a bad rkey,
+ * ib_drain_qp and the QP state after it, then destroys everything in an
+ * order that differs per context. Each case prints
+ * "rmlx5-test: PASS ib_<case>" or "rmlx5-test: FAIL ib_<case>: why".
+ * Atomics are not among them: the ib_* API gives a ULP an MR with remote
+ * atomic access only through fast registration, which rmlx5's ib_core
+ * device does not offer yet (its rmlx5_ib_* API has them).
+ *
+ * With hold=1 it runs no test but keeps a PD, a CQ and a QP on every rmlx5
+ * device until ib_core removes the device (rmmod rmlx5 while this module is
+ * loaded): the client's remove callback destroys them and reports
+ * "ib_remove_<device>".
+ */
+#include <linux/completion.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <rdma/ib_verbs.h>
+
+#define BUF_SIZE 8192
+#define WAIT_MS 5000
+
+static bool hold;
+module_param(hold, bool, 0444);
+MODULE_PARM_DESC(hold, "keep objects on every rmlx5 device until it is removed");
+
+#define PASS(name, ctx) pr_info("rmlx5-test: PASS ib_%s%s\n", name, ctx)
+#define FAIL(name, ctx, fmt, ...) \
+	pr_info("rmlx5-test: FAIL ib_%s%s: " fmt "\n", name, ctx, ##__VA_ARGS__)
+
+static struct ib_device *devs[2];
+static struct ib_client ibtest_client;
+
+/* One side of a connection. */
+struct end {
+	struct ib_device *dev;
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	struct ib_qp *qp;
+	u8 *buf;
+	u64 dma;
+	u16 lid;
+};
+
+/* A work request and its completion. */
+struct twr {
+	struct ib_cqe cqe;
+	struct completion done;
+	struct ib_wc wc;
+};
+
+static void twr_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct twr *t = container_of(wc->wr_cqe, struct twr, cqe);
+
+	t->wc = *wc;
+	complete(&t->done);
+}
+
+static void twr_init(struct twr *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->cqe.done = twr_done;
+	init_completion(&t->done);
+}
+
+/* Waits for t's completion on cq: polls a DIRECT CQ, sleeps otherwise. */
+static bool twr_wait(struct ib_cq *cq, struct twr *t)
+{
+	unsigned long end = jiffies + msecs_to_jiffies(WAIT_MS);
+
+	if (cq->poll_ctx != IB_POLL_DIRECT)
+		return wait_for_completion_timeout(&t->done,
+						   msecs_to_jiffies(WAIT_MS)) > 0;
+	while (!try_wait_for_completion(&t->done)) {
+		if (time_after(jiffies, end))
+			return false;
+		ib_process_cq_direct(cq, -1);
+		cond_resched();
+	}
+	return true;
+}
+
+static void end_free(struct end *e, int order)
+{
+	if (e->buf) {
+		ib_dma_unmap_single(e->dev, e->dma, BUF_SIZE, DMA_BIDIRECTIONAL);
+		kfree(e->buf);
+		e->buf = NULL;
+	}
+	/* PD and CQ do not depend on each other: both orders are valid. */
+	if (order) {
+		if (e->pd)
+			ib_dealloc_pd(e->pd);
+		if (e->cq)
+			ib_free_cq(e->cq);
+	} else {
+		if (e->cq)
+			ib_free_cq(e->cq);
+		if (e->pd)
+			ib_dealloc_pd(e->pd);
+	}
+	e->pd = NULL;
+	e->cq = NULL;
+}
+
+static int end_setup(struct end *e, struct ib_device *dev,
+		     enum ib_poll_context ctx)
+{
+	struct ib_qp_init_attr init = {};
+	struct ib_port_attr pa;
+	int err;
+
+	e->dev = dev;
+	err = ib_query_port(dev, 1, &pa);
+	if (err)
+		return err;
+	e->lid = pa.lid;
+	e->pd = ib_alloc_pd(dev, IB_PD_UNSAFE_GLOBAL_RKEY);
+	if (IS_ERR(e->pd)) {
+		err = PTR_ERR(e->pd);
+		e->pd = NULL;
+		return err;
+	}
+	e->cq = ib_alloc_cq(dev, NULL, 64, 0, ctx);
+	if (IS_ERR(e->cq)) {
+		err = PTR_ERR(e->cq);
+		e->cq = NULL;
+		return err;
+	}
+	init.send_cq = e->cq;
+	init.recv_cq = e->cq;
+	init.cap.max_send_wr = 16;
+	init.cap.max_recv_wr = 16;
+	init.cap.max_send_sge = 1;
+	init.cap.max_recv_sge = 1;
+	init.sq_sig_type = IB_SIGNAL_REQ_WR;
+	init.qp_type = IB_QPT_RC;
+	e->qp = ib_create_qp(e->pd, &init);
+	if (IS_ERR(e->qp)) {
+		err = PTR_ERR(e->qp);
+		e->qp = NULL;
+		return err;
+	}
+	e->buf = kzalloc(BUF_SIZE, GFP_KERNEL);
+	if (!e->buf)
+		return -ENOMEM;
+	e->dma = ib_dma_map_single(dev, e->buf, BUF_SIZE, DMA_BIDIRECTIONAL);
+	if (ib_dma_mapping_error(dev, e->dma)) {
+		kfree(e->buf);
+		e->buf = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* RESET -> INIT -> RTR -> RTS, connected to peer. */
+static int end_connect(struct end *e, struct end *peer)
+{
+	struct ib_qp_attr a = {};
+	int err;
+
+	a.qp_state = IB_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = 1;
+	a.qp_access_flags = IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+			    IB_ACCESS_REMOTE_ATOMIC;
+	err = ib_modify_qp(e->qp, &a, IB_QP_STATE | IB_QP_PKEY_INDEX |
+			   IB_QP_PORT | IB_QP_ACCESS_FLAGS);
+	if (err)
+		return err;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IB_QPS_RTR;
+	a.path_mtu = IB_MTU_4096;
+	a.dest_qp_num = peer->qp->qp_num;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 12;
+	a.ah_attr.type = rdma_ah_find_type(e->dev, 1);
+	rdma_ah_set_dlid(&a.ah_attr, peer->lid);
+	rdma_ah_set_port_num(&a.ah_attr, 1);
+	err = ib_modify_qp(e->qp, &a, IB_QP_STATE | IB_QP_AV | IB_QP_PATH_MTU |
+			   IB_QP_DEST_QPN | IB_QP_RQ_PSN |
+			   IB_QP_MAX_DEST_RD_ATOMIC | IB_QP_MIN_RNR_TIMER);
+	if (err)
+		return err;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IB_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 4;
+	return ib_modify_qp(e->qp, &a, IB_QP_STATE | IB_QP_TIMEOUT |
+			    IB_QP_RETRY_CNT | IB_QP_RNR_RETRY | IB_QP_SQ_PSN |
+			    IB_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* Posts one signalled send-queue WR and waits for its completion. */
+static int post_wait(struct end *e, struct ib_send_wr *wr, struct twr *t)
+{
+	int err;
+
+	twr_init(t);
+	wr->wr_cqe = &t->cqe;
+	wr->send_flags |= IB_SEND_SIGNALED;
+	err = ib_post_send(e->qp, wr, NULL);
+	if (err)
+		return err;
+	return twr_wait(e->cq, t) ? 0 : -ETIMEDOUT;
+}
+
+static bool check_wc(const char *name, const char *ctx, struct twr *t,
+		     enum ib_wc_opcode op, struct ib_qp *qp)
+{
+	if (t->wc.status != IB_WC_SUCCESS) {
+		FAIL(name, ctx, "status %s", ib_wc_status_msg(t->wc.status));
+		return false;
+	}
+	if (t->wc.opcode != op || t->wc.qp != qp) {
+		FAIL(name, ctx, "opcode %d qp %p, expected %d and %p",
+		     t->wc.opcode, t->wc.qp, op, qp);
+		return false;
+	}
+	return true;
+}
+
+static void test_send_recv(struct end *a, struct end *b, const char *ctx)
+{
+	struct ib_sge ssge = { a->dma, 64, a->pd->local_dma_lkey };
+	struct ib_sge rsge = { b->dma, 256, b->pd->local_dma_lkey };
+	struct ib_send_wr swr = { .sg_list = &ssge, .num_sge = 1,
+				  .opcode = IB_WR_SEND };
+	struct ib_recv_wr rwr = { .sg_list = &rsge, .num_sge = 1 };
+	struct twr st, rt;
+	int err, i;
+
+	for (i = 0; i < 64; i++)
+		a->buf[i] = 0xa0 + i;
+	twr_init(&rt);
+	rwr.wr_cqe = &rt.cqe;
+	err = ib_post_recv(b->qp, &rwr, NULL);
+	if (!err)
+		err = post_wait(a, &swr, &st);
+	if (err) {
+		FAIL("send_recv", ctx, "post or wait: %d", err);
+		return;
+	}
+	if (!twr_wait(b->cq, &rt)) {
+		FAIL("send_recv", ctx, "no receive completion");
+		return;
+	}
+	if (!check_wc("send_recv", ctx, &st, IB_WC_SEND, a->qp) ||
+	    !check_wc("send_recv", ctx, &rt, IB_WC_RECV, b->qp))
+		return;
+	if (rt.wc.byte_len != 64 || rt.wc.src_qp != a->qp->qp_num) {
+		FAIL("send_recv", ctx, "byte_len %u src_qp %#x", rt.wc.byte_len,
+		     rt.wc.src_qp);
+		return;
+	}
+	if (memcmp(a->buf, b->buf, 64)) {
+		FAIL("send_recv", ctx, "received data differs");
+		return;
+	}
+	PASS("send_recv", ctx);
+}
+
+static void test_write_read(struct end *a, struct end *b, const char *ctx)
+{
+	struct ib_sge sge = { a->dma + 256, 128, a->pd->local_dma_lkey };
+	struct ib_rdma_wr w = {
+		.wr = { .sg_list = &sge, .num_sge = 1,
+			.opcode = IB_WR_RDMA_WRITE },
+		.remote_addr = b->dma + 512,
+		.rkey = b->pd->unsafe_global_rkey,
+	};
+	struct twr t;
+	int err, i;
+
+	for (i = 0; i < 128; i++)
+		a->buf[256 + i] = i ^ 0x5a;
+	err = post_wait(a, &w.wr, &t);
+	if (err)
+		FAIL("rdma_write", ctx, "post or wait: %d", err);
+	else if (check_wc("rdma_write", ctx, &t, IB_WC_RDMA_WRITE, a->qp)) {
+		if (memcmp(a->buf + 256, b->buf + 512, 128))
+			FAIL("rdma_write", ctx, "remote data differs");
+		else
+			PASS("rdma_write", ctx);
+	}
+
+	for (i = 0; i < 128; i++)
+		b->buf[1024 + i] = 0xff - i;
+	sge.addr = a->dma + 2048;
+	w.wr.opcode = IB_WR_RDMA_READ;
+	w.wr.send_flags = 0;
+	w.remote_addr = b->dma + 1024;
+	err = post_wait(a, &w.wr, &t);
+	if (err)
+		FAIL("rdma_read", ctx, "post or wait: %d", err);
+	else if (check_wc("rdma_read", ctx, &t, IB_WC_RDMA_READ, a->qp)) {
+		if (memcmp(a->buf + 2048, b->buf + 1024, 128) || t.wc.byte_len != 128)
+			FAIL("rdma_read", ctx, "local data differs (byte_len %u)",
+			     t.wc.byte_len);
+		else
+			PASS("rdma_read", ctx);
+	}
+}
+
+/* A WRITE with a wrong rkey: remote access error, and the QP in ERR. */
+static void test_bad_rkey(struct end *a, struct end *b, const char *ctx)
+{
+	struct ib_sge sge = { a->dma, 64, a->pd->local_dma_lkey };
+	struct ib_rdma_wr w = {
+		.wr = { .sg_list = &sge, .num_sge = 1,
+			.opcode = IB_WR_RDMA_WRITE },
+		.remote_addr = b->dma,
+		.rkey = b->pd->unsafe_global_rkey ^ 0x80,
+	};
+	struct ib_qp_init_attr init;
+	struct ib_qp_attr qa;
+	struct twr t;
+	int err;
+
+	err = post_wait(a, &w.wr, &t);
+	if (err) {
+		FAIL("bad_rkey", ctx, "post or wait: %d", err);
+		return;
+	}
+	if (t.wc.status != IB_WC_REM_ACCESS_ERR) {
+		FAIL("bad_rkey", ctx, "status %s, expected remote access error",
+		     ib_wc_status_msg(t.wc.status));
+		return;
+	}
+	err = ib_query_qp(a->qp, &qa, IB_QP_STATE, &init);
+	if (err || qa.qp_state != IB_QPS_ERR) {
+		FAIL("bad_rkey", ctx, "query_qp %d state %d, expected ERR", err,
+		     qa.qp_state);
+		return;
+	}
+	PASS("bad_rkey", ctx);
+}
+
+static void test_drain(struct end *a, struct end *b, const char *ctx)
+{
+	struct ib_qp_init_attr init;
+	struct ib_qp_attr qa;
+	int err;
+
+	/* Returns once a flushed SQ and RQ marker completed on each. */
+	ib_drain_qp(a->qp);
+	ib_drain_qp(b->qp);
+	err = ib_query_qp(b->qp, &qa, IB_QP_STATE, &init);
+	if (err || qa.qp_state != IB_QPS_ERR) {
+		FAIL("drain", ctx, "query_qp %d state %d, expected ERR", err,
+		     qa.qp_state);
+		return;
+	}
+	PASS("drain", ctx);
+}
+
+static void run_ctx(enum ib_poll_context pctx, const char *ctx, int order)
+{
+	struct end e[2] = {};
+	int err;
+
+	err = end_setup(&e[0], devs[0], pctx);
+	if (!err)
+		err = end_setup(&e[1], devs[1], pctx);
+	if (!err)
+		err = end_connect(&e[0], &e[1]);
+	if (!err)
+		err = end_connect(&e[1], &e[0]);
+	if (err) {
+		FAIL("connect", ctx, "%d", err);
+	} else {
+		PASS("connect", ctx);
+		test_send_recv(&e[0], &e[1], ctx);
+		test_write_read(&e[0], &e[1], ctx);
+		test_bad_rkey(&e[0], &e[1], ctx);
+		test_drain(&e[0], &e[1], ctx);
+	}
+	/* QPs first (they use the CQs and PDs); then per order. */
+	if (order == 1) {
+		if (e[1].qp)
+			ib_destroy_qp(e[1].qp);
+		if (e[0].qp)
+			ib_destroy_qp(e[0].qp);
+		end_free(&e[1], 1);
+		end_free(&e[0], 0);
+	} else {
+		if (e[0].qp)
+			ib_destroy_qp(e[0].qp);
+		end_free(&e[0], order);
+		if (e[1].qp)
+			ib_destroy_qp(e[1].qp);
+		end_free(&e[1], order);
+	}
+	if (!err)
+		PASS("destroy", ctx);
+}
+
+/* What ib_core refuses for rmlx5: a UD QP (no datagram transport). */
+static void test_refusals(void)
+{
+	struct ib_qp_init_attr init = {};
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	struct ib_qp *qp;
+
+	pd = ib_alloc_pd(devs[0], 0);
+	if (IS_ERR(pd)) {
+		FAIL("ud_refused", "", "alloc_pd %ld", PTR_ERR(pd));
+		return;
+	}
+	cq = ib_alloc_cq(devs[0], NULL, 16, 0, IB_POLL_DIRECT);
+	if (IS_ERR(cq)) {
+		FAIL("ud_refused", "", "alloc_cq %ld", PTR_ERR(cq));
+		ib_dealloc_pd(pd);
+		return;
+	}
+	init.send_cq = cq;
+	init.recv_cq = cq;
+	init.cap.max_send_wr = 4;
+	init.cap.max_recv_wr = 4;
+	init.cap.max_send_sge = 1;
+	init.cap.max_recv_sge = 1;
+	init.qp_type = IB_QPT_UD;
+	qp = ib_create_qp(pd, &init);
+	if (!IS_ERR(qp)) {
+		FAIL("ud_refused", "", "a UD QP was created");
+		ib_destroy_qp(qp);
+	} else if (PTR_ERR(qp) != -EOPNOTSUPP) {
+		FAIL("ud_refused", "", "error %ld, expected -EOPNOTSUPP",
+		     PTR_ERR(qp));
+	} else {
+		PASS("ud_refused", "");
+	}
+	ib_free_cq(cq);
+	ib_dealloc_pd(pd);
+}
+
+static void test_device(void)
+{
+	struct ib_port_attr pa;
+	int i, err;
+
+	for (i = 0; i < 2; i++) {
+		err = ib_query_port(devs[i], 1, &pa);
+		if (err || pa.state != IB_PORT_ACTIVE || pa.lid != i + 1 ||
+		    !rdma_protocol_ib(devs[i], 1) || rdma_cap_ib_mad(devs[i], 1)) {
+			FAIL("port", "", "%s: err %d state %d lid %u", dev_name(&devs[i]->dev),
+			     err, pa.state, pa.lid);
+			return;
+		}
+	}
+	if (devs[0]->attrs.atomic_cap != IB_ATOMIC_HCA ||
+	    !devs[0]->attrs.max_qp || devs[0]->attrs.max_send_sge < 1) {
+		FAIL("port", "", "device attributes: atomic_cap %d max_qp %d",
+		     devs[0]->attrs.atomic_cap, devs[0]->attrs.max_qp);
+		return;
+	}
+	PASS("port", "");
+}
+
+/* hold=1: objects kept on a device until ib_core removes it. */
+struct held {
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	struct ib_qp *qp;
+};
+
+static int ibtest_add(struct ib_device *dev)
+{
+	struct ib_qp_init_attr init = {};
+	struct held *h;
+	int slot;
+
+	if (strncmp(dev_name(&dev->dev), "rmlx5_", 6))
+		return -EOPNOTSUPP;
+	if (sscanf(dev_name(&dev->dev), "rmlx5_%d", &slot) != 1)
+		return -EOPNOTSUPP;
+	if (slot >= 0 && slot < 2)
+		devs[slot] = dev;
+	if (!hold)
+		return 0;
+	h = kzalloc(sizeof(*h), GFP_KERNEL);
+	if (!h)
+		return -ENOMEM;
+	h->pd = ib_alloc_pd(dev, 0);
+	if (IS_ERR(h->pd))
+		goto fail;
+	h->cq = ib_alloc_cq(dev, NULL, 16, 0, IB_POLL_SOFTIRQ);
+	if (IS_ERR(h->cq))
+		goto fail_pd;
+	init.send_cq = h->cq;
+	init.recv_cq = h->cq;
+	init.cap.max_send_wr = 4;
+	init.cap.max_recv_wr = 4;
+	init.cap.max_send_sge = 1;
+	init.cap.max_recv_sge = 1;
+	init.qp_type = IB_QPT_RC;
+	h->qp = ib_create_qp(h->pd, &init);
+	if (IS_ERR(h->qp))
+		goto fail_cq;
+	ib_set_client_data(dev, &ibtest_client, h);
+	return 0;
+fail_cq:
+	ib_free_cq(h->cq);
+fail_pd:
+	ib_dealloc_pd(h->pd);
+fail:
+	kfree(h);
+	pr_info("rmlx5-test: FAIL ib_hold_%s: could not create objects\n",
+		dev_name(&dev->dev));
+	return -ENOMEM;
+}
+
+static void ibtest_remove(struct ib_device *dev, void *data)
+{
+	struct held *h = data;
+	int i;
+
+	for (i = 0; i < 2; i++)
+		if (devs[i] == dev)
+			devs[i] = NULL;
+	if (!h)
+		return;
+	/* The device goes away under us: give everything back first. */
+	ib_destroy_qp(h->qp);
+	ib_free_cq(h->cq);
+	ib_dealloc_pd(h->pd);
+	kfree(h);
+	pr_info("rmlx5-test: PASS ib_remove_%s\n", dev_name(&dev->dev));
+}
+
+static struct ib_client ibtest_client = {
+	.name = "rmlx5_ibtest",
+	.add = ibtest_add,
+	.remove = ibtest_remove,
+};
+
+static int __init ibtest_init(void)
+{
+	int err;
+
+	err = ib_register_client(&ibtest_client);
+	if (err)
+		return err;
+	if (hold)
+		return 0;
+	if (!devs[0] || !devs[1]) {
+		pr_info("rmlx5-test: FAIL ib_devices: rmlx5_0 and rmlx5_1 are not both registered with ib_core\n");
+		return 0;
+	}
+	PASS("devices", "");
+	test_device();
+	test_refusals();
+	run_ctx(IB_POLL_DIRECT, "_direct", 0);
+	run_ctx(IB_POLL_SOFTIRQ, "_softirq", 1);
+	run_ctx(IB_POLL_WORKQUEUE, "_workqueue", 2);
+	return 0;
+}
+
+static void __exit ibtest_exit(void)
+{
+	ib_unregister_client(&ibtest_client);
+}
+
+module_init(ibtest_init);
+module_exit(ibtest_exit);
+MODULE_DESCRIPTION("rmlx5 ib_core test ULP (generic ib_* API only)");
+MODULE_LICENSE("GPL");
