@@ -20,6 +20,9 @@
 //! | lkey invalid, other PD, range outside the MR, scatter buffer without LOCAL_WRITE | LOCAL_PROT |
 //! | message longer than the device maximum; atomic result buffer not 8 bytes | LOCAL_LENGTH |
 //!
+//! A UMR WQE (fast registration, local invalidation) is executed locally
+//! by `mr::umr`, in order with the QP's other WQEs, with its own checks.
+//!
 //! A WQE that completes in error always produces a CQE, signaled or not;
 //! the QP then moves to ERR and the rest of its work is flushed.
 
@@ -28,8 +31,9 @@ use super::dev::{err_cqe, Dev};
 use super::fabric::lid_of_index;
 use super::flush;
 use super::hca::Hca;
+use super::mem::DmaMemory;
 use super::mem::Platform;
-use super::mr::{resolve, Access};
+use super::mr::{self, resolve, Access, KeyError};
 use super::prm::cqe::{Cqe64, OpOwn};
 use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
 use super::prm::wqe::{CE_CQ_UPDATE, CE_CQ_UPDATE_AND_EQE};
@@ -67,8 +71,9 @@ struct Local {
 /// list of a SEND or WRITE (`write` false: pointers and inline data), or
 /// the scatter list of a READ (`write` true: pointers only, LOCAL_WRITE),
 /// within the limits of the QP created with `attr`.
-fn local_pieces(
+fn local_pieces<M: DmaMemory + ?Sized>(
     dev: &Dev<'_>,
+    mem: &mut M,
     wqe: &SendWqe<'_>,
     from: usize,
     attr: &QpAttr,
@@ -91,10 +96,13 @@ fn local_pieces(
                 } else {
                     Access::NONE
                 };
-                let addr = resolve(dev.t.mrs, d.lkey, pdn, d.addr, len, need)
-                    .map_err(|_| CqeSyndrome::LocalProt)?;
-                if !pieces.push(Piece::Dma { addr, len }) {
-                    return Err(CqeSyndrome::LocalQpOp);
+                let r = resolve(dev.t.mrs, mem, d.lkey, pdn, d.addr, len, need, |a, n| {
+                    pieces.push(Piece::Dma { addr: a, len: n })
+                });
+                match r {
+                    Ok(()) => {}
+                    Err(KeyError::Fragmented) => return Err(CqeSyndrome::LocalQpOp),
+                    Err(_) => return Err(CqeSyndrome::LocalProt),
                 }
             }
             Seg::Inline { off, len } => {
@@ -322,10 +330,11 @@ fn step_qp<S: Storage, P: Platform>(
             let resolved = match op {
                 Op::Nop => Ok(()),
                 Op::Send { .. } | Op::Write { .. } => {
-                    local_pieces(&dev, &wqe, from, &attr, false, local)
+                    local_pieces(&dev, p, &wqe, from, &attr, false, local)
                 }
-                Op::Read { .. } => local_pieces(&dev, &wqe, from, &attr, true, local),
-                Op::Atomic { .. } => atomic_result(&dev, &wqe, from, pdn, local),
+                Op::Read { .. } => local_pieces(&dev, p, &wqe, from, &attr, true, local),
+                Op::Atomic { .. } => atomic_result(&dev, p, &wqe, from, pdn, local),
+                Op::Umr { .. } => Ok(()),
             };
             match resolved {
                 Ok(()) => op,
@@ -344,6 +353,15 @@ fn step_qp<S: Storage, P: Platform>(
     let req = match op {
         Op::Nop => {
             succeed(&mut dev, p, &l, 0);
+            return 1;
+        }
+        Op::Umr { ctrl, mkey, xlt } => {
+            // Local to this HCA: the MR changes when the WQE executes, in
+            // order with the QP's other WQEs.
+            match mr::umr(dev.t.mrs, p, pdn, wqe.ctrl.imm, &ctrl, &mkey, xlt.as_ref()) {
+                Ok(()) => succeed(&mut dev, p, &l, 0),
+                Err(s) => fail(&mut dev, p, &l, s),
+            }
             return 1;
         }
         Op::Send { imm } => request(ReqKind::Send { imm }, &l, 0, 0, len),
@@ -435,8 +453,9 @@ fn request(kind: ReqKind, l: &Local, raddr: u64, rkey: u32, len: u64) -> Request
 }
 
 /// Resolves the one 8-byte result buffer of an atomic WQE.
-fn atomic_result(
+fn atomic_result<M: DmaMemory + ?Sized>(
     dev: &Dev<'_>,
+    mem: &mut M,
     wqe: &SendWqe<'_>,
     from: usize,
     pdn: u32,
@@ -449,10 +468,19 @@ fn atomic_result(
     if seg_len(d.byte_count) != 8 {
         return Err(CqeSyndrome::LocalLength);
     }
-    let addr = resolve(dev.t.mrs, d.lkey, pdn, d.addr, 8, Access::LOCAL_WRITE)
-        .map_err(|_| CqeSyndrome::LocalProt)?;
-    local.set_one(addr, 8);
-    Ok(())
+    // The result is written as one 8-byte word: one DMA range.
+    local.clear();
+    resolve(
+        dev.t.mrs,
+        mem,
+        d.lkey,
+        pdn,
+        d.addr,
+        8,
+        Access::LOCAL_WRITE,
+        |a, n| local.is_empty() && local.push(Piece::Dma { addr: a, len: n }),
+    )
+    .map_err(|_| CqeSyndrome::LocalProt)
 }
 
 /// Executes an atomic on the remote target and returns the original value

@@ -190,9 +190,57 @@ impl<S: Storage> Hca<S> {
         let variant = mr::next_variant(slot.variant);
         let key = mr::make_key(index, variant).ok_or(Error::NoSpace)?;
         slot.variant = variant;
-        slot.obj = Some(Mr { attr: *attr, key });
+        slot.obj = Some(Mr {
+            attr: *attr,
+            key,
+            fast: None,
+        });
         if let Some(pd) = get_mut(t.pds, attr.pdn) {
             inc(&mut pd.users);
+        }
+        Ok(key)
+    }
+
+    /// The MR in the table slot `key` names, whatever its current key (a
+    /// UMR may have changed its last byte).
+    pub fn query_mr(&mut self, key: u32) -> Option<Mr> {
+        let t = self.storage.tables();
+        t.mrs.get(mr::key_index(key) as usize).and_then(|s| s.obj)
+    }
+
+    /// Creates a fast-registration MR in PD `pdn` (mlx5: an mkey created
+    /// free with UMR enabled, room for `max_pages` translation entries):
+    /// no key reaches it until a UMR WQE of a QP in the same PD registers
+    /// it, which also chooses its final key byte. Returns its key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Invalid`] for no pages, [`Error::NotFound`] for an unknown
+    /// PD, [`Error::NoSpace`] when the MR table is full.
+    pub fn create_fast_mr(&mut self, pdn: u32, max_pages: u32) -> Result<u32, Error> {
+        if max_pages == 0 {
+            return Err(Error::Invalid);
+        }
+        let attr = MrAttr {
+            pdn,
+            iova: 0,
+            length: 0,
+            dma_addr: 0,
+            access: mr::Access::NONE,
+        };
+        let key = self.create_mr(&attr)?;
+        let t = self.storage.tables();
+        if let Some(m) = t
+            .mrs
+            .get_mut(mr::key_index(key) as usize)
+            .and_then(|s| s.obj.as_mut())
+        {
+            m.fast = Some(mr::Fast {
+                max_pages,
+                valid: false,
+                mtt: 0,
+                log_page: 12,
+            });
         }
         Ok(key)
     }
@@ -227,7 +275,11 @@ impl<S: Storage> Hca<S> {
             }
             let slot = t.mrs.get_mut(index as usize).ok_or(Error::NoSpace)?;
             slot.variant = variant;
-            slot.obj = Some(Mr { attr: *attr, key });
+            slot.obj = Some(Mr {
+                attr: *attr,
+                key,
+                fast: None,
+            });
             if let Some(pd) = get_mut(t.pds, attr.pdn) {
                 inc(&mut pd.users);
             }

@@ -184,8 +184,21 @@ pub(super) fn request<P: Platform>(
         }
         // The IB spec checks no rkey for a zero-length RDMA transfer.
         if req.len != 0 {
-            match resolve(dev.t.mrs, req.rkey, pdn, req.raddr, req.len, need) {
-                Ok(addr) => remote.set_one(addr, req.len),
+            remote.clear();
+            // An atomic's target is one 8-byte word: one DMA range.
+            let one = matches!(req.kind, ReqKind::Atomic(_));
+            let r = resolve(
+                dev.t.mrs,
+                p,
+                req.rkey,
+                pdn,
+                req.raddr,
+                req.len,
+                need,
+                |a, n| (!one || remote.is_empty()) && remote.push(Piece::Dma { addr: a, len: n }),
+            );
+            match r {
+                Ok(()) => {}
                 Err(_) => {
                     fail_no_wqe(dev, p, slot, qpn, EventType::WqAccessError);
                     return Answer::Nak(CqeSyndrome::RemoteAccess);
@@ -240,9 +253,17 @@ pub(super) fn request<P: Platform>(
             break;
         }
         let len = seg_len(seg.byte_count);
-        let res = resolve(dev.t.mrs, seg.lkey, pdn, seg.addr, len, Access::LOCAL_WRITE);
-        let pushed = res.is_ok_and(|a| remote.push(Piece::Dma { addr: a, len }));
-        if !pushed {
+        let res = resolve(
+            dev.t.mrs,
+            p,
+            seg.lkey,
+            pdn,
+            seg.addr,
+            len,
+            Access::LOCAL_WRITE,
+            |a, n| remote.push(Piece::Dma { addr: a, len: n }),
+        );
+        if res.is_err() {
             fail_recv(dev, p, slot, qpn, recv_cqn, counter, CqeSyndrome::LocalProt);
             return Answer::Nak(CqeSyndrome::RemoteOp);
         }

@@ -57,10 +57,9 @@ impl Pieces {
         self.total = 0;
     }
 
-    /// Makes the list one DMA range.
-    pub(super) fn set_one(&mut self, addr: u64, len: u64) {
-        self.clear();
-        self.push(Piece::Dma { addr, len });
+    /// Whether the list has no piece.
+    pub(super) fn is_empty(&self) -> bool {
+        self.n == 0
     }
 
     /// Appends a piece. Returns `false` if the list is full or the total

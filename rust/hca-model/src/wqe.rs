@@ -13,8 +13,8 @@ use super::prm::bytes::at;
 use super::prm::opcode::SendOpcode;
 use super::prm::ring;
 use super::prm::wqe::{
-    inline_payload, inline_seg_size, AtomicSeg, CtrlSeg, DataSeg, InlineHeader, MaskedAtomicSeg,
-    RaddrSeg, MAX_WQE_SIZE, WQEBB_SIZE,
+    inline_payload, inline_seg_size, umr_flags, AtomicSeg, CtrlSeg, DataSeg, InlineHeader,
+    MaskedAtomicSeg, MkeySeg, RaddrSeg, UmrCtrlSeg, MAX_WQE_SIZE, WQEBB_SIZE,
 };
 use super::qp::Sq;
 
@@ -32,6 +32,14 @@ pub(super) enum Op {
     /// One of the four 8-byte atomics; the data segment receives the
     /// original value.
     Atomic { raddr: RaddrSeg, op: AtomicOp },
+    /// UMR (fast registration or local invalidation) of the mkey whose
+    /// index the control segment's `imm` names; `xlt` is the data segment
+    /// pointing at the page list, when the UMR writes one by pointer.
+    Umr {
+        ctrl: UmrCtrlSeg,
+        mkey: MkeySeg,
+        xlt: Option<DataSeg>,
+    },
 }
 
 /// A send WQE, copied out of the SQ into a buffer of the engine.
@@ -191,6 +199,26 @@ impl<'a> SendWqe<'a> {
                         op,
                     },
                     after_raddr + MaskedAtomicSeg::SIZE,
+                )
+            }
+            SendOpcode::Umr => {
+                let umr = UmrCtrlSeg::decode(at(b, after_ctrl).ok()?);
+                let after_umr = after_ctrl + UmrCtrlSeg::SIZE;
+                let mkey = MkeySeg::decode(at(b, after_umr).ok()?);
+                let after_mkey = after_umr + MkeySeg::SIZE;
+                let by_pointer = umr.flags & umr_flags::INLINE == 0 && umr.xlt_octowords != 0;
+                let xlt = if by_pointer {
+                    Some(DataSeg::decode(at(b, after_mkey).ok()?))
+                } else {
+                    None
+                };
+                (
+                    Op::Umr {
+                        ctrl: umr,
+                        mkey,
+                        xlt,
+                    },
+                    b.len(),
                 )
             }
             _ => return None,

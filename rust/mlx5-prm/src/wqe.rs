@@ -12,6 +12,7 @@
 //! | RDMA_WRITE(_IMM), RDMA_READ | ctrl, raddr, then data pointer (or inline for writes) |
 //! | ATOMIC_CS, ATOMIC_FA | ctrl, raddr, atomic, one data pointer for the 8-byte result |
 //! | ATOMIC_MASKED_CS/FA | ctrl, raddr, masked atomic (32 bytes), one data pointer |
+//! | UMR (fast registration, local invalidation) | ctrl (`imm`: the mkey), UMR control (48 bytes), mkey context (64 bytes), then a data pointer to the translation list or none |
 //!
 //! Sizing (DS and WQEBB counts) is in [`super::ring`]; copying segments into
 //! the wrapping SQ buffer is in [`super::sq`].
@@ -24,7 +25,9 @@
 //! segments are 16-byte aligned, so every word is an aligned one. The word
 //! forms are `#[inline]` so that they cost no call from another crate.
 
-use super::bytes::{be_u32_pair, get_u32, get_u64, get_u8, put_u32, put_u64, put_u8};
+use super::bytes::{
+    be_u32_pair, get_u16, get_u32, get_u64, get_u8, put_u16, put_u32, put_u64, put_u8,
+};
 use super::error::Error;
 use super::opcode::SendOpcode;
 
@@ -714,5 +717,208 @@ mod tests {
         assert_eq!(inline_payload(&wqe, 6), Err(Error::OutOfRange));
         let bad = [0x80, 0, 0, 9, 0, 0];
         assert_eq!(inline_payload(&bad, 0), Err(Error::OutOfRange));
+    }
+}
+
+/// UMR control segment flags (`MLX5_UMR_*`, byte 0).
+pub mod umr_flags {
+    /// `MLX5_UMR_TRANSLATION_OFFSET_EN`: the translation is written at
+    /// `xlt_offset`, not from its start.
+    pub const TRANSLATION_OFFSET_EN: u8 = 1 << 4;
+    /// `MLX5_UMR_CHECK_NOT_FREE`: fail unless the mkey is in use.
+    pub const CHECK_NOT_FREE: u8 = 1 << 5;
+    /// `MLX5_UMR_CHECK_FREE`: fail unless the mkey is free.
+    pub const CHECK_FREE: u8 = 2 << 5;
+    /// `MLX5_UMR_INLINE`: the translation list (if any) is inline in the
+    /// WQE rather than pointed to by a data segment.
+    pub const INLINE: u8 = 1 << 7;
+}
+
+/// Which mkey context fields a UMR modifies (`MLX5_MKEY_MASK_*`, the UMR
+/// control segment's `mkey_mask`).
+pub mod mkey_mask {
+    /// `len`.
+    pub const LEN: u64 = 1 << 0;
+    /// `log2_page_size`.
+    pub const PAGE_SIZE: u64 = 1 << 1;
+    /// `start_addr`.
+    pub const START_ADDR: u64 = 1 << 6;
+    /// The PD in `flags_pd`.
+    pub const PD: u64 = 1 << 7;
+    /// Remote invalidation enable in `flags_pd`.
+    pub const EN_RINVAL: u64 = 1 << 8;
+    /// The key's low byte in `qpn_mkey7_0`.
+    pub const KEY: u64 = 1 << 13;
+    /// The QPN in `qpn_mkey7_0`.
+    pub const QPN: u64 = 1 << 14;
+    /// Local read permission.
+    pub const LR: u64 = 1 << 17;
+    /// Local write permission.
+    pub const LW: u64 = 1 << 18;
+    /// Remote read permission.
+    pub const RR: u64 = 1 << 19;
+    /// Remote write permission.
+    pub const RW: u64 = 1 << 20;
+    /// Remote atomic permission.
+    pub const A: u64 = 1 << 21;
+    /// Small fence.
+    pub const SMALL_FENCE: u64 = 1 << 23;
+    /// The free bit of `status`.
+    pub const FREE: u64 = 1 << 29;
+}
+
+/// Mkey context permission and access-mode bits (`flags`, byte 2):
+/// `MLX5_PERM_*` and `MLX5_MKC_ACCESS_MODE_*`.
+pub mod mkey_flags {
+    /// `MLX5_PERM_LOCAL_READ`.
+    pub const LOCAL_READ: u8 = 1 << 2;
+    /// `MLX5_PERM_LOCAL_WRITE`.
+    pub const LOCAL_WRITE: u8 = 1 << 3;
+    /// `MLX5_PERM_REMOTE_READ`.
+    pub const REMOTE_READ: u8 = 1 << 4;
+    /// `MLX5_PERM_REMOTE_WRITE`.
+    pub const REMOTE_WRITE: u8 = 1 << 5;
+    /// `MLX5_PERM_ATOMIC`.
+    pub const ATOMIC: u8 = 1 << 6;
+    /// `MLX5_PERM_UMR_EN`: UMR WQEs may modify the mkey.
+    pub const UMR_EN: u8 = 1 << 7;
+    /// Mask of the access mode (bits 1:0 of `flags`; the mode's bits 4:2
+    /// are elsewhere and zero for the modes below).
+    pub const ACCESS_MODE_MASK: u8 = 0x3;
+    /// `MLX5_MKC_ACCESS_MODE_PA`.
+    pub const ACCESS_MODE_PA: u8 = 0;
+    /// `MLX5_MKC_ACCESS_MODE_MTT`: translation by a list of pages.
+    pub const ACCESS_MODE_MTT: u8 = 1;
+}
+
+/// `MLX5_MKEY_STATUS_FREE`: the free bit of the mkey context's `status`.
+pub const MKEY_STATUS_FREE: u8 = 1 << 6;
+/// `MLX5_MKEY_REMOTE_INVAL`: remote invalidation enabled (`flags_pd`).
+pub const MKEY_REMOTE_INVAL: u32 = 1 << 24;
+/// Size of one MTT entry (`struct mlx5_mtt`): a big-endian page address
+/// whose low bits carry `MTT_EN_RD` and `MTT_EN_WR`.
+pub const MTT_SIZE: usize = 8;
+/// `MLX5_EN_RD`: the page may be read.
+pub const MTT_EN_RD: u64 = 1;
+/// `MLX5_EN_WR`: the page may be written.
+pub const MTT_EN_WR: u64 = 2;
+
+/// UMR control segment (`struct mlx5_wqe_umr_ctrl_seg`, 48 bytes), after
+/// the control segment of a UMR WQE.
+///
+/// | byte | field |
+/// |---|---|
+/// | 0 | `flags` ([`umr_flags`]) |
+/// | 4 | `xlt_octowords`: size of the translation written, in 16-byte units |
+/// | 6 | `xlt_offset`: where it is written, in 16-byte units |
+/// | 8 | `mkey_mask` ([`mkey_mask`]) |
+/// | 16 | `xlt_offset_47_16` |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct UmrCtrlSeg {
+    /// `flags`.
+    pub flags: u8,
+    /// `xlt_octowords`.
+    pub xlt_octowords: u16,
+    /// `xlt_offset` (bits 15:0 of the offset).
+    pub xlt_offset: u16,
+    /// `mkey_mask`.
+    pub mkey_mask: u64,
+    /// `xlt_offset_47_16`.
+    pub xlt_offset_47_16: u32,
+}
+
+impl UmrCtrlSeg {
+    /// Size in bytes.
+    pub const SIZE: usize = 48;
+
+    /// Writes the segment into `out` (reserved bytes zero).
+    pub fn encode(&self, out: &mut [u8; 48]) {
+        *out = [0; 48];
+        put_u8(out, 0, self.flags);
+        put_u16(out, 4, self.xlt_octowords);
+        put_u16(out, 6, self.xlt_offset);
+        put_u64(out, 8, self.mkey_mask);
+        put_u32(out, 16, self.xlt_offset_47_16);
+    }
+
+    /// Reads a segment from `b`.
+    pub fn decode(b: &[u8; 48]) -> Self {
+        UmrCtrlSeg {
+            flags: get_u8(b, 0),
+            xlt_octowords: get_u16(b, 4),
+            xlt_offset: get_u16(b, 6),
+            mkey_mask: get_u64(b, 8),
+            xlt_offset_47_16: get_u32(b, 16),
+        }
+    }
+}
+
+/// Mkey context segment of a UMR WQE (`struct mlx5_mkey_seg`, 64 bytes):
+/// the new values of the fields the UMR control segment's mask names.
+///
+/// | byte | field |
+/// |---|---|
+/// | 0 | `status` ([`MKEY_STATUS_FREE`]) |
+/// | 2 | `flags`: permissions and access mode ([`mkey_flags`]) |
+/// | 4 | `qpn_mkey7_0`: QPN (31:8), the key's low byte (7:0) |
+/// | 12 | `flags_pd`: flags (31:24, [`MKEY_REMOTE_INVAL`]), PD (23:0) |
+/// | 16 | `start_addr`: first I/O virtual address |
+/// | 24 | `len`: bytes covered |
+/// | 32 | `bsfs_octo_size` |
+/// | 52 | `xlt_oct_size`: translation size in 16-byte units |
+/// | 59 | `log2_page_size` |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MkeySeg {
+    /// `status`.
+    pub status: u8,
+    /// `flags`.
+    pub flags: u8,
+    /// `qpn_mkey7_0`.
+    pub qpn_mkey7_0: u32,
+    /// `flags_pd`.
+    pub flags_pd: u32,
+    /// `start_addr`.
+    pub start_addr: u64,
+    /// `len`.
+    pub len: u64,
+    /// `bsfs_octo_size`.
+    pub bsfs_octo_size: u32,
+    /// `xlt_oct_size`.
+    pub xlt_oct_size: u32,
+    /// `log2_page_size`.
+    pub log2_page_size: u8,
+}
+
+impl MkeySeg {
+    /// Size in bytes.
+    pub const SIZE: usize = 64;
+
+    /// Writes the segment into `out` (reserved bytes zero).
+    pub fn encode(&self, out: &mut [u8; 64]) {
+        *out = [0; 64];
+        put_u8(out, 0, self.status);
+        put_u8(out, 2, self.flags);
+        put_u32(out, 4, self.qpn_mkey7_0);
+        put_u32(out, 12, self.flags_pd);
+        put_u64(out, 16, self.start_addr);
+        put_u64(out, 24, self.len);
+        put_u32(out, 32, self.bsfs_octo_size);
+        put_u32(out, 52, self.xlt_oct_size);
+        put_u8(out, 59, self.log2_page_size);
+    }
+
+    /// Reads a segment from `b`.
+    pub fn decode(b: &[u8; 64]) -> Self {
+        MkeySeg {
+            status: get_u8(b, 0),
+            flags: get_u8(b, 2),
+            qpn_mkey7_0: get_u32(b, 4),
+            flags_pd: get_u32(b, 12),
+            start_addr: get_u64(b, 16),
+            len: get_u64(b, 24),
+            bsfs_octo_size: get_u32(b, 32),
+            xlt_oct_size: get_u32(b, 52),
+            log2_page_size: get_u8(b, 59),
+        }
     }
 }

@@ -85,9 +85,15 @@ const LIFTS: &[Lift] = &[
             "MLX5_EVENT_QUEUE_TYPE_QP",
             "MLX5_ADAPTER_PAGE_SIZE",
             "MLX5_BFREGS_PER_UAR",
+            "MLX5_PERM_LOCAL_READ",
+            "MLX5_EN_RD",
+            "MLX5_MKEY_MASK_LEN",
+            "MLX5_UMR_TRANSLATION_OFFSET_EN",
+            "MLX5_MKEY_STATUS_FREE",
+            "MLX5_MKEY_REMOTE_INVAL",
         ],
         defines: &[],
-        structs: &["mlx5_eqe", "mlx5_err_cqe", "mlx5_cqe64"],
+        structs: &["mlx5_eqe", "mlx5_err_cqe", "mlx5_cqe64", "mlx5_mkey_seg"],
         functions: &["get_cqe_opcode"],
     },
     Lift {
@@ -128,6 +134,7 @@ const LIFTS: &[Lift] = &[
             "mlx5_wqe_masked_atomic_seg",
             "mlx5_wqe_data_seg",
             "mlx5_wqe_inline_seg",
+            "mlx5_wqe_umr_ctrl_seg",
         ],
         functions: &[],
     },
@@ -253,6 +260,32 @@ const KERNEL_LAYOUTS: &[LayoutMap] = &[
         header: "mlx5_wqe_inline_seg",
         ours: "inline",
         fields: &[("byte_count", &["byte_count"])],
+    },
+    LayoutMap {
+        header: "mlx5_wqe_umr_ctrl_seg",
+        ours: "umr_ctrl",
+        fields: &[
+            ("flags", &["flags"]),
+            ("xlt_octowords", &["xlt_octowords"]),
+            ("xlt_offset", &["xlt_offset"]),
+            ("mkey_mask", &["mkey_mask"]),
+            ("xlt_offset_47_16", &["xlt_offset_47_16"]),
+        ],
+    },
+    LayoutMap {
+        header: "mlx5_mkey_seg",
+        ours: "mkey",
+        fields: &[
+            ("status", &["status"]),
+            ("flags", &["flags"]),
+            ("qpn_mkey7_0", &["qpn_mkey7_0"]),
+            ("flags_pd", &["flags_pd"]),
+            ("start_addr", &["start_addr"]),
+            ("len", &["len"]),
+            ("bsfs_octo_size", &["bsfs_octo_size"]),
+            ("xlt_oct_size", &["xlt_oct_size"]),
+            ("log2_page_size", &["log2_page_size"]),
+        ],
     },
 ];
 
@@ -486,6 +519,35 @@ fn our_constant(name: &str) -> Option<Option<u64>> {
         )
         .trailing_zeros()
         .into(),
+        // Fast registration and local invalidation (UMR WQEs).
+        "MLX5_PERM_LOCAL_READ" => u64::from(wqe::mkey_flags::LOCAL_READ),
+        "MLX5_PERM_LOCAL_WRITE" => u64::from(wqe::mkey_flags::LOCAL_WRITE),
+        "MLX5_PERM_REMOTE_READ" => u64::from(wqe::mkey_flags::REMOTE_READ),
+        "MLX5_PERM_REMOTE_WRITE" => u64::from(wqe::mkey_flags::REMOTE_WRITE),
+        "MLX5_PERM_ATOMIC" => u64::from(wqe::mkey_flags::ATOMIC),
+        "MLX5_PERM_UMR_EN" => u64::from(wqe::mkey_flags::UMR_EN),
+        "MLX5_EN_RD" => wqe::MTT_EN_RD,
+        "MLX5_EN_WR" => wqe::MTT_EN_WR,
+        "MLX5_MKEY_MASK_LEN" => wqe::mkey_mask::LEN,
+        "MLX5_MKEY_MASK_PAGE_SIZE" => wqe::mkey_mask::PAGE_SIZE,
+        "MLX5_MKEY_MASK_START_ADDR" => wqe::mkey_mask::START_ADDR,
+        "MLX5_MKEY_MASK_PD" => wqe::mkey_mask::PD,
+        "MLX5_MKEY_MASK_EN_RINVAL" => wqe::mkey_mask::EN_RINVAL,
+        "MLX5_MKEY_MASK_KEY" => wqe::mkey_mask::KEY,
+        "MLX5_MKEY_MASK_QPN" => wqe::mkey_mask::QPN,
+        "MLX5_MKEY_MASK_LR" => wqe::mkey_mask::LR,
+        "MLX5_MKEY_MASK_LW" => wqe::mkey_mask::LW,
+        "MLX5_MKEY_MASK_RR" => wqe::mkey_mask::RR,
+        "MLX5_MKEY_MASK_RW" => wqe::mkey_mask::RW,
+        "MLX5_MKEY_MASK_A" => wqe::mkey_mask::A,
+        "MLX5_MKEY_MASK_SMALL_FENCE" => wqe::mkey_mask::SMALL_FENCE,
+        "MLX5_MKEY_MASK_FREE" => wqe::mkey_mask::FREE,
+        "MLX5_UMR_TRANSLATION_OFFSET_EN" => u64::from(wqe::umr_flags::TRANSLATION_OFFSET_EN),
+        "MLX5_UMR_CHECK_NOT_FREE" => u64::from(wqe::umr_flags::CHECK_NOT_FREE),
+        "MLX5_UMR_CHECK_FREE" => u64::from(wqe::umr_flags::CHECK_FREE),
+        "MLX5_UMR_INLINE" => u64::from(wqe::umr_flags::INLINE),
+        "MLX5_MKEY_STATUS_FREE" => u64::from(wqe::MKEY_STATUS_FREE),
+        "MLX5_MKEY_REMOTE_INVAL" => u64::from(wqe::MKEY_REMOTE_INVAL),
         "MLX5_CQ_ERROR_SYNDROME_CQ_OVERRUN" => u64::from(eqe::CQ_ERROR_SYNDROME_OVERRUN),
         "MLX5_CQ_ERROR_SYNDROME_CQ_ACCESS_VIOLATION_ERROR" => {
             u64::from(eqe::CQ_ERROR_SYNDROME_ACCESS_VIOLATION)
@@ -508,7 +570,16 @@ fn our_constant(name: &str) -> Option<Option<u64>> {
         | "MLX5_UARS_IN_PAGE"
         | "MLX5_NON_FP_BFREGS_IN_PAGE"
         | "MLX5_MIN_DYN_BFREGS"
-        | "MLX5_MAX_DYN_BFREGS" => return Some(None),
+        | "MLX5_MAX_DYN_BFREGS"
+        // Signature, BSF and relaxed-ordering mkey features the model
+        // does not have.
+        | "MLX5_MKEY_MASK_EN_SIGERR"
+        | "MLX5_MKEY_MASK_BSF_EN"
+        | "MLX5_MKEY_MASK_RELAXED_ORDERING_WRITE"
+        | "MLX5_MKEY_MASK_RELAXED_ORDERING_READ"
+        | "MLX5_MKEY_MASK_PAGE_SIZE_5"
+        | "MLX5_MKEY_FLAG_SYNC_UMR"
+        | "MLX5_MKEY_BSF_EN" => return Some(None),
         _ => {
             return by_name(EventType::ALL, "MLX5_EVENT_TYPE_", "", name)
                 .or_else(|| by_name(SendOpcode::ALL, "MLX5_OPCODE_", "", name))
@@ -559,7 +630,7 @@ fn constants_match_the_kernel() {
 #[test]
 fn struct_layouts_match_the_kernel() {
     let checked = common::check_layouts(vectors(), KERNEL_LAYOUTS);
-    assert_eq!(checked, 9 + 45, "layout facts checked");
+    assert_eq!(checked, 11 + 59, "layout facts checked");
 }
 
 #[test]

@@ -103,6 +103,13 @@ pub enum WrOp {
         add: u64,
         boundary: u64,
     },
+    /// UMR of the mkey `key` (the control segment's `imm`): its UMR control
+    /// and mkey context segments; the page list, if any, is the WR's SGE.
+    Umr {
+        key: u32,
+        ctrl: mlx5_prm::wqe::UmrCtrlSeg,
+        mkey: mlx5_prm::wqe::MkeySeg,
+    },
 }
 
 /// A send work request.

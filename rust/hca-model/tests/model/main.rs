@@ -21,6 +21,7 @@ mod cmd_objects;
 mod cmd_props;
 mod errors;
 mod failure;
+mod fastreg;
 mod hostile;
 mod props;
 mod states;

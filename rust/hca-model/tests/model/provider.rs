@@ -49,6 +49,7 @@ impl World {
             WrOp::Faa { .. } => (SendOpcode::AtomicFa, 0),
             WrOp::MaskedCas { .. } => (SendOpcode::AtomicMaskedCs, 0),
             WrOp::MaskedFaa { .. } => (SendOpcode::AtomicMaskedFa, 0),
+            WrOp::Umr { key, .. } => (SendOpcode::Umr, key),
         };
         let raddr = match wr.op {
             WrOp::Write { raddr, rkey }
@@ -99,6 +100,14 @@ impl World {
                     compare_mask,
                 }
                 .encode(&mut b);
+                put(sq, &mut off, &b);
+            }
+            WrOp::Umr { ctrl, mkey, .. } => {
+                let mut b = [0u8; 48];
+                ctrl.encode(&mut b);
+                put(sq, &mut off, &b);
+                let mut b = [0u8; 64];
+                mkey.encode(&mut b);
                 put(sq, &mut off, &b);
             }
             WrOp::MaskedFaa { add, boundary, .. } => {

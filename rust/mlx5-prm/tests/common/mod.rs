@@ -112,7 +112,9 @@ pub(crate) fn check_field(what: &str, encoded: &[u8], offset: usize, size: usize
 use mlx5_prm::cqe::{Cqe64, ErrCqe, OpOwn, CQE_SIZE};
 use mlx5_prm::eqe::{Eqe, EqeData, DATA_SIZE, EQE_SIZE};
 use mlx5_prm::opcode::{CqeOpcode, EventType, SendOpcode};
-use mlx5_prm::wqe::{AtomicSeg, CtrlSeg, DataSeg, InlineHeader, MaskedAtomicSeg, RaddrSeg};
+use mlx5_prm::wqe::{
+    AtomicSeg, CtrlSeg, DataSeg, InlineHeader, MaskedAtomicSeg, MkeySeg, RaddrSeg, UmrCtrlSeg,
+};
 
 /// A control segment with every field zero (opcode NOP).
 pub(crate) const ZERO_CTRL: CtrlSeg = CtrlSeg {
@@ -160,6 +162,24 @@ pub(crate) fn encoded_fields(layout: &str, fields: &[&str]) -> Vec<u8> {
         "masked_atomic" => &["swap_add", "compare", "swap_add_mask", "compare_mask"],
         "data" => &["byte_count", "lkey", "addr"],
         "inline" => &["byte_count"],
+        "umr_ctrl" => &[
+            "flags",
+            "xlt_octowords",
+            "xlt_offset",
+            "mkey_mask",
+            "xlt_offset_47_16",
+        ],
+        "mkey" => &[
+            "status",
+            "flags",
+            "qpn_mkey7_0",
+            "flags_pd",
+            "start_addr",
+            "len",
+            "bsfs_octo_size",
+            "xlt_oct_size",
+            "log2_page_size",
+        ],
         "cqe" => &[
             "ml_path",
             "slid",
@@ -281,6 +301,34 @@ pub(crate) fn encoded_fields(layout: &str, fields: &[&str]) -> Vec<u8> {
             let mut b = [0u8; InlineHeader::SIZE];
             InlineHeader {
                 byte_count: u32::MAX,
+            }
+            .encode(&mut b);
+            b.to_vec()
+        }
+        "umr_ctrl" => {
+            let mut b = [0u8; UmrCtrlSeg::SIZE];
+            UmrCtrlSeg {
+                flags: u8m("flags"),
+                xlt_octowords: u16m("xlt_octowords"),
+                xlt_offset: u16m("xlt_offset"),
+                mkey_mask: u64m("mkey_mask"),
+                xlt_offset_47_16: u32m("xlt_offset_47_16"),
+            }
+            .encode(&mut b);
+            b.to_vec()
+        }
+        "mkey" => {
+            let mut b = [0u8; MkeySeg::SIZE];
+            MkeySeg {
+                status: u8m("status"),
+                flags: u8m("flags"),
+                qpn_mkey7_0: u32m("qpn_mkey7_0"),
+                flags_pd: u32m("flags_pd"),
+                start_addr: u64m("start_addr"),
+                len: u64m("len"),
+                bsfs_octo_size: u32m("bsfs_octo_size"),
+                xlt_oct_size: u32m("xlt_oct_size"),
+                log2_page_size: u8m("log2_page_size"),
             }
             .encode(&mut b);
             b.to_vec()
