@@ -13,8 +13,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
 
 # Profiles: `bench` (default) stages what the benchmark runs; `check`
-# stages only iproute2's rdma tool, which make check's guest runs against
-# rmlx5's ib_core devices.
+# stages only iproute2's rdma and ip, which make check's guest runs against
+# rmlx5's ib_core devices (ip for the SMC-R run's veth pair and namespace).
 profile=${1:-bench}
 # What the guest runs, and the packages it comes from. The libraries are
 # listed too, so a fresh machine that lacks one of them still works.
@@ -25,8 +25,8 @@ bench)
               iproute2 libpci3 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1)
     ;;
 check)
-    PROGRAMS=(rdma)
-    PACKAGES=(iproute2 libmnl0 libbsd0 libmd0 libcap2)
+    PROGRAMS=(rdma ip)
+    PACKAGES=(iproute2 libmnl0 libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g)
     ;;
 *)
     echo "usage: $0 [bench|check]" >&2

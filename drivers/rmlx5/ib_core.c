@@ -17,10 +17,11 @@
  * What is left out, and what a ULP sees instead: UD, UC, XRC, SRQ and the
  * special QPs (-EOPNOTSUPP from create_qp; so no MADs: the port advertises
  * no MAD, CM or SA capability and ib_mad, ib_cm and ib_sa leave it alone),
- * inline data (max_inline_data 0, IB_SEND_INLINE refused), fast
- * registration and invalidation (not in device_cap_flags; IB_WR_REG_MR and
- * IB_WR_LOCAL_INV refused), user memory (reg_user_mr: ib_uverbs is not the
- * user path of rmlx5, its own uverbs is).
+ * inline data (max_inline_data 0, IB_SEND_INLINE refused), remote
+ * invalidation (IB_WR_SEND_WITH_INV refused), integrity MRs, user memory
+ * (reg_user_mr: ib_uverbs is not the user path of rmlx5, its own uverbs
+ * is). Fast registration (alloc_mr, map_mr_sg, IB_WR_REG_MR) and
+ * IB_WR_LOCAL_INV are UMR WQEs on the QP, executed by the HCA in order.
  *
  * Addressing: the port is InfiniBand, LID n + 1 for rmlx5_<n> (LID 0 is not
  * a valid unicast LID), one GID (fe80::/64 + the port GUID), one P_Key
@@ -29,8 +30,13 @@
  * (get_dma_mr, its local_dma_lkey) covers.
  */
 #include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/netdevice.h>
 #include <linux/spinlock.h>
 #include <linux/xarray.h>
+#include <net/net_namespace.h>
+#include <rdma/ib_addr.h>
+#include <rdma/ib_cache.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rmlx5_ib.h>
 
@@ -53,6 +59,10 @@ static_assert(RMLX5_IB_WR_ATOMIC_CMP_AND_SWP == IB_WR_ATOMIC_CMP_AND_SWP);
 static_assert(RMLX5_IB_WR_ATOMIC_FETCH_AND_ADD == IB_WR_ATOMIC_FETCH_AND_ADD);
 static_assert(RMLX5_IB_WR_MASKED_ATOMIC_CMP_AND_SWP == IB_WR_MASKED_ATOMIC_CMP_AND_SWP);
 static_assert(RMLX5_IB_WR_MASKED_ATOMIC_FETCH_AND_ADD == IB_WR_MASKED_ATOMIC_FETCH_AND_ADD);
+static_assert(RMLX5_IB_WR_LOCAL_INV == IB_WR_LOCAL_INV);
+static_assert(RMLX5_IB_WR_REG_MR == IB_WR_REG_MR);
+static_assert(RMLX5_IB_WC_LOCAL_INV == IB_WC_LOCAL_INV);
+static_assert(RMLX5_IB_WC_REG_MR == IB_WC_REG_MR);
 static_assert(RMLX5_IB_SEND_FENCE == IB_SEND_FENCE);
 static_assert(RMLX5_IB_SEND_SIGNALED == IB_SEND_SIGNALED);
 static_assert(RMLX5_IB_SEND_SOLICITED == IB_SEND_SOLICITED);
@@ -117,6 +127,14 @@ static_assert(offsetof(struct rmlx5_ib_sge, lkey) == offsetof(struct ib_sge, lke
 
 #define RMLX5_IBC_MAX_DEVS 8
 
+/* RoCE ports: at most this many GIDs (ib_core fills them from the netdev). */
+#define RMLX5_IBC_ROCE_GIDS 16
+
+static char *roce_netdevs;
+module_param(roce_netdevs, charp, 0444);
+MODULE_PARM_DESC(roce_netdevs,
+		 "Comma-separated netdev names: rmlx5_<n> becomes a RoCE device on the n-th (in any network namespace); an empty or missing name keeps rmlx5_<n> InfiniBand");
+
 struct rmlx5_ibc_dev {
 	struct ib_device ibdev;
 	int index;
@@ -128,6 +146,8 @@ struct rmlx5_ibc_dev {
 	struct xarray qps;
 	struct xarray cqs;
 	spinlock_t ev_lock;
+	/* A RoCE port (bound to a netdev at registration), else InfiniBand. */
+	bool roce;
 };
 
 struct rmlx5_ibc_pd {
@@ -138,7 +158,13 @@ struct rmlx5_ibc_pd {
 struct rmlx5_ibc_mr {
 	struct ib_mr ibmr;
 	struct rmlx5_ib_mr *mr;
+	/* Fast registration: pages ib_sg_to_pages has set, and the room. */
+	u32 npages;
+	u32 max_pages;
+	int set_page_err;
 };
+
+#define RMLX5_IBC_MAX_FAST_PAGES 512
 
 struct rmlx5_ibc_cq {
 	struct ib_cq ibcq;
@@ -156,8 +182,15 @@ struct rmlx5_ibc_qp {
 	enum ib_sig_type sq_sig_type;
 };
 
+/*
+ * Registered devices. The table changes under rmlx5_ibc_lock, which the
+ * netdev notifier (under the RTNL) and the GID lookup of modify_qp take to
+ * read it; a device leaves the table before it is unregistered.
+ */
+static DEFINE_MUTEX(rmlx5_ibc_lock);
 static struct rmlx5_ibc_dev *rmlx5_ibc_devs[RMLX5_IBC_MAX_DEVS];
 static unsigned int rmlx5_ibc_nr;
+static bool rmlx5_ibc_notifier;
 
 static struct rmlx5_ibc_dev *to_dev(struct ib_device *ibdev)
 {
@@ -210,7 +243,9 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 	props->page_size_cap = PAGE_SIZE;
 	props->max_qp = a.max_qp;
 	props->max_qp_wr = a.max_qp_wr;
-	props->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN;
+	props->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN |
+				  IB_DEVICE_MEM_MGT_EXTENSIONS;
+	props->max_fast_reg_page_list_len = RMLX5_IBC_MAX_FAST_PAGES;
 	props->max_send_sge = a.max_sge;
 	props->max_recv_sge = a.max_sge;
 	props->max_sge_rd = a.max_sge;
@@ -239,6 +274,26 @@ static int rmlx5_ibc_query_port(struct ib_device *ibdev, u32 port,
 	err = rmlx5_ib_query_device(to_dev(ibdev)->index, &a);
 	if (err)
 		return err;
+	if (to_dev(ibdev)->roce) {
+		struct net_device *ndev = ib_device_get_netdev(ibdev, 1);
+		bool up = ndev && netif_running(ndev) && netif_carrier_ok(ndev);
+
+		/* The port follows its netdev, as for any RoCE device. */
+		props->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+		props->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP :
+			IB_PORT_PHYS_STATE_DISABLED;
+		props->max_mtu = IB_MTU_4096;
+		props->active_mtu = ndev ? iboe_get_mtu(ndev->mtu) : IB_MTU_1024;
+		props->gid_tbl_len = RMLX5_IBC_ROCE_GIDS;
+		props->ip_gids = true;
+		props->pkey_tbl_len = 1;
+		props->max_msg_sz = 1U << 30;
+		props->max_vl_num = 1;
+		props->active_width = IB_WIDTH_4X;
+		props->active_speed = IB_SPEED_EDR;
+		dev_put(ndev);
+		return 0;
+	}
 	/* ib_core cleared *props; the subnet prefix it fills from the GID. */
 	props->state = a.port_state == IB_PORT_ACTIVE ? IB_PORT_ACTIVE : IB_PORT_DOWN;
 	props->phys_state = props->state == IB_PORT_ACTIVE ?
@@ -268,8 +323,12 @@ static int rmlx5_ibc_get_port_immutable(struct ib_device *ibdev, u32 port,
 		return err;
 	imm->pkey_tbl_len = attr.pkey_tbl_len;
 	imm->gid_tbl_len = attr.gid_tbl_len;
-	/* InfiniBand transport without MAD, SMI, CM or SA support. */
-	imm->core_cap_flags = RDMA_CORE_CAP_PROT_IB;
+	/* InfiniBand or RoCE (v1 and v2 GIDs) transport without MAD, SMI,
+	 * CM or SA support. */
+	imm->core_cap_flags = to_dev(ibdev)->roce ?
+		RDMA_CORE_CAP_PROT_ROCE | RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP |
+		RDMA_CORE_CAP_ETH_AH :
+		RDMA_CORE_CAP_PROT_IB;
 	imm->max_mad_size = 0;
 	return 0;
 }
@@ -277,7 +336,8 @@ static int rmlx5_ibc_get_port_immutable(struct ib_device *ibdev, u32 port,
 static int rmlx5_ibc_query_gid(struct ib_device *ibdev, u32 port, int index,
 			       union ib_gid *gid)
 {
-	if (port != 1 || index != 0)
+	/* A RoCE port's GIDs are ib_core's software table. */
+	if (port != 1 || index != 0 || to_dev(ibdev)->roce)
 		return -EINVAL;
 	gid->global.subnet_prefix = cpu_to_be64(0xfe80000000000000ULL);
 	gid->global.interface_id = ibdev->node_guid;
@@ -338,6 +398,64 @@ static struct ib_mr *rmlx5_ibc_reg_user_mr(struct ib_pd *ibpd, u64 start,
 {
 	/* User space reaches rmlx5 through its own uverbs device. */
 	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static struct ib_mr *rmlx5_ibc_alloc_mr(struct ib_pd *ibpd,
+					enum ib_mr_type type, u32 max_num_sg)
+{
+	struct rmlx5_ibc_mr *mr;
+	u32 key;
+	int err;
+
+	if (type != IB_MR_TYPE_MEM_REG)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (!max_num_sg || max_num_sg > RMLX5_IBC_MAX_FAST_PAGES)
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	err = rmlx5_ib_alloc_mr(to_pd(ibpd)->pd, max_num_sg, &mr->mr, &key);
+	if (err) {
+		kfree(mr);
+		return ERR_PTR(err);
+	}
+	mr->max_pages = max_num_sg;
+	mr->ibmr.lkey = key;
+	mr->ibmr.rkey = key;
+	return &mr->ibmr;
+}
+
+/* ib_sg_to_pages() callback: one page address into the MR's page list. */
+static int rmlx5_ibc_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct rmlx5_ibc_mr *mr = to_mr(ibmr);
+	int err;
+
+	if (mr->npages >= mr->max_pages)
+		return -ENOMEM;
+	err = rmlx5_ib_mr_set_page(mr->mr, mr->npages, addr);
+	if (err) {
+		mr->set_page_err = err;
+		return err;
+	}
+	mr->npages++;
+	return 0;
+}
+
+static int rmlx5_ibc_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg,
+			       int sg_nents, unsigned int *sg_offset)
+{
+	struct rmlx5_ibc_mr *mr = to_mr(ibmr);
+	int n, err;
+
+	mr->npages = 0;
+	mr->set_page_err = 0;
+	n = ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, rmlx5_ibc_set_page);
+	if (n <= 0)
+		return mr->set_page_err ? mr->set_page_err : n;
+	err = rmlx5_ib_mr_set_mapping(mr->mr, ibmr->iova, ibmr->length,
+				      ilog2(ibmr->page_size), mr->npages);
+	return err ? err : n;
 }
 
 static int rmlx5_ibc_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
@@ -446,7 +564,16 @@ static int rmlx5_ibc_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 static int rmlx5_ibc_req_notify_cq(struct ib_cq *ibcq,
 				   enum ib_cq_notify_flags flags)
 {
-	return rmlx5_ib_req_notify_cq(to_cq(ibcq)->cq, flags);
+	/*
+	 * As mlx5_ib and rxe read it: solicited-only when the solicited bits
+	 * are exactly IB_CQ_SOLICITED, else the next completion (SMC-R arms
+	 * with the whole IB_CQ_SOLICITED_MASK).
+	 */
+	u32 arm = (flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED ?
+		RMLX5_IB_CQ_SOLICITED : RMLX5_IB_CQ_NEXT_COMP;
+
+	return rmlx5_ib_req_notify_cq(to_cq(ibcq)->cq,
+				      arm | (flags & IB_CQ_REPORT_MISSED_EVENTS));
 }
 
 /* Queue pairs. */
@@ -490,6 +617,36 @@ static int rmlx5_ibc_create_qp(struct ib_qp *ibqp,
 	return 0;
 }
 
+/* The index of the RoCE device whose GID table holds gid, or -EHOSTUNREACH. */
+static int rmlx5_ibc_dev_of_gid(const union ib_gid *gid)
+{
+	static const enum ib_gid_type types[] = {
+		IB_GID_TYPE_ROCE, IB_GID_TYPE_ROCE_UDP_ENCAP,
+	};
+	unsigned int i, t;
+	int found = -EHOSTUNREACH;
+
+	mutex_lock(&rmlx5_ibc_lock);
+	for (i = 0; i < rmlx5_ibc_nr && found < 0; i++) {
+		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[i];
+
+		if (!d || !d->roce)
+			continue;
+		for (t = 0; t < ARRAY_SIZE(types); t++) {
+			const struct ib_gid_attr *ga =
+				rdma_find_gid_by_port(&d->ibdev, gid, types[t], 1, NULL);
+
+			if (!IS_ERR(ga)) {
+				rdma_put_gid_attr(ga);
+				found = d->index;
+				break;
+			}
+		}
+	}
+	mutex_unlock(&rmlx5_ibc_lock);
+	return found;
+}
+
 static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			       int mask, struct ib_udata *udata)
 {
@@ -519,7 +676,18 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		return -EOPNOTSUPP;
 	if (!(mask & IB_QP_STATE))
 		a.qp_state = qp->attr.qp_state;
-	if (mask & IB_QP_AV) {
+	if ((mask & IB_QP_AV) && to_dev(ibqp->device)->roce) {
+		int peer;
+
+		/* The remote device is the one whose GID table holds DGID. */
+		if (attr->ah_attr.type != RDMA_AH_ATTR_TYPE_ROCE ||
+		    !(rdma_ah_get_ah_flags(&attr->ah_attr) & IB_AH_GRH))
+			return -EINVAL;
+		peer = rmlx5_ibc_dev_of_gid(&rdma_ah_read_grh(&attr->ah_attr)->dgid);
+		if (peer < 0)
+			return peer;
+		a.dlid = peer;
+	} else if (mask & IB_QP_AV) {
 		u16 dlid = rdma_ah_get_dlid(&attr->ah_attr);
 
 		/* rmlx5_<n> has LID n + 1. */
@@ -540,10 +708,17 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 	if (mask & IB_QP_PORT)
 		qp->attr.port_num = attr->port_num;
 	if (mask & IB_QP_AV) {
-		/* Only what rmlx5 uses: no GRH, so no GID attribute reference. */
+		/* Only what rmlx5 uses, and no GID attribute reference. */
 		memset(&qp->attr.ah_attr, 0, sizeof(qp->attr.ah_attr));
-		qp->attr.ah_attr.type = RDMA_AH_ATTR_TYPE_IB;
-		rdma_ah_set_dlid(&qp->attr.ah_attr, a.dlid + 1);
+		qp->attr.ah_attr.type = attr->ah_attr.type;
+		if (attr->ah_attr.type == RDMA_AH_ATTR_TYPE_ROCE) {
+			union ib_gid dgid = rdma_ah_read_grh(&attr->ah_attr)->dgid;
+
+			qp->attr.ah_attr.ah_flags = IB_AH_GRH;
+			rdma_ah_set_dgid_raw(&qp->attr.ah_attr, dgid.raw);
+		} else {
+			rdma_ah_set_dlid(&qp->attr.ah_attr, a.dlid + 1);
+		}
 		rdma_ah_set_sl(&qp->attr.ah_attr, rdma_ah_get_sl(&attr->ah_attr));
 		rdma_ah_set_port_num(&qp->attr.ah_attr, 1);
 	}
@@ -638,6 +813,14 @@ static int rmlx5_ibc_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		case IB_WR_RDMA_READ:
 			w.remote_addr = rdma_wr(wr)->remote_addr;
 			w.rkey = rdma_wr(wr)->rkey;
+			break;
+		case IB_WR_REG_MR:
+			w.mr = to_mr(reg_wr(wr)->mr)->mr;
+			w.rkey = reg_wr(wr)->key;
+			w.access = reg_wr(wr)->access;
+			break;
+		case IB_WR_LOCAL_INV:
+			w.rkey = wr->ex.invalidate_rkey;
 			break;
 		case IB_WR_ATOMIC_CMP_AND_SWP:
 		case IB_WR_ATOMIC_FETCH_AND_ADD:
@@ -770,6 +953,8 @@ static const struct ib_device_ops rmlx5_ibc_ops = {
 	.get_dma_mr = rmlx5_ibc_get_dma_mr,
 	.reg_user_mr = rmlx5_ibc_reg_user_mr,
 	.dereg_mr = rmlx5_ibc_dereg_mr,
+	.alloc_mr = rmlx5_ibc_alloc_mr,
+	.map_mr_sg = rmlx5_ibc_map_mr_sg,
 	.create_cq = rmlx5_ibc_create_cq,
 	.destroy_cq = rmlx5_ibc_destroy_cq,
 	.poll_cq = rmlx5_ibc_poll_cq,
@@ -797,6 +982,92 @@ static void rmlx5_ibc_remove_one(struct rmlx5_ibc_dev *dev)
 	ib_dealloc_device(&dev->ibdev);
 }
 
+/* The index-th name of roce_netdevs, in buf; false if none. */
+static bool rmlx5_ibc_netdev_name(unsigned int index, char *buf, size_t len)
+{
+	const char *p = roce_netdevs;
+	unsigned int i;
+
+	for (i = 0; p && i < index; i++) {
+		p = strchr(p, ',');
+		if (p)
+			p++;
+	}
+	if (!p || !*p || *p == ',')
+		return false;
+	strscpy(buf, p, min_t(size_t, len, strcspn(p, ",") + 1));
+	return true;
+}
+
+/* The netdev called name in any network namespace, held, or NULL. */
+static struct net_device *rmlx5_ibc_find_netdev(const char *name)
+{
+	struct net_device *ndev = NULL;
+	struct net *net;
+
+	down_read(&net_rwsem);
+	for_each_net(net) {
+		ndev = dev_get_by_name(net, name);
+		if (ndev)
+			break;
+	}
+	up_read(&net_rwsem);
+	return ndev;
+}
+
+/* Makes dev a RoCE device on its netdev from roce_netdevs, if it has one. */
+static int rmlx5_ibc_bind_netdev(struct rmlx5_ibc_dev *dev)
+{
+	char name[IFNAMSIZ];
+	struct net_device *ndev;
+	int err;
+
+	if (!rmlx5_ibc_netdev_name(dev->index, name, sizeof(name)))
+		return 0;
+	ndev = rmlx5_ibc_find_netdev(name);
+	if (!ndev) {
+		pr_err("rmlx5: rmlx5_%d: no netdev %s for RoCE (roce_netdevs)\n",
+		       dev->index, name);
+		return -ENODEV;
+	}
+	dev->roce = true;
+	err = ib_device_set_netdev(&dev->ibdev, ndev, 1);
+	dev_put(ndev);
+	return err;
+}
+
+/*
+ * ib_core asks drivers to let go of a netdev that unregisters (which it
+ * also does when it moves to another namespace): the port then stays down.
+ */
+static int rmlx5_ibc_netdev_event(struct notifier_block *nb,
+				  unsigned long event, void *ptr)
+{
+	struct net_device *ndev = netdev_notifier_info_to_dev(ptr);
+	unsigned int i;
+
+	if (event != NETDEV_UNREGISTER)
+		return NOTIFY_DONE;
+	mutex_lock(&rmlx5_ibc_lock);
+	for (i = 0; i < rmlx5_ibc_nr; i++) {
+		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[i];
+		struct net_device *bound;
+
+		if (!d || !d->roce)
+			continue;
+		bound = ib_device_get_netdev(&d->ibdev, 1);
+		if (bound == ndev)
+			ib_device_set_netdev(&d->ibdev, NULL, 1);
+		dev_put(bound);
+	}
+	mutex_unlock(&rmlx5_ibc_lock);
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block rmlx5_ibc_netdev_nb = {
+	.notifier_call = rmlx5_ibc_netdev_event,
+};
+
 static int rmlx5_ibc_add_one(unsigned int index)
 {
 	struct rmlx5_ib_device_attr a;
@@ -823,6 +1094,9 @@ static int rmlx5_ibc_add_one(unsigned int index)
 		sizeof(dev->ibdev.node_desc));
 	dev->ibdev.dev.parent = rmlx5_shim_hca_device(index);
 	ib_set_device_ops(&dev->ibdev, &rmlx5_ibc_ops);
+	err = rmlx5_ibc_bind_netdev(dev);
+	if (err)
+		goto fail;
 	err = rmlx5_ibc_set_event_handler(index, rmlx5_ibc_event, dev);
 	if (err)
 		goto fail;
@@ -833,7 +1107,9 @@ static int rmlx5_ibc_add_one(unsigned int index)
 		rmlx5_ibc_set_event_handler(index, NULL, NULL);
 		goto fail;
 	}
+	mutex_lock(&rmlx5_ibc_lock);
 	rmlx5_ibc_devs[index] = dev;
+	mutex_unlock(&rmlx5_ibc_lock);
 	return 0;
 fail:
 	xa_destroy(&dev->qps);
@@ -857,17 +1133,35 @@ int rmlx5_ibc_register(unsigned int nr)
 			rmlx5_ibc_unregister();
 			return err;
 		}
+		mutex_lock(&rmlx5_ibc_lock);
 		rmlx5_ibc_nr = i + 1;
+		mutex_unlock(&rmlx5_ibc_lock);
+	}
+	if (roce_netdevs && *roce_netdevs) {
+		err = register_netdevice_notifier(&rmlx5_ibc_netdev_nb);
+		if (err) {
+			rmlx5_ibc_unregister();
+			return err;
+		}
+		rmlx5_ibc_notifier = true;
 	}
 	return 0;
 }
 
 void rmlx5_ibc_unregister(void)
 {
+	if (rmlx5_ibc_notifier) {
+		unregister_netdevice_notifier(&rmlx5_ibc_netdev_nb);
+		rmlx5_ibc_notifier = false;
+	}
 	while (rmlx5_ibc_nr) {
-		unsigned int i = --rmlx5_ibc_nr;
+		unsigned int i = rmlx5_ibc_nr - 1;
+		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[i];
 
-		rmlx5_ibc_remove_one(rmlx5_ibc_devs[i]);
+		mutex_lock(&rmlx5_ibc_lock);
+		rmlx5_ibc_nr = i;
 		rmlx5_ibc_devs[i] = NULL;
+		mutex_unlock(&rmlx5_ibc_lock);
+		rmlx5_ibc_remove_one(d);
 	}
 }

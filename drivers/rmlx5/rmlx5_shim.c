@@ -49,6 +49,9 @@ EXPORT_SYMBOL_GPL(rmlx5_ib_set_event_handler);
 EXPORT_SYMBOL_GPL(rmlx5_ib_get_dma_mr);
 EXPORT_SYMBOL_GPL(rmlx5_ib_cq_num);
 EXPORT_SYMBOL_GPL(rmlx5_ib_query_qp_state);
+EXPORT_SYMBOL_GPL(rmlx5_ib_alloc_mr);
+EXPORT_SYMBOL_GPL(rmlx5_ib_mr_set_page);
+EXPORT_SYMBOL_GPL(rmlx5_ib_mr_set_mapping);
 
 /* The interrupt controller of all software HCAs. */
 struct rmlx5_intc {

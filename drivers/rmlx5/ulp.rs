@@ -292,6 +292,85 @@ pub unsafe extern "C" fn rmlx5_ib_get_dma_mr(
     }
 }
 
+/// Allocates a fast-registration MR with room for `max_pages` pages: no
+/// key reaches it until an `IB_WR_REG_MR` work request registers the
+/// pages set with `rmlx5_ib_mr_set_page` and `rmlx5_ib_mr_set_mapping`.
+///
+/// # Safety
+///
+/// `pd` is live; `out` and `key` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_alloc_mr(
+    pd: *mut Pd,
+    max_pages: u32,
+    out: *mut *mut Mr,
+    key: *mut u32,
+) -> c_int {
+    // SAFETY: `pd` is a live PD.
+    let Some(pd) = (unsafe { pd.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let r = (|| -> Result<*mut Mr> {
+        let mr = Mr::new_fast(pd, max_pages)?;
+        let k = mr.key;
+        let b = KBox::into_raw(KBox::new(mr, GFP_KERNEL)?);
+        record(Handle::Mr(b as usize), || {
+            // SAFETY: `b` is the `KBox` just leaked, known to nobody else.
+            let mr = unsafe { KBox::from_raw(b) };
+            let _ = mr.destroy();
+        })?;
+        // SAFETY: `key` is writable.
+        unsafe { key.write(k) };
+        Ok(b)
+    })();
+    match r {
+        Ok(p) => {
+            // SAFETY: `out` is writable.
+            unsafe { out.write(p) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// Writes page `index` of a fast MR's page list (the page's DMA address).
+/// Any context; the MR must not be registered meanwhile.
+///
+/// # Safety
+///
+/// `mr` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_mr_set_page(mr: *const Mr, index: u32, addr: u64) -> c_int {
+    // SAFETY: `mr` is a live MR.
+    let Some(mr) = (unsafe { mr.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    mr.set_page(index, addr).map_or_else(errno, |()| 0)
+}
+
+/// Records what a fast MR's page list maps: `pages` pages of
+/// `1 << page_shift` bytes (4 KiB to 1 GiB) holding `length` bytes from
+/// `iova`. Any context.
+///
+/// # Safety
+///
+/// `mr` is live.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_mr_set_mapping(
+    mr: *const Mr,
+    iova: u64,
+    length: u64,
+    page_shift: u32,
+    pages: u32,
+) -> c_int {
+    // SAFETY: `mr` is a live MR.
+    let Some(mr) = (unsafe { mr.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    mr.set_mapping(iova, length, page_shift, pages)
+        .map_or_else(errno, |()| 0)
+}
+
 /// # Safety
 ///
 /// `mr` must come from `rmlx5_ib_reg_mr`.
@@ -540,6 +619,9 @@ pub struct SendWrC {
     swap: u64,
     compare_add_mask: u64,
     swap_mask: u64,
+    mr: *const Mr,
+    access: u32,
+    reserved2: u32,
 }
 
 /// `struct rmlx5_ib_recv_wr`.
@@ -614,6 +696,10 @@ pub unsafe extern "C" fn rmlx5_ib_post_send(
                 swap: w.swap,
                 compare_add_mask: w.compare_add_mask,
                 swap_mask: w.swap_mask,
+                // SAFETY: A registration names a live MR of the caller's
+                // (null for every other opcode).
+                mr: unsafe { w.mr.as_ref() },
+                access: w.access,
             };
             if let Some(p) = ptrs.get_mut(n) {
                 *p = cur;

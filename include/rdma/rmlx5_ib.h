@@ -35,8 +35,10 @@ enum {
 	RMLX5_IB_WR_RDMA_READ = 4,
 	RMLX5_IB_WR_ATOMIC_CMP_AND_SWP = 5,
 	RMLX5_IB_WR_ATOMIC_FETCH_AND_ADD = 6,
+	RMLX5_IB_WR_LOCAL_INV = 7,
 	RMLX5_IB_WR_MASKED_ATOMIC_CMP_AND_SWP = 12,
 	RMLX5_IB_WR_MASKED_ATOMIC_FETCH_AND_ADD = 13,
+	RMLX5_IB_WR_REG_MR = 0x20,
 };
 
 enum {
@@ -64,6 +66,8 @@ enum {
 	RMLX5_IB_WC_RDMA_READ = 2,
 	RMLX5_IB_WC_COMP_SWAP = 3,
 	RMLX5_IB_WC_FETCH_ADD = 4,
+	RMLX5_IB_WC_LOCAL_INV = 6,
+	RMLX5_IB_WC_REG_MR = 10,
 	RMLX5_IB_WC_MASKED_COMP_SWAP = 11,
 	RMLX5_IB_WC_MASKED_FETCH_ADD = 12,
 	RMLX5_IB_WC_RECV = 128,
@@ -155,6 +159,13 @@ struct rmlx5_ib_send_wr {
 	u64 swap;
 	u64 compare_add_mask;
 	u64 swap_mask;
+	/* RMLX5_IB_WR_REG_MR: the MR from rmlx5_ib_alloc_mr() to register
+	 * with its key's last byte changed to rkey's, and its rights
+	 * (RMLX5_IB_ACCESS_*). RMLX5_IB_WR_LOCAL_INV: rkey is the key to
+	 * invalidate. */
+	struct rmlx5_ib_mr *mr;
+	u32 access;
+	u32 reserved2;
 };
 
 struct rmlx5_ib_recv_wr {
@@ -213,6 +224,16 @@ int rmlx5_ib_reg_mr(struct rmlx5_ib_pd *pd, void *addr, u64 length,
  * (what ib_core's local_dma_lkey covers for ULPs of the ib_* API). */
 int rmlx5_ib_get_dma_mr(struct rmlx5_ib_pd *pd, u32 access,
 			struct rmlx5_ib_mr **mr, u32 *key);
+/* Fast registration: an MR with room for max_pages (at most 512) pages,
+ * free until an RMLX5_IB_WR_REG_MR registers the pages written with
+ * rmlx5_ib_mr_set_page() (DMA addresses, page-aligned) covering what
+ * rmlx5_ib_mr_set_mapping() records. Both may be called in any context,
+ * and not while the MR is registered. rmlx5_ib_dereg_mr() frees it. */
+int rmlx5_ib_alloc_mr(struct rmlx5_ib_pd *pd, u32 max_pages,
+		      struct rmlx5_ib_mr **mr, u32 *key);
+int rmlx5_ib_mr_set_page(struct rmlx5_ib_mr *mr, u32 index, u64 addr);
+int rmlx5_ib_mr_set_mapping(struct rmlx5_ib_mr *mr, u64 iova, u64 length,
+			    u32 page_shift, u32 pages);
 int rmlx5_ib_dereg_mr(struct rmlx5_ib_mr *mr);
 
 /* A NULL handler creates a polling-only CQ: it cannot be armed and no

@@ -7,13 +7,12 @@
  * At load, for each CQ poll context (IB_POLL_DIRECT, IB_POLL_SOFTIRQ,
  * IB_POLL_WORKQUEUE) it connects an RC QP on rmlx5_0 to one on rmlx5_1
  * and checks SEND/RECV, RDMA WRITE and RDMA READ (data and completions,
- * under the PD's DMA MR), an RDMA WRITE with a bad rkey,
+ * under the PD's DMA MR), fast registration of scattered pages with WRITE,
+ * READ and atomics through it, local invalidation (after which the key
+ * fails with a remote access error),
  * ib_drain_qp and the QP state after it, then destroys everything in an
  * order that differs per context. Each case prints
  * "rmlx5-test: PASS ib_<case>" or "rmlx5-test: FAIL ib_<case>: why".
- * Atomics are not among them: the ib_* API gives a ULP an MR with remote
- * atomic access only through fast registration, which rmlx5's ib_core
- * device does not offer yet (its rmlx5_ib_* API has them).
  *
  * With hold=1 it runs no test but keeps a PD, a CQ and a QP on every rmlx5
  * device until ib_core removes the device (rmmod rmlx5 while this module is
@@ -22,6 +21,7 @@
  */
 #include <linux/completion.h>
 #include <linux/module.h>
+#include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <rdma/ib_verbs.h>
@@ -316,38 +316,175 @@ static void test_write_read(struct end *a, struct end *b, const char *ctx)
 	}
 }
 
-/* A WRITE with a wrong rkey: remote access error, and the QP in ERR. */
-static void test_bad_rkey(struct end *a, struct end *b, const char *ctx)
+/*
+ * Fast registration on b of three separately allocated pages (ib_map_mr_sg,
+ * IB_WR_REG_MR with a new key byte), then from a: a WRITE across all three
+ * pages, a READ across a page boundary, fetch-and-add and compare-and-swap
+ * on the last word; then IB_WR_LOCAL_INV on b, after which a WRITE with the
+ * key fails with a remote access error and a's QP is in ERR.
+ */
+static void test_fast_reg(struct end *a, struct end *b, const char *ctx)
 {
-	struct ib_sge sge = { a->dma, 64, a->pd->local_dma_lkey };
+	const int access = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
+			   IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC;
+	struct page *pages[3] = {};
+	struct scatterlist sg[3];
+	struct ib_mr *mr = NULL;
+	struct ib_reg_wr reg = {};
+	struct ib_send_wr inv = {};
+	struct ib_sge sge = { a->dma, 8192, a->pd->local_dma_lkey };
 	struct ib_rdma_wr w = {
 		.wr = { .sg_list = &sge, .num_sge = 1,
 			.opcode = IB_WR_RDMA_WRITE },
-		.remote_addr = b->dma,
-		.rkey = b->pd->unsafe_global_rkey ^ 0x80,
+	};
+	struct ib_atomic_wr at = {
+		.wr = { .sg_list = &sge, .num_sge = 1,
+			.opcode = IB_WR_ATOMIC_FETCH_AND_ADD },
 	};
 	struct ib_qp_init_attr init;
 	struct ib_qp_attr qa;
+	u64 *last, *result = (u64 *)(a->buf + 4096);
+	bool mapped = false;
 	struct twr t;
-	int err;
+	int i, n, err;
 
-	err = post_wait(a, &w.wr, &t);
-	if (err) {
-		FAIL("bad_rkey", ctx, "post or wait: %d", err);
-		return;
+	for (i = 0; i < 3; i++) {
+		pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		if (!pages[i]) {
+			FAIL("fast_reg", ctx, "no memory");
+			goto out;
+		}
 	}
-	if (t.wc.status != IB_WC_REM_ACCESS_ERR) {
-		FAIL("bad_rkey", ctx, "status %s, expected remote access error",
-		     ib_wc_status_msg(t.wc.status));
-		return;
+	sg_init_table(sg, 3);
+	for (i = 0; i < 3; i++)
+		sg_set_page(&sg[i], pages[i], PAGE_SIZE, 0);
+	if (ib_dma_map_sg(b->dev, sg, 3, DMA_BIDIRECTIONAL) != 3) {
+		FAIL("fast_reg", ctx, "ib_dma_map_sg");
+		goto out;
+	}
+	mapped = true;
+	mr = ib_alloc_mr(b->pd, IB_MR_TYPE_MEM_REG, 4);
+	if (IS_ERR(mr)) {
+		FAIL("fast_reg", ctx, "ib_alloc_mr: %ld", PTR_ERR(mr));
+		mr = NULL;
+		goto out;
+	}
+	n = ib_map_mr_sg(mr, sg, 3, NULL, PAGE_SIZE);
+	if (n != 3 || mr->length != 3 * PAGE_SIZE) {
+		FAIL("fast_reg", ctx, "ib_map_mr_sg: %d, length %llu", n, mr->length);
+		goto out;
+	}
+	ib_update_fast_reg_key(mr, ib_inc_rkey(mr->rkey));
+	reg.wr.opcode = IB_WR_REG_MR;
+	reg.mr = mr;
+	reg.key = mr->rkey;
+	reg.access = access;
+	err = post_wait(b, &reg.wr, &t);
+	if (err || !check_wc("fast_reg", ctx, &t, IB_WC_REG_MR, b->qp)) {
+		if (err)
+			FAIL("fast_reg", ctx, "REG_MR post or wait: %d", err);
+		goto out;
+	}
+
+	/* 8 KiB from 2 KiB into the first page: all three pages. */
+	for (i = 0; i < 8192; i++)
+		a->buf[i] = i * 7 + 3;
+	w.remote_addr = mr->iova + 2048;
+	w.rkey = mr->rkey;
+	err = post_wait(a, &w.wr, &t);
+	if (err || !check_wc("fast_reg", ctx, &t, IB_WC_RDMA_WRITE, a->qp)) {
+		if (err)
+			FAIL("fast_reg", ctx, "WRITE post or wait: %d", err);
+		goto out;
+	}
+	if (memcmp(page_address(pages[0]) + 2048, a->buf, PAGE_SIZE - 2048) ||
+	    memcmp(page_address(pages[1]), a->buf + PAGE_SIZE - 2048, PAGE_SIZE) ||
+	    memcmp(page_address(pages[2]), a->buf + 2 * PAGE_SIZE - 2048, 2048)) {
+		FAIL("fast_reg", ctx, "written pages differ");
+		goto out;
+	}
+	/* READ 256 bytes across the boundary of pages 1 and 2. */
+	sge.addr = a->dma + 6144;
+	sge.length = 256;
+	w.wr.opcode = IB_WR_RDMA_READ;
+	w.wr.send_flags = 0;
+	w.remote_addr = mr->iova + 2 * PAGE_SIZE - 128;
+	err = post_wait(a, &w.wr, &t);
+	if (err || !check_wc("fast_reg", ctx, &t, IB_WC_RDMA_READ, a->qp)) {
+		if (err)
+			FAIL("fast_reg", ctx, "READ post or wait: %d", err);
+		goto out;
+	}
+	if (memcmp(a->buf + 6144, page_address(pages[1]) + PAGE_SIZE - 128, 128) ||
+	    memcmp(a->buf + 6144 + 128, page_address(pages[2]), 128)) {
+		FAIL("fast_reg", ctx, "read data differs");
+		goto out;
+	}
+	/* Atomics on the last word of the third page. */
+	last = page_address(pages[2]) + PAGE_SIZE - 8;
+	*last = 40;
+	*result = 0;
+	sge.addr = a->dma + 4096;
+	sge.length = 8;
+	at.remote_addr = mr->iova + 3 * PAGE_SIZE - 8;
+	at.rkey = mr->rkey;
+	at.compare_add = 2;
+	err = post_wait(a, &at.wr, &t);
+	if (err || !check_wc("fast_reg", ctx, &t, IB_WC_FETCH_ADD, a->qp) ||
+	    *result != 40 || *last != 42) {
+		if (err || t.wc.status == IB_WC_SUCCESS)
+			FAIL("fast_reg", ctx, "fetch-add: err %d result %llu word %llu",
+			     err, *result, *last);
+		goto out;
+	}
+	at.wr.opcode = IB_WR_ATOMIC_CMP_AND_SWP;
+	at.wr.send_flags = 0;
+	at.compare_add = 42;
+	at.swap = 7;
+	err = post_wait(a, &at.wr, &t);
+	if (err || !check_wc("fast_reg", ctx, &t, IB_WC_COMP_SWAP, a->qp) ||
+	    *result != 42 || *last != 7) {
+		if (err || t.wc.status == IB_WC_SUCCESS)
+			FAIL("fast_reg", ctx, "compare-swap: err %d result %llu word %llu",
+			     err, *result, *last);
+		goto out;
+	}
+	PASS("fast_reg", ctx);
+
+	inv.opcode = IB_WR_LOCAL_INV;
+	inv.ex.invalidate_rkey = mr->rkey;
+	err = post_wait(b, &inv, &t);
+	if (err || !check_wc("local_inv", ctx, &t, IB_WC_LOCAL_INV, b->qp)) {
+		if (err)
+			FAIL("local_inv", ctx, "post or wait: %d", err);
+		goto out;
+	}
+	sge.addr = a->dma;
+	sge.length = 64;
+	w.wr.opcode = IB_WR_RDMA_WRITE;
+	w.wr.send_flags = 0;
+	w.remote_addr = mr->iova;
+	err = post_wait(a, &w.wr, &t);
+	if (err || t.wc.status != IB_WC_REM_ACCESS_ERR) {
+		FAIL("local_inv", ctx, "WRITE after invalidation: err %d status %s",
+		     err, ib_wc_status_msg(t.wc.status));
+		goto out;
 	}
 	err = ib_query_qp(a->qp, &qa, IB_QP_STATE, &init);
 	if (err || qa.qp_state != IB_QPS_ERR) {
-		FAIL("bad_rkey", ctx, "query_qp %d state %d, expected ERR", err,
+		FAIL("local_inv", ctx, "query_qp %d state %d, expected ERR", err,
 		     qa.qp_state);
-		return;
+		goto out;
 	}
-	PASS("bad_rkey", ctx);
+	PASS("local_inv", ctx);
+out:
+	if (mr)
+		ib_dereg_mr(mr);
+	if (mapped)
+		ib_dma_unmap_sg(b->dev, sg, 3, DMA_BIDIRECTIONAL);
+	for (i = 0; i < 3; i++)
+		if (pages[i])
+			__free_page(pages[i]);
 }
 
 static void test_drain(struct end *a, struct end *b, const char *ctx)
@@ -386,7 +523,7 @@ static void run_ctx(enum ib_poll_context pctx, const char *ctx, int order)
 		PASS("connect", ctx);
 		test_send_recv(&e[0], &e[1], ctx);
 		test_write_read(&e[0], &e[1], ctx);
-		test_bad_rkey(&e[0], &e[1], ctx);
+		test_fast_reg(&e[0], &e[1], ctx);
 		test_drain(&e[0], &e[1], ctx);
 	}
 	/* QPs first (they use the CQs and PDs); then per order. */

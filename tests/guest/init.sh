@@ -27,6 +27,11 @@ for p in $params; do
 done
 export RMLX5_NUM_HCAS
 
+# Debian's rdma and ip with their libraries (scripts/bench-userland.sh
+# check), for the ib_core and SMC-R checks.
+rdma() { LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu /usr/bin/rdma "$@"; }
+IP() { LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu /usr/bin/ip "$@"; }
+
 pass() { echo "rmlx5-test: PASS $1"; }
 fail() { echo "rmlx5-test: FAIL $1: $2"; }
 finish() {
@@ -154,8 +159,6 @@ if [ "$mode" != stress ] && [ -d /sys/class/infiniband ] &&
     else
         fail ib_sysfs "/sys/class/infiniband/rmlx5_<n> missing or not an active IB CA port with LID n+1"
     fi
-    # Debian's rdma and its libraries (scripts/bench-userland.sh check).
-    rdma() { LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu /usr/bin/rdma "$@"; }
     if [ -x /usr/bin/rdma ]; then
         echo "rmlx5-guest: rdma dev; rdma link"
         rdma dev
@@ -256,6 +259,75 @@ if ls /dev/rmlx5_uverbs* >/dev/null 2>&1; then
     fail devnodes_removed "device nodes still present after rmmod"
 else
     pass devnodes_removed
+fi
+
+# SMC-R, the kernel's own sockets-over-RDMA ULP, over rmlx5's ib_core
+# devices as RoCE ports: rmlx5 is loaded again with rmlx5_0 on veth0 (here)
+# and rmlx5_1 on veth1 (in namespace smcb); an AF_SMC connection between
+# the two sends 1 MiB, which the server checks. The client's socket must
+# report SMC-R mode (smc_diag; a fallback names its reason), and since
+# SMC-R moves the data by RDMA WRITE, rmlx5's DMA counter must have moved
+# at least that much (a TCP fallback moves nothing through it).
+if [ "$mode" != stress ] && [ -d /proc/sys/net/smc ] &&
+    [ -z "$filter" -o "${filter#smc}" != "$filter" ]; then
+    smc_bytes=1048576
+    smc_setup() {
+        mkdir -p /run/netns &&
+            IP netns add smcb &&
+            IP link add veth0 type veth peer name veth1 netns smcb &&
+            IP addr add 10.77.0.1/24 dev veth0 && IP link set veth0 up &&
+            IP -n smcb addr add 10.77.0.2/24 dev veth1 &&
+            IP -n smcb link set veth1 up && IP -n smcb link set lo up
+    }
+    # The module's KUnit suites ran at the first load already.
+    echo 'none-*' > /sys/module/kunit/parameters/filter_glob 2>/dev/null
+    if [ ! -x /usr/bin/ip ]; then
+        fail smc_r "no iproute2 ip in the guest (scripts/bench-userland.sh check)"
+    elif ! smc_setup; then
+        fail smc_r "could not set up veth0/veth1 and namespace smcb"
+    elif ! insmod /lib/modules/rmlx5.ko $params roce_netdevs=veth0,veth1; then
+        fail smc_r "insmod rmlx5 roce_netdevs=veth0,veth1 exited $?"
+    else
+        echo "rmlx5-guest: rdma link with RoCE ports"
+        rdma link
+        g=/sys/class/infiniband/rmlx5_0/ports/1
+        echo "rmlx5-guest: rmlx5_0 GID 0: $(cat $g/gids/0) $(cat $g/gid_attrs/types/0) $(cat $g/gid_attrs/ndevs/0)"
+        if rdma link | grep -qE "^link rmlx5_0/1 .*state ACTIVE .*netdev veth0"; then
+            pass smc_roce_port
+        else
+            fail smc_roce_port "rmlx5_0 port 1 is not an active RoCE port on veth0"
+        fi
+        rmlx5-smc server /run/netns/smcb 10.77.0.2 7777 > /tmp/smc-server.log 2>&1 &
+        srv=$!
+        for i in 1 2 3 4 5 6 7 8 9 10; do
+            grep -q ready /tmp/smc-server.log && break
+            sleep 1
+        done
+        if rmlx5-smc client 10.77.0.2 7777 $smc_bytes > /tmp/smc-client.log 2>&1 &&
+            wait $srv; then
+            cat /tmp/smc-client.log /tmp/smc-server.log
+            echo "rmlx5-guest: SMC-R: the ULP's QPs on rmlx5 (rdma res)"
+            rdma res show qp
+            moved=$(awk '$1 == "dma_access" { print $3 }' /sys/kernel/debug/rmlx5/perf)
+            echo "rmlx5-guest: SMC-R: rmlx5 moved ${moved:-0} bytes by DMA"
+            # The socket's own mode (smc_diag) and rmlx5's DMA counter.
+            if grep -q "client: mode SMC-R" /tmp/smc-client.log &&
+                [ "${moved:-0}" -ge "$smc_bytes" ]; then
+                pass smc_r
+            else
+                fail smc_r "not over SMC-R: $(grep 'client: mode' /tmp/smc-client.log), rmlx5 moved ${moved:-0} bytes"
+            fi
+        else
+            cat /tmp/smc-client.log /tmp/smc-server.log
+            kill $srv 2>/dev/null
+            fail smc_r "the AF_SMC transfer failed"
+        fi
+        if rmmod rmlx5; then
+            pass smc_unload
+        else
+            fail smc_unload "rmmod rmlx5 after SMC-R exited $?"
+        fi
+    fi
 fi
 
 check_kmemleak kmemleak

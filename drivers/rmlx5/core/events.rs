@@ -93,8 +93,10 @@ pub(crate) trait QpEvents: Send + Sync {
 /// A kernel QP as the poller of its CQs sees it: the wr_id of the WQE a
 /// CQE completes (which also retires the WQEs before it).
 pub(crate) trait WrIds: Send + Sync {
-    /// The send WQE at `wqe_counter` completed.
-    fn complete_send(&self, wqe_counter: u16) -> u64;
+    /// The send WQE at `wqe_counter` completed: its wr_id, and the
+    /// completion opcode the poster recorded for it if the CQE's send
+    /// opcode does not tell (a UMR: registration or invalidation).
+    fn complete_send(&self, wqe_counter: u16) -> (u64, Option<u32>);
     /// The receive WQE at `wqe_counter` completed.
     fn complete_recv(&self, wqe_counter: u16) -> u64;
 }

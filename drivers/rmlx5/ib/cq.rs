@@ -445,15 +445,18 @@ impl Cq {
             CqeOpcode::Req => {
                 let c = Cqe64::decode(b).ok()?;
                 let q = qp(c.qpn)?;
-                let wr_id = q.complete_send(c.wqe_counter);
-                let opcode = match SendOpcode::try_from(c.send_opcode).ok()? {
-                    SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => WC_RDMA_WRITE,
-                    SendOpcode::RdmaRead => WC_RDMA_READ,
-                    SendOpcode::AtomicCs => WC_COMP_SWAP,
-                    SendOpcode::AtomicFa => WC_FETCH_ADD,
-                    SendOpcode::AtomicMaskedCs => WC_MASKED_COMP_SWAP,
-                    SendOpcode::AtomicMaskedFa => WC_MASKED_FETCH_ADD,
-                    _ => WC_SEND,
+                let (wr_id, recorded) = q.complete_send(c.wqe_counter);
+                let opcode = match recorded {
+                    Some(op) => op,
+                    None => match SendOpcode::try_from(c.send_opcode).ok()? {
+                        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteImm => WC_RDMA_WRITE,
+                        SendOpcode::RdmaRead => WC_RDMA_READ,
+                        SendOpcode::AtomicCs => WC_COMP_SWAP,
+                        SendOpcode::AtomicFa => WC_FETCH_ADD,
+                        SendOpcode::AtomicMaskedCs => WC_MASKED_COMP_SWAP,
+                        SendOpcode::AtomicMaskedFa => WC_MASKED_FETCH_ADD,
+                        _ => WC_SEND,
+                    },
                 };
                 Some(Wc {
                     wr_id,
@@ -492,7 +495,7 @@ impl Cq {
                 let e = ErrCqe::decode(b).ok()?;
                 let q = qp(e.qpn)?;
                 let (wr_id, opcode) = if op.opcode == CqeOpcode::ReqErr {
-                    (q.complete_send(e.wqe_counter), WC_SEND)
+                    (q.complete_send(e.wqe_counter).0, WC_SEND)
                 } else {
                     (q.complete_recv(e.wqe_counter), WC_RECV)
                 };

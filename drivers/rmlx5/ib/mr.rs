@@ -2,6 +2,11 @@
 
 //! Protection domains and memory regions over kernel memory.
 
+use core::sync::atomic::{
+    AtomicU32,
+    AtomicU64,
+    Ordering, //
+};
 use kernel::{
     prelude::*,
     sync::Arc, //
@@ -9,13 +14,25 @@ use kernel::{
 
 use super::model_err;
 use crate::hca::{
-    dma::RegionKind,
+    dma::{
+        DmaBuf,
+        RegionKind, //
+    },
     SoftHca, //
 };
 use crate::hca_model::mr::{
     Access,
     MrAttr, //
 };
+use crate::mlx5_prm::wqe::{
+    MTT_EN_RD,
+    MTT_EN_WR,
+    MTT_SIZE, //
+};
+
+/// Most pages of a fast-registration MR (`max_fast_reg_page_list_len`):
+/// a 4 KiB page list.
+pub(crate) const MAX_FAST_PAGES: u32 = 512;
 
 /// A protection domain.
 pub struct Pd {
@@ -61,6 +78,35 @@ pub struct Mr {
     len: u64,
     /// A DMA MR: it holds the direct map open rather than a region.
     direct: bool,
+    /// A fast-registration MR: its page list and current mapping.
+    pub(crate) fast: Option<FastList>,
+}
+
+/// The page list of a fast-registration MR, in module memory under a
+/// linear model MR of the same PD (`list_key`), which a UMR WQE's data
+/// segment names as mlx5_ib names its descriptors under the PD's local
+/// DMA lkey; and the mapping `map_mr_sg` last wrote into it.
+pub(crate) struct FastList {
+    buf: DmaBuf,
+    list_key: u32,
+    max_pages: u32,
+    iova: AtomicU64,
+    length: AtomicU64,
+    /// `page_shift << 16 | pages`.
+    shape: AtomicU32,
+}
+
+/// The mapping a registration WQE registers (see [`Mr::fast_mapping`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastMapping {
+    /// DMA address of the page list.
+    pub(crate) list: u64,
+    /// Its lkey.
+    pub(crate) list_key: u32,
+    pub(crate) iova: u64,
+    pub(crate) length: u64,
+    pub(crate) page_shift: u8,
+    pub(crate) pages: u32,
 }
 
 extern "C" {
@@ -110,12 +156,123 @@ impl Mr {
                 addr: start,
                 len,
                 direct: true,
+                fast: None,
             }),
             Err(e) => {
                 st.dma.close_direct_map();
                 Err(model_err(e))
             }
         }
+    }
+
+    /// Creates a fast-registration MR with room for `max_pages` pages: free
+    /// (no key reaches it) until a registration WQE (`IB_WR_REG_MR`)
+    /// registers the pages [`Mr::set_page`] wrote.
+    pub(crate) fn new_fast(pd: &Pd, max_pages: u32) -> Result<Self> {
+        if max_pages == 0 || max_pages > MAX_FAST_PAGES {
+            return Err(EINVAL);
+        }
+        // Whole 64-byte units, as a UMR's translation size is.
+        let bytes = (max_pages as usize * MTT_SIZE).next_multiple_of(64);
+        let buf = DmaBuf::new(bytes, GFP_KERNEL)?;
+        let mut st = pd.soft.state.lock();
+        st.dma.add_buf(&buf)?;
+        let list_attr = MrAttr {
+            pdn: pd.pdn,
+            iova: buf.addr(),
+            length: buf.len() as u64,
+            dma_addr: buf.addr(),
+            access: Access::NONE,
+        };
+        let Some(m) = st.fabric.hca(pd.hca) else {
+            st.dma.remove_buf(&buf);
+            return Err(ENODEV);
+        };
+        let list_key = match m.create_mr(&list_attr) {
+            Ok(k) => k,
+            Err(e) => {
+                st.dma.remove_buf(&buf);
+                return Err(model_err(e));
+            }
+        };
+        let key = match m.create_fast_mr(pd.pdn, max_pages) {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = m.destroy_mr(list_key);
+                st.dma.remove_buf(&buf);
+                return Err(model_err(e));
+            }
+        };
+        drop(st);
+        Ok(Self {
+            soft: pd.soft.clone(),
+            hca: pd.hca,
+            key,
+            addr: 0,
+            len: 0,
+            direct: false,
+            fast: Some(FastList {
+                buf,
+                list_key,
+                max_pages,
+                iova: AtomicU64::new(0),
+                length: AtomicU64::new(0),
+                shape: AtomicU32::new(0),
+            }),
+        })
+    }
+
+    /// Writes page `index` of a fast MR's page list: the page at DMA
+    /// address `addr` (what `ib_sg_to_pages` hands the driver).
+    pub(crate) fn set_page(&self, index: u32, addr: u64) -> Result {
+        let f = self.fast.as_ref().ok_or(EINVAL)?;
+        if index >= f.max_pages {
+            return Err(EINVAL);
+        }
+        let entry = (addr | MTT_EN_RD | MTT_EN_WR).to_be_bytes();
+        f.buf.write(index as usize * MTT_SIZE, &entry)
+    }
+
+    /// Records the mapping the page list now holds: `pages` pages of
+    /// `1 << page_shift` bytes covering `length` bytes from `iova`.
+    pub(crate) fn set_mapping(
+        &self,
+        iova: u64,
+        length: u64,
+        page_shift: u32,
+        pages: u32,
+    ) -> Result {
+        let f = self.fast.as_ref().ok_or(EINVAL)?;
+        let page = 1u64.checked_shl(page_shift).ok_or(EINVAL)?;
+        let needed = (iova & (page - 1))
+            .checked_add(length)
+            .map(|b| b.div_ceil(page))
+            .ok_or(EINVAL)?;
+        if !(12..=30).contains(&page_shift)
+            || pages > f.max_pages
+            || needed > u64::from(pages)
+            || iova.checked_add(length).is_none()
+        {
+            return Err(EINVAL);
+        }
+        f.iova.store(iova, Ordering::Relaxed);
+        f.length.store(length, Ordering::Relaxed);
+        f.shape.store(page_shift << 16 | pages, Ordering::Release);
+        Ok(())
+    }
+
+    /// What a registration WQE of this fast MR registers.
+    pub(crate) fn fast_mapping(&self) -> Option<FastMapping> {
+        let f = self.fast.as_ref()?;
+        let shape = f.shape.load(Ordering::Acquire);
+        Some(FastMapping {
+            list: f.buf.addr(),
+            list_key: f.list_key,
+            iova: f.iova.load(Ordering::Relaxed),
+            length: f.length.load(Ordering::Relaxed),
+            page_shift: (shape >> 16) as u8,
+            pages: shape & 0xffff,
+        })
     }
 
     /// Registers a user memory region: `len` bytes the model reaches at
@@ -155,6 +312,7 @@ impl Mr {
                 addr,
                 len,
                 direct: false,
+                fast: None,
             }),
             Err(e) => {
                 st.dma.remove(addr, len);
@@ -168,6 +326,14 @@ impl Mr {
     pub(crate) fn destroy(&self) -> Result {
         let mut st = self.soft.state.lock();
         let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        if let Some(f) = &self.fast {
+            // A registration may have changed the key's last byte.
+            let key = m.query_mr(self.key).map_or(self.key, |mr| mr.key());
+            m.destroy_mr(key).map_err(model_err)?;
+            let _ = m.destroy_mr(f.list_key);
+            st.dma.remove_buf(&f.buf);
+            return Ok(());
+        }
         m.destroy_mr(self.key).map_err(model_err)?;
         if self.direct {
             st.dma.close_direct_map();

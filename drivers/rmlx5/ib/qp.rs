@@ -25,7 +25,10 @@ use kernel::{
 use super::{
     cq::Cq,
     model_err, //
-    mr::Pd,
+    mr::{
+        Mr,
+        Pd, //
+    },
 };
 use crate::hca::{
     dma::DmaBuf,
@@ -59,17 +62,25 @@ use crate::mlx5_prm::{
     opcode::SendOpcode,
     recv::write_recv_wqe,
     wqe::{
+        mkey_flags,
+        mkey_mask,
+        umr_flags,
         AtomicSeg,
         CtrlSeg,
         DataSeg,
         MaskedAtomicSeg,
+        MkeySeg,
         RaddrSeg,
+        UmrCtrlSeg,
         CE_CQ_UPDATE,
         CE_ERROR_ONLY,
         DS_SIZE,
         FENCE_MODE_FENCE,
         FENCE_MODE_NONE,
         MAX_WQE_SIZE,
+        MKEY_REMOTE_INVAL,
+        MKEY_STATUS_FREE,
+        MTT_SIZE,
         WQEBB_SIZE, //
     },
 };
@@ -84,6 +95,13 @@ pub(crate) const WR_ATOMIC_CMP_AND_SWP: u32 = 5;
 pub(crate) const WR_ATOMIC_FETCH_AND_ADD: u32 = 6;
 pub(crate) const WR_MASKED_ATOMIC_CMP_AND_SWP: u32 = 12;
 pub(crate) const WR_MASKED_ATOMIC_FETCH_AND_ADD: u32 = 13;
+pub(crate) const WR_LOCAL_INV: u32 = 7;
+pub(crate) const WR_REG_MR: u32 = 0x20;
+// `enum ib_wc_opcode` values of the two UMR work requests.
+const WC_LOCAL_INV: u8 = 6;
+const WC_REG_MR: u8 = 10;
+/// No completion opcode recorded: the CQE's send opcode decides.
+const WC_FROM_CQE: u8 = 0xff;
 // `enum ib_send_flags` values.
 pub(crate) const SEND_FENCE: u32 = 1;
 pub(crate) const SEND_SIGNALED: u32 = 2;
@@ -107,7 +125,7 @@ pub struct Sge {
 }
 
 /// A send work request in safe form.
-#[derive(Clone, Copy, Default, Debug)]
+#[derive(Clone, Copy, Default)]
 pub(crate) struct SendReq<'a> {
     pub(crate) wr_id: u64,
     pub(crate) sges: &'a [Sge],
@@ -121,6 +139,10 @@ pub(crate) struct SendReq<'a> {
     pub(crate) swap: u64,
     pub(crate) compare_add_mask: u64,
     pub(crate) swap_mask: u64,
+    /// `IB_WR_REG_MR`: the fast MR to register (its key becomes `rkey`)
+    /// and the rights (`IB_ACCESS_*`).
+    pub(crate) mr: Option<&'a Mr>,
+    pub(crate) access: u32,
 }
 
 /// Creation attributes of a QP.
@@ -180,8 +202,9 @@ struct SqState {
     tail: u16,
     /// BlueFlame register half for the next doorbell.
     half: u8,
-    /// wr_id and size (WQEBBs) by WQEBB index of the first WQEBB.
-    wrid: KVec<(u64, u8)>,
+    /// wr_id, size (WQEBBs) and the completion opcode of a UMR (else
+    /// `WC_FROM_CQE`), by WQEBB index of the first WQEBB.
+    wrid: KVec<(u64, u8, u8)>,
 }
 
 struct RqState {
@@ -242,7 +265,7 @@ impl Qp {
         let dbr = DmaBuf::new(QP_DBR_SIZE, GFP_KERNEL)?;
         let mut wrid = KVec::with_capacity(sq_wqebbs as usize, GFP_KERNEL)?;
         for _ in 0..sq_wqebbs {
-            wrid.push((0u64, 1u8), GFP_KERNEL)?;
+            wrid.push((0u64, 1u8, WC_FROM_CQE), GFP_KERNEL)?;
         }
         let mut rwrid = KVec::with_capacity(rq_wqes as usize, GFP_KERNEL)?;
         for _ in 0..rq_wqes {
@@ -404,6 +427,9 @@ impl Qp {
         if wr.sges.len() > MAX_SGE {
             return Err(EINVAL);
         }
+        if matches!(wr.opcode, WR_REG_MR | WR_LOCAL_INV) {
+            return self.build_umr(sq, wr);
+        }
         let (opcode, raddr, atomic) = match wr.opcode {
             WR_SEND => (SendOpcode::Send, false, 0),
             WR_SEND_WITH_IMM => (SendOpcode::SendImm, false, 0),
@@ -522,7 +548,156 @@ impl Qp {
         }
         let first = usize::from(sq.pi) & (n - 1);
         if let Some(e) = sq.wrid.get_mut(first) {
-            *e = (wr.wr_id, wqebbs as u8);
+            *e = (wr.wr_id, wqebbs as u8, WC_FROM_CQE);
+        }
+        sq.pi = sq.pi.wrapping_add(wqebbs as u16);
+        Ok(c)
+    }
+
+    /// Builds the UMR WQE of an `IB_WR_REG_MR` or `IB_WR_LOCAL_INV`, as
+    /// mlx5_ib does: control segment (`imm`: the mkey), UMR control
+    /// segment, mkey context and, for a registration, a data segment
+    /// pointing at the MR's page list.
+    fn build_umr(&self, sq: &mut SqState, wr: &SendReq<'_>) -> Result<[u8; 16]> {
+        if !wr.sges.is_empty() {
+            return Err(EINVAL);
+        }
+        let (umr, mkey, xlt, wc) = if wr.opcode == WR_REG_MR {
+            let m = wr.mr.and_then(Mr::fast_mapping).ok_or(EINVAL)?;
+            if m.pages == 0 || wr.mr.is_some_and(|mr| mr.hca != self.hca) {
+                return Err(EINVAL);
+            }
+            let atomic = wr.access & Access::REMOTE_ATOMIC.bits() != 0;
+            let mut flags =
+                mkey_flags::LOCAL_READ | mkey_flags::UMR_EN | mkey_flags::ACCESS_MODE_MTT;
+            for (ib, perm) in [
+                (Access::LOCAL_WRITE, mkey_flags::LOCAL_WRITE),
+                (Access::REMOTE_READ, mkey_flags::REMOTE_READ),
+                (Access::REMOTE_WRITE, mkey_flags::REMOTE_WRITE),
+                (Access::REMOTE_ATOMIC, mkey_flags::ATOMIC),
+            ] {
+                if wr.access & ib.bits() != 0 {
+                    flags |= perm;
+                }
+            }
+            let list = (m.pages as usize * MTT_SIZE).next_multiple_of(64);
+            let octowords = u16::try_from(list / 16).map_err(|_| EINVAL)?;
+            let umr = UmrCtrlSeg {
+                flags: umr_flags::CHECK_NOT_FREE,
+                xlt_octowords: octowords,
+                mkey_mask: mkey_mask::LEN
+                    | mkey_mask::PAGE_SIZE
+                    | mkey_mask::START_ADDR
+                    | mkey_mask::EN_RINVAL
+                    | mkey_mask::KEY
+                    | mkey_mask::LR
+                    | mkey_mask::LW
+                    | mkey_mask::RR
+                    | mkey_mask::RW
+                    | mkey_mask::SMALL_FENCE
+                    | mkey_mask::FREE
+                    | if atomic { mkey_mask::A } else { 0 },
+                ..UmrCtrlSeg::default()
+            };
+            let mkey = MkeySeg {
+                flags,
+                qpn_mkey7_0: 0xffff_ff00 | (wr.rkey & 0xff),
+                flags_pd: MKEY_REMOTE_INVAL,
+                start_addr: m.iova,
+                len: m.length,
+                xlt_oct_size: u32::from(octowords),
+                log2_page_size: m.page_shift,
+                ..MkeySeg::default()
+            };
+            let xlt = DataSeg {
+                byte_count: list as u32,
+                lkey: m.list_key,
+                addr: m.list,
+            };
+            (umr, mkey, Some(xlt), WC_REG_MR)
+        } else {
+            let umr = UmrCtrlSeg {
+                flags: umr_flags::INLINE,
+                mkey_mask: mkey_mask::FREE,
+                ..UmrCtrlSeg::default()
+            };
+            let mkey = MkeySeg {
+                status: MKEY_STATUS_FREE,
+                ..MkeySeg::default()
+            };
+            (umr, mkey, None, WC_LOCAL_INV)
+        };
+        let mut w = [0u8; CtrlSeg::SIZE + UmrCtrlSeg::SIZE + MkeySeg::SIZE + DataSeg::SIZE];
+        let mut pos = CtrlSeg::SIZE;
+        let mut b48 = [0u8; UmrCtrlSeg::SIZE];
+        umr.encode(&mut b48);
+        w.get_mut(pos..pos + UmrCtrlSeg::SIZE)
+            .ok_or(EINVAL)?
+            .copy_from_slice(&b48);
+        pos += UmrCtrlSeg::SIZE;
+        let mut b64 = [0u8; MkeySeg::SIZE];
+        mkey.encode(&mut b64);
+        w.get_mut(pos..pos + MkeySeg::SIZE)
+            .ok_or(EINVAL)?
+            .copy_from_slice(&b64);
+        pos += MkeySeg::SIZE;
+        if let Some(d) = xlt {
+            let mut b16 = [0u8; DataSeg::SIZE];
+            d.encode(&mut b16);
+            w.get_mut(pos..pos + DataSeg::SIZE)
+                .ok_or(EINVAL)?
+                .copy_from_slice(&b16);
+            pos += DataSeg::SIZE;
+        }
+        let ds = u8::try_from(pos / DS_SIZE).map_err(|_| EINVAL)?;
+        let wqebbs = pos.div_ceil(WQEBB_SIZE);
+        let used = u32::from(sq.pi.wrapping_sub(sq.tail));
+        if used + wqebbs as u32 > self.sq_wqebbs {
+            return Err(ENOMEM);
+        }
+        let signaled = self.sig_all || wr.flags & SEND_SIGNALED != 0;
+        let ctrl = CtrlSeg {
+            opmod: 0,
+            wqe_index: sq.pi,
+            opcode: SendOpcode::Umr,
+            qpn: self.qpn,
+            ds,
+            signature: 0,
+            fence_mode: if wr.flags & SEND_FENCE != 0 {
+                FENCE_MODE_FENCE
+            } else {
+                FENCE_MODE_NONE
+            },
+            ce: if signaled {
+                CE_CQ_UPDATE
+            } else {
+                CE_ERROR_ONLY
+            },
+            solicited: false,
+            imm: wr.rkey,
+        };
+        let mut c = [0u8; 16];
+        ctrl.encode(&mut c);
+        if let Some(d) = w.get_mut(..16) {
+            d.copy_from_slice(&c);
+        }
+        // `sq_wqebbs` is a power of two (type invariant of `Qp`).
+        let n = self.sq_wqebbs as usize;
+        for k in 0..wqebbs {
+            let idx = (usize::from(sq.pi) + k) & (n - 1);
+            let mut bb = [0u8; WQEBB_SIZE];
+            let end = ((k + 1) * WQEBB_SIZE).min(w.len());
+            if let (Some(src), Some(dst)) = (
+                w.get(k * WQEBB_SIZE..end),
+                bb.get_mut(..end - k * WQEBB_SIZE),
+            ) {
+                dst.copy_from_slice(src);
+            }
+            self.sq_buf.write(idx * WQEBB_SIZE, &bb)?;
+        }
+        let first = usize::from(sq.pi) & (n - 1);
+        if let Some(e) = sq.wrid.get_mut(first) {
+            *e = (wr.wr_id, wqebbs as u8, wc);
         }
         sq.pi = sq.pi.wrapping_add(wqebbs as u16);
         Ok(c)
@@ -635,12 +810,12 @@ impl Qp {
 
     /// The wr_id of the send WQE at `wqe_counter`, retiring it and every
     /// unsignaled WQE before it.
-    pub(crate) fn complete_send(&self, wqe_counter: u16) -> u64 {
+    pub(crate) fn complete_send(&self, wqe_counter: u16) -> (u64, Option<u32>) {
         let mut sq = self.sq.lock();
         let idx = usize::from(wqe_counter) & (self.sq_wqebbs as usize - 1);
-        let (wr_id, n) = sq.wrid.get(idx).copied().unwrap_or((0, 1));
+        let (wr_id, n, wc) = sq.wrid.get(idx).copied().unwrap_or((0, 1, WC_FROM_CQE));
         sq.tail = wqe_counter.wrapping_add(u16::from(n));
-        wr_id
+        (wr_id, (wc != WC_FROM_CQE).then_some(u32::from(wc)))
     }
 
     /// The wr_id of the receive WQE at `counter`.
@@ -653,7 +828,7 @@ impl Qp {
 }
 
 impl WrIds for Qp {
-    fn complete_send(&self, wqe_counter: u16) -> u64 {
+    fn complete_send(&self, wqe_counter: u16) -> (u64, Option<u32>) {
         Qp::complete_send(self, wqe_counter)
     }
 

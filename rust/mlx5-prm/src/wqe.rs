@@ -725,9 +725,9 @@ pub mod umr_flags {
     /// `MLX5_UMR_TRANSLATION_OFFSET_EN`: the translation is written at
     /// `xlt_offset`, not from its start.
     pub const TRANSLATION_OFFSET_EN: u8 = 1 << 4;
-    /// `MLX5_UMR_CHECK_NOT_FREE`: fail unless the mkey is in use.
+    /// `MLX5_UMR_CHECK_NOT_FREE` (mlx5_ib sets it on fast registrations).
     pub const CHECK_NOT_FREE: u8 = 1 << 5;
-    /// `MLX5_UMR_CHECK_FREE`: fail unless the mkey is free.
+    /// `MLX5_UMR_CHECK_FREE`.
     pub const CHECK_FREE: u8 = 2 << 5;
     /// `MLX5_UMR_INLINE`: the translation list (if any) is inline in the
     /// WQE rather than pointed to by a data segment.
