@@ -33,6 +33,8 @@
 
 mod buf;
 mod bus;
+#[cfg(CONFIG_KUNIT)]
+mod cmdif_tests;
 mod eq;
 mod selftest;
 

@@ -133,7 +133,7 @@ fn slots<T>(n: usize) -> Result<KVVec<Slot<T>>> {
 }
 
 impl KStorage {
-    fn new() -> Result<Self> {
+    pub(crate) fn new() -> Result<Self> {
         Ok(Self {
             pds: slots(MAX_PDS)?,
             mrs: slots(MAX_MRS)?,
