@@ -148,6 +148,8 @@ struct rmlx5_ibc_dev {
 	spinlock_t ev_lock;
 	/* A RoCE port (bound to a netdev at registration), else InfiniBand. */
 	bool roce;
+	/* Registered with ib_core (under rmlx5_ibc_lock). */
+	bool registered;
 };
 
 struct rmlx5_ibc_pd {
@@ -164,7 +166,11 @@ struct rmlx5_ibc_mr {
 	int set_page_err;
 };
 
-#define RMLX5_IBC_MAX_FAST_PAGES 512
+/*
+ * The model resolves an access into at most 64 DMA ranges (transfer.rs,
+ * MAX_PIECES), one per run of adjacent pages: at most that many pages.
+ */
+#define RMLX5_IBC_MAX_FAST_PAGES 64
 
 struct rmlx5_ibc_cq {
 	struct ib_cq ibcq;
@@ -217,10 +223,25 @@ static struct rmlx5_ibc_qp *to_qp(struct ib_qp *ibqp)
 	return container_of(ibqp, struct rmlx5_ibc_qp, ibqp);
 }
 
+/*
+ * The identity rmlx5's own uverbs device reports for the same HCA
+ * (uverbs/commands.rs, query_device): one device, one name in both views.
+ */
+#define RMLX5_IBC_FW_VER ((1ULL << 32) | (6ULL << 16))
+#define RMLX5_IBC_VENDOR_ID 0x02c9
+#define RMLX5_IBC_VENDOR_PART_ID 4119
+
 static __be64 rmlx5_ibc_guid(int index)
 {
-	/* Locally administered EUI-64 ("rmlx5" + index). */
-	return cpu_to_be64(0x02726d6c78350000ULL | (u64)index);
+	return cpu_to_be64(0x0002c90300000000ULL | (u64)index);
+}
+
+static void rmlx5_ibc_get_dev_fw_str(struct ib_device *ibdev, char *str)
+{
+	u64 fw = ibdev->attrs.fw_ver;
+
+	snprintf(str, IB_FW_VERSION_NAME_MAX, "%llu.%llu.%llu", fw >> 32,
+		 (fw >> 16) & 0xffff, fw & 0xffff);
 }
 
 /* Device and port queries. */
@@ -239,6 +260,9 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 		return err;
 	memset(props, 0, sizeof(*props));
 	props->sys_image_guid = ibdev->node_guid;
+	props->fw_ver = RMLX5_IBC_FW_VER;
+	props->vendor_id = RMLX5_IBC_VENDOR_ID;
+	props->vendor_part_id = RMLX5_IBC_VENDOR_PART_ID;
 	props->max_mr_size = a.max_mr_size;
 	props->page_size_cap = PAGE_SIZE;
 	props->max_qp = a.max_qp;
@@ -304,6 +328,7 @@ static int rmlx5_ibc_query_port(struct ib_device *ibdev, u32 port,
 	props->pkey_tbl_len = 1;
 	props->max_msg_sz = 1U << 30;
 	props->lid = a.lid + 1;
+	props->sm_lid = 1;
 	props->lmc = 0;
 	props->max_vl_num = 1;
 	props->active_width = IB_WIDTH_4X;
@@ -593,7 +618,7 @@ static int rmlx5_ibc_create_qp(struct ib_qp *ibqp,
 	if (init->qp_type != IB_QPT_RC || init->srq || init->xrcd ||
 	    init->rwq_ind_tbl || init->create_flags)
 		return -EOPNOTSUPP;
-	if (init->cap.max_inline_data)
+	if (init->cap.max_inline_data || !init->send_cq || !init->recv_cq)
 		return -EINVAL;
 	a.send_cq = to_cq(init->send_cq)->cq;
 	a.recv_cq = to_cq(init->recv_cq)->cq;
@@ -630,7 +655,7 @@ static int rmlx5_ibc_dev_of_gid(const union ib_gid *gid)
 	for (i = 0; i < rmlx5_ibc_nr && found < 0; i++) {
 		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[i];
 
-		if (!d || !d->roce)
+		if (!d || !d->roce || !d->registered)
 			continue;
 		for (t = 0; t < ARRAY_SIZE(types); t++) {
 			const struct ib_gid_attr *ga =
@@ -814,11 +839,24 @@ static int rmlx5_ibc_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 			w.remote_addr = rdma_wr(wr)->remote_addr;
 			w.rkey = rdma_wr(wr)->rkey;
 			break;
-		case IB_WR_REG_MR:
-			w.mr = to_mr(reg_wr(wr)->mr)->mr;
+		case IB_WR_REG_MR: {
+			struct ib_mr *ibmr = reg_wr(wr)->mr;
+			struct rmlx5_ibc_mr *mr = to_mr(ibmr);
+
+			/*
+			 * The MR's IOVA and length as they are now: a ULP may
+			 * change ibmr->iova after ib_map_mr_sg (SMC-R does for
+			 * virtually contiguous buffers, RDS zero-bases it).
+			 */
+			err = rmlx5_ib_mr_set_mapping(mr->mr, ibmr->iova,
+						      ibmr->length,
+						      ilog2(ibmr->page_size),
+						      mr->npages);
+			w.mr = mr->mr;
 			w.rkey = reg_wr(wr)->key;
 			w.access = reg_wr(wr)->access;
 			break;
+		}
 		case IB_WR_LOCAL_INV:
 			w.rkey = wr->ex.invalidate_rkey;
 			break;
@@ -943,6 +981,7 @@ static const struct ib_device_ops rmlx5_ibc_ops = {
 	.owner = THIS_MODULE,
 	.driver_id = RDMA_DRIVER_UNKNOWN,
 
+	.get_dev_fw_str = rmlx5_ibc_get_dev_fw_str,
 	.query_device = rmlx5_ibc_query_device,
 	.query_port = rmlx5_ibc_query_port,
 	.get_port_immutable = rmlx5_ibc_get_port_immutable,
@@ -973,20 +1012,26 @@ static const struct ib_device_ops rmlx5_ibc_ops = {
 
 static void rmlx5_ibc_remove_one(struct rmlx5_ibc_dev *dev)
 {
-	ib_unregister_device(&dev->ibdev);
+	if (dev->registered)
+		ib_unregister_device(&dev->ibdev);
+	else if (dev->roce)
+		ib_device_set_netdev(&dev->ibdev, NULL, 1);
 	/* Waits for a dispatcher run that may still call rmlx5_ibc_event. */
 	rmlx5_ibc_set_event_handler(dev->index, NULL, NULL);
+	/* And for a device-fatal event that run may have queued. */
+	flush_workqueue(ib_wq);
 	WARN_ON(!xa_empty(&dev->qps) || !xa_empty(&dev->cqs));
 	xa_destroy(&dev->qps);
 	xa_destroy(&dev->cqs);
 	ib_dealloc_device(&dev->ibdev);
 }
 
-/* The index-th name of roce_netdevs, in buf; false if none. */
-static bool rmlx5_ibc_netdev_name(unsigned int index, char *buf, size_t len)
+/* The index-th name of roce_netdevs, in buf: 0, -ENOENT if none, -EINVAL. */
+static int rmlx5_ibc_netdev_name(unsigned int index, char *buf, size_t len)
 {
 	const char *p = roce_netdevs;
 	unsigned int i;
+	size_t n;
 
 	for (i = 0; p && i < index; i++) {
 		p = strchr(p, ',');
@@ -994,9 +1039,12 @@ static bool rmlx5_ibc_netdev_name(unsigned int index, char *buf, size_t len)
 			p++;
 	}
 	if (!p || !*p || *p == ',')
-		return false;
-	strscpy(buf, p, min_t(size_t, len, strcspn(p, ",") + 1));
-	return true;
+		return -ENOENT;
+	n = strcspn(p, ",");
+	if (n >= len)
+		return -EINVAL;
+	strscpy(buf, p, n + 1);
+	return 0;
 }
 
 /* The netdev called name in any network namespace, held, or NULL. */
@@ -1005,33 +1053,51 @@ static struct net_device *rmlx5_ibc_find_netdev(const char *name)
 	struct net_device *ndev = NULL;
 	struct net *net;
 
-	down_read(&net_rwsem);
-	for_each_net(net) {
-		ndev = dev_get_by_name(net, name);
-		if (ndev)
+	rcu_read_lock();
+	for_each_net_rcu(net) {
+		ndev = dev_get_by_name_rcu(net, name);
+		if (ndev) {
+			dev_hold(ndev);
 			break;
+		}
 	}
-	up_read(&net_rwsem);
+	rcu_read_unlock();
 	return ndev;
 }
 
-/* Makes dev a RoCE device on its netdev from roce_netdevs, if it has one. */
+/*
+ * Makes dev a RoCE device on its netdev from roce_netdevs, if it has one.
+ * Under the RTNL, so that the netdev cannot unregister between the lookup
+ * and the binding unseen: the notifier (registered before) takes the RTNL
+ * too and finds the device already in the table.
+ */
 static int rmlx5_ibc_bind_netdev(struct rmlx5_ibc_dev *dev)
 {
 	char name[IFNAMSIZ];
 	struct net_device *ndev;
 	int err;
 
-	if (!rmlx5_ibc_netdev_name(dev->index, name, sizeof(name)))
+	err = rmlx5_ibc_netdev_name(dev->index, name, sizeof(name));
+	if (err == -ENOENT)
 		return 0;
+	if (err) {
+		pr_err("rmlx5: rmlx5_%d: a roce_netdevs name is longer than %d characters\n",
+		       dev->index, IFNAMSIZ - 1);
+		return err;
+	}
+	rtnl_lock();
 	ndev = rmlx5_ibc_find_netdev(name);
-	if (!ndev) {
+	if (!ndev || ndev->reg_state != NETREG_REGISTERED) {
+		rtnl_unlock();
+		dev_put(ndev);
 		pr_err("rmlx5: rmlx5_%d: no netdev %s for RoCE (roce_netdevs)\n",
 		       dev->index, name);
 		return -ENODEV;
 	}
-	dev->roce = true;
 	err = ib_device_set_netdev(&dev->ibdev, ndev, 1);
+	if (!err)
+		dev->roce = true;
+	rtnl_unlock();
 	dev_put(ndev);
 	return err;
 }
@@ -1039,6 +1105,7 @@ static int rmlx5_ibc_bind_netdev(struct rmlx5_ibc_dev *dev)
 /*
  * ib_core asks drivers to let go of a netdev that unregisters (which it
  * also does when it moves to another namespace): the port then stays down.
+ * Runs under the RTNL.
  */
 static int rmlx5_ibc_netdev_event(struct notifier_block *nb,
 				  unsigned long event, void *ptr)
@@ -1068,6 +1135,16 @@ static struct notifier_block rmlx5_ibc_netdev_nb = {
 	.notifier_call = rmlx5_ibc_netdev_event,
 };
 
+/* Takes dev out of the table; the caller then removes it. */
+static void rmlx5_ibc_forget(struct rmlx5_ibc_dev *dev)
+{
+	mutex_lock(&rmlx5_ibc_lock);
+	rmlx5_ibc_devs[dev->index] = NULL;
+	if (rmlx5_ibc_nr == dev->index + 1)
+		rmlx5_ibc_nr = dev->index;
+	mutex_unlock(&rmlx5_ibc_lock);
+}
+
 static int rmlx5_ibc_add_one(unsigned int index)
 {
 	struct rmlx5_ib_device_attr a;
@@ -1094,6 +1171,11 @@ static int rmlx5_ibc_add_one(unsigned int index)
 		sizeof(dev->ibdev.node_desc));
 	dev->ibdev.dev.parent = rmlx5_shim_hca_device(index);
 	ib_set_device_ops(&dev->ibdev, &rmlx5_ibc_ops);
+	/* In the table before its netdev is bound (see bind_netdev). */
+	mutex_lock(&rmlx5_ibc_lock);
+	rmlx5_ibc_devs[index] = dev;
+	rmlx5_ibc_nr = index + 1;
+	mutex_unlock(&rmlx5_ibc_lock);
 	err = rmlx5_ibc_bind_netdev(dev);
 	if (err)
 		goto fail;
@@ -1103,18 +1185,15 @@ static int rmlx5_ibc_add_one(unsigned int index)
 	snprintf(name, sizeof(name), "rmlx5_%u", index);
 	/* No DMA device: ib_dma_map_*() give direct-map addresses. */
 	err = ib_register_device(&dev->ibdev, name, NULL);
-	if (err) {
-		rmlx5_ibc_set_event_handler(index, NULL, NULL);
+	if (err)
 		goto fail;
-	}
 	mutex_lock(&rmlx5_ibc_lock);
-	rmlx5_ibc_devs[index] = dev;
+	dev->registered = true;
 	mutex_unlock(&rmlx5_ibc_lock);
 	return 0;
 fail:
-	xa_destroy(&dev->qps);
-	xa_destroy(&dev->cqs);
-	ib_dealloc_device(&dev->ibdev);
+	rmlx5_ibc_forget(dev);
+	rmlx5_ibc_remove_one(dev);
 	return err;
 }
 
@@ -1125,6 +1204,13 @@ int rmlx5_ibc_register(unsigned int nr)
 
 	if (nr > RMLX5_IBC_MAX_DEVS)
 		return -EINVAL;
+	/* First, so that no bound netdev unregisters unseen. */
+	if (roce_netdevs && *roce_netdevs) {
+		err = register_netdevice_notifier(&rmlx5_ibc_netdev_nb);
+		if (err)
+			return err;
+		rmlx5_ibc_notifier = true;
+	}
 	for (i = 0; i < nr; i++) {
 		err = rmlx5_ibc_add_one(i);
 		if (err) {
@@ -1133,35 +1219,24 @@ int rmlx5_ibc_register(unsigned int nr)
 			rmlx5_ibc_unregister();
 			return err;
 		}
-		mutex_lock(&rmlx5_ibc_lock);
-		rmlx5_ibc_nr = i + 1;
-		mutex_unlock(&rmlx5_ibc_lock);
-	}
-	if (roce_netdevs && *roce_netdevs) {
-		err = register_netdevice_notifier(&rmlx5_ibc_netdev_nb);
-		if (err) {
-			rmlx5_ibc_unregister();
-			return err;
-		}
-		rmlx5_ibc_notifier = true;
 	}
 	return 0;
 }
 
 void rmlx5_ibc_unregister(void)
 {
+	while (rmlx5_ibc_nr) {
+		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[rmlx5_ibc_nr - 1];
+
+		rmlx5_ibc_forget(d);
+		rmlx5_ibc_remove_one(d);
+	}
+	/*
+	 * Last: unregistering replays NETDEV_UNREGISTER for every netdev,
+	 * which must not detach the ports of devices still registered.
+	 */
 	if (rmlx5_ibc_notifier) {
 		unregister_netdevice_notifier(&rmlx5_ibc_netdev_nb);
 		rmlx5_ibc_notifier = false;
-	}
-	while (rmlx5_ibc_nr) {
-		unsigned int i = rmlx5_ibc_nr - 1;
-		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[i];
-
-		mutex_lock(&rmlx5_ibc_lock);
-		rmlx5_ibc_nr = i;
-		rmlx5_ibc_devs[i] = NULL;
-		mutex_unlock(&rmlx5_ibc_lock);
-		rmlx5_ibc_remove_one(d);
 	}
 }

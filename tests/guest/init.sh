@@ -148,9 +148,13 @@ if [ "$mode" != stress ] && [ -d /sys/class/infiniband ] &&
         lid=$(cat $d/ports/1/lid 2>/dev/null)
         ll=$(cat $d/ports/1/link_layer 2>/dev/null)
         nt=$(cat $d/node_type 2>/dev/null)
-        echo "rmlx5-guest: rmlx5_$n: state '$state' lid '$lid' link_layer '$ll' node_type '$nt' guid $(cat $d/node_guid 2>/dev/null)"
+        guid=$(cat $d/node_guid 2>/dev/null)
+        fw=$(cat $d/fw_ver 2>/dev/null)
+        echo "rmlx5-guest: rmlx5_$n: state '$state' lid '$lid' link_layer '$ll' node_type '$nt' guid $guid fw $fw"
+        # The identity rmlx5's uverbs device reports too (rmlx5-devinfo).
         if [ "$state" != "4: ACTIVE" ] || [ "$lid" != "0x$((n + 1))" ] ||
-            [ "$ll" != InfiniBand ] || [ "$nt" != "1: CA" ]; then
+            [ "$ll" != InfiniBand ] || [ "$nt" != "1: CA" ] ||
+            [ "$guid" != "0002:c903:0000:000$n" ] || [ "$fw" != 1.6.0 ]; then
             ok=
         fi
     done

@@ -31,8 +31,9 @@ use crate::mlx5_prm::wqe::{
 };
 
 /// Most pages of a fast-registration MR (`max_fast_reg_page_list_len`):
-/// a 4 KiB page list.
-pub(crate) const MAX_FAST_PAGES: u32 = 512;
+/// the model resolves one access into at most 64 DMA ranges (one per run
+/// of adjacent pages, hca-model's `MAX_PIECES`).
+pub(crate) const MAX_FAST_PAGES: u32 = 64;
 
 /// A protection domain.
 pub struct Pd {

@@ -319,9 +319,14 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
     // that defines them is not public. A registration of a valid MR
     // simply replaces it (ib_core's ULPs invalidate first).
     if mkey.status & MKEY_STATUS_FREE != 0 {
-        // Local invalidation: nothing but the free bit may change.
+        // Local invalidation: nothing but the free bit may change, and
+        // only through the current key (a stale one must not free a newer
+        // registration of the same MR).
         if ctrl.mkey_mask != mkey_mask::FREE || ctrl.xlt_octowords != 0 {
             return Err(CqeSyndrome::LocalQpOp);
+        }
+        if mr.key != key {
+            return Err(CqeSyndrome::LocalProt);
         }
         fast.valid = false;
     } else {
@@ -650,8 +655,13 @@ mod tests {
             ),
             Err(KeyError::Fragmented)
         );
-        // Invalidation (of this PD's MR only) frees it.
+        // Invalidation (of this PD's MR, by its current key) frees it.
         let (ic, ik) = inval_umr();
+        assert_eq!(
+            umr(&mut t, &mut m, 1, free_key, &ic, &ik, None),
+            Err(CqeSyndrome::LocalProt),
+            "the key from before the registration is stale"
+        );
         assert_eq!(
             umr(&mut t, &mut m, 2, key, &ic, &ik, None),
             Err(CqeSyndrome::LocalProt)
