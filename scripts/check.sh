@@ -124,6 +124,7 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                     --kernel "$kdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
                     --cx-emu "$top/target/release/rmlx5-cx-emu" \
                     --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
+                    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-devinfo" \
                     --module "$top/build/module/rmlx5.ko" --kunit-filter none \
                     "$@" --timeout 600 --log "$top/build/$log" --results "$res"
                 if [ -s "$res" ]; then

@@ -35,11 +35,11 @@ for opt in CONFIG_PCI CONFIG_PCI_MSI; do
     grep -qx "$opt=y" "$kdir/.config" || { log "$kdir lacks $opt=y"; exit 1; }
 done
 
-log "building rmlx5-cx-emu (host) and rmlx5-pci-peek (guest)"
+log "building rmlx5-cx-emu (host), rmlx5-pci-peek and rmlx5-devinfo (guest)"
 cargo build --quiet --release -p cx-emu --bin rmlx5-cx-emu
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
     --target x86_64-unknown-linux-gnu --target-dir "$top/target/guest" \
-    -p cx-emu --bin rmlx5-pci-peek
+    -p cx-emu --bin rmlx5-pci-peek -p rmlx5-tools --bin rmlx5-devinfo
 
 driver=()
 if [ "${DRIVER:-0}" = 1 ]; then
@@ -61,4 +61,5 @@ mkdir -p "$top/build"
 python3 "$top/tests/run-guest.py" --mode pci-smoke --kernel "$kdir/arch/x86/boot/bzImage" \
     --ksrc "$KSRC" --qemu "$qemu" --cx-emu "$top/target/release/rmlx5-cx-emu" \
     --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
+    --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-devinfo" \
     "${driver[@]}" --timeout 600 --log "$top/build/pci-smoke-console.log"

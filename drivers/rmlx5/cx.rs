@@ -36,6 +36,7 @@ mod bus;
 #[cfg(CONFIG_KUNIT)]
 mod cmdif_tests;
 mod eq;
+pub(crate) mod registry;
 mod selftest;
 
 use core::ptr::NonNull;
@@ -392,6 +393,7 @@ fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Resu
         s.log_max_mkey,
         s.num_ports
     );
+    registry::record(pdev, model, &s);
     match PageEq::create(bus, function, s.uar, 0) {
         Ok(e) => {
             e.arm(bus);
@@ -432,6 +434,7 @@ fn self_test(
 /// Destroys the asynchronous EQ and tears the function down, logging the
 /// outcome. Pages the device keeps stay allocated (see `CxBus`).
 fn take_down(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) {
+    registry::forget(pdev);
     let State { bus, function, eq } = st;
     if let Some(e) = eq.take() {
         let (requests, moved) = (e.requests, e.pages_moved);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! debugfs: `/sys/kernel/debug/rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}`.
+//! debugfs: `/sys/kernel/debug/rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}`,
+//! `rmlx5/perf` and `rmlx5/pci` (the ConnectX functions that are up).
 //!
 //! Each file prints a snapshot taken under the fabric lock (formatting
 //! into the seq_file buffer does not sleep).
@@ -26,6 +27,13 @@ use crate::hca::{
     MAX_QPS, //
 };
 use crate::hca_model::qp::QPN_BASE;
+
+/// What `rmlx5/pci` refers to: the PCI backend's table of functions.
+pub(crate) struct PciList;
+
+fn pci_show(_: &PciList, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    crate::cx::registry::show(f)
+}
 
 /// What each file of one HCA refers to.
 pub(crate) struct HcaRef {
@@ -184,6 +192,7 @@ fn perf_reset(r: &HcaRef, _input: &mut UserSliceReader) -> Result {
 /// The module's debugfs tree; files are removed before their directories.
 pub(crate) struct Debugfs {
     _files: KVec<Pin<KBox<File<HcaRef>>>>,
+    _pci: Pin<KBox<File<PciList>>>,
     _dirs: KVec<Dir>,
     _root: Dir,
 }
@@ -211,6 +220,11 @@ impl Debugfs {
             )?,
             GFP_KERNEL,
         )?;
+        // The ConnectX functions that are up (rmlx5-devinfo lists them).
+        let pci = KBox::pin_init(
+            root.read_callback_file(c"pci", Ok::<_, Error>(PciList), &pci_show),
+            GFP_KERNEL,
+        )?;
         for hca in 0..soft.devs.len() {
             let name = CString::try_from_fmt(fmt!("rmlx5_{}", hca))?;
             let dir = root.subdir(&name);
@@ -232,6 +246,7 @@ impl Debugfs {
         }
         Ok(Self {
             _files: files,
+            _pci: pci,
             _dirs: dirs,
             _root: root,
         })

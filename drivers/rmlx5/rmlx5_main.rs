@@ -215,6 +215,8 @@ impl kernel::Module for Rmlx5Module {
         };
         // SAFETY: Called once, before anything can use the registry.
         unsafe { ulp::objects::ULP_OBJECTS.init() };
+        // SAFETY: Called once, before the PCI driver can probe anything.
+        unsafe { cx::registry::CX_FUNCTIONS.init() };
         let soft = hca::SoftHca::new(count, comp)?;
         SOFT.store(Arc::into_raw(soft).cast_mut(), Ordering::Release);
         let r = (|| -> Result<Self> {

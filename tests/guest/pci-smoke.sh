@@ -208,6 +208,19 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_bring_up "$(ups) 'ConnectX-5 up' lines in the kernel log, expected 1"
         fi
+        # rmlx5-devinfo lists the function next to the software HCAs.
+        if [ -x /bin/rmlx5-devinfo ]; then
+            out=$(rmlx5-devinfo --list 2>&1)
+            echo "$out"
+            if echo "$out" | grep -q "rmlx5_0" &&
+                echo "$out" | grep -qE "^[[:space:]]+$bdf 15b3:1017 ConnectX-5 fw 16\.35\.1012 cmdif 5 issi 1 "; then
+                pass cx_devinfo_lists_the_function
+            else
+                fail cx_devinfo_lists_the_function "rmlx5-devinfo --list does not show $bdf next to rmlx5_0"
+            fi
+        else
+            fail cx_devinfo_lists_the_function "no rmlx5-devinfo in the guest"
+        fi
         # The async EQ on MSI-X vector 0: creating it costs the device a
         # page, which it asks for with a PAGE_REQUEST EQE; the interrupt's
         # threaded handler gives it (seen at unbind below).
@@ -233,6 +246,11 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             pass cx_unbind_returns_every_page
         else
             fail cx_unbind_returns_every_page "after unbind: driver ${drv:-none}, $(downs) teardown lines"
+        fi
+        if [ -x /bin/rmlx5-devinfo ] && ! rmlx5-devinfo --list | grep -q "$bdf"; then
+            pass cx_devinfo_forgets_the_unbound_function
+        else
+            fail cx_devinfo_forgets_the_unbound_function "rmlx5-devinfo --list still shows $bdf after unbind"
         fi
         echo "$bdf" > $sysdrv/bind
         if bound && [ "$(ups)" = 2 ]; then

@@ -2,7 +2,10 @@
 
 //! rmlx5-devinfo: device and port attributes, laid out like ibv_devinfo.
 //!
-//! Usage: `rmlx5-devinfo [--device N] [--verbose] [--model]`.
+//! Usage: `rmlx5-devinfo [--device N] [--verbose] [--model] [--list]`.
+//!
+//! After the HCAs it lists the ConnectX PCI functions rmlx5's PCI backend
+//! has brought up (debugfs `rmlx5/pci`, so as root).
 
 use rmlx5_abi_view::*;
 
@@ -84,6 +87,42 @@ fn print(ctx: &Context, verbose: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// The ConnectX PCI functions rmlx5's PCI backend has up, one line each
+/// (debugfs `rmlx5/pci`, root only): none without debugfs, without the
+/// module, or without functions.
+fn pci_functions() -> Vec<String> {
+    std::fs::read_to_string("/sys/kernel/debug/rmlx5/pci")
+        .map(|s| s.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Prints the PCI functions after the HCAs: they are up (command
+/// interface, pages, EQ) but not verbs devices yet.
+fn print_pci(list: bool) {
+    let f = pci_functions();
+    if f.is_empty() {
+        return;
+    }
+    if list {
+        println!(
+            "    {} ConnectX PCI function{} up (not a verbs device yet):",
+            f.len(),
+            if f.len() == 1 { "" } else { "s" }
+        );
+        for l in &f {
+            println!("	{l}");
+        }
+        return;
+    }
+    for l in &f {
+        let (name, rest) = l.split_once(' ').unwrap_or((l.as_str(), ""));
+        println!("pci_function:	{name}");
+        println!("	{rest}");
+        println!("	(up through the mlx5 command interface; not an rmlx5_N verbs device yet)");
+        println!();
+    }
+}
+
 fn run() -> Result<(), String> {
     let args = rmlx5_tools::Args::parse(&["verbose", "model", "list"])?;
     let devs = rmlx5_tools::devices(args.flag("model"))?;
@@ -96,6 +135,9 @@ fn run() -> Result<(), String> {
         for d in &devs {
             println!("\t{}", d.name());
         }
+        if !args.flag("model") {
+            print_pci(true);
+        }
         return Ok(());
     }
     let only = args.num("device", u64::MAX)?;
@@ -105,6 +147,9 @@ fn run() -> Result<(), String> {
     {
         let ctx = d.open().map_err(|e| format!("{}: {}", d.name(), e))?;
         print(&ctx, args.flag("verbose"))?;
+    }
+    if only == u64::MAX && !args.flag("model") {
+        print_pci(false);
     }
     Ok(())
 }
