@@ -212,25 +212,25 @@ pub unsafe extern "C" fn rmlx5_ib_dealloc_pd(pd: *mut Pd) -> c_int {
     )
 }
 
+/// Creates an MR with `new` on the PD at `pd`, records it and hands it to
+/// C: the key to `*key`, the MR to `*out`; on error nothing is written and
+/// nothing is left behind.
+///
 /// # Safety
 ///
-/// `pd` is live; `addr..addr+len` is kernel memory that stays valid until
-/// `rmlx5_ib_dereg_mr`; `out` and `key` are writable.
-#[no_mangle]
-pub unsafe extern "C" fn rmlx5_ib_reg_mr(
+/// `pd` is null or a live PD; `out` and `key` are writable.
+unsafe fn hand_out_mr(
     pd: *mut Pd,
-    addr: *mut c_void,
-    len: u64,
-    access: u32,
+    new: impl FnOnce(&Pd) -> Result<Mr>,
     out: *mut *mut Mr,
     key: *mut u32,
 ) -> c_int {
-    // SAFETY: `pd` is a live PD.
+    // SAFETY: `pd` is null or a live PD.
     let Some(pd) = (unsafe { pd.as_ref() }) else {
         return EINVAL.to_errno();
     };
     let r = (|| -> Result<*mut Mr> {
-        let mr = Mr::new(pd, addr as u64, len, access)?;
+        let mr = new(pd)?;
         let k = mr.key;
         let b = KBox::into_raw(KBox::new(mr, GFP_KERNEL)?);
         record(Handle::Mr(b as usize), || {
@@ -252,6 +252,24 @@ pub unsafe extern "C" fn rmlx5_ib_reg_mr(
     }
 }
 
+/// # Safety
+///
+/// `pd` is live; `addr..addr+len` is kernel memory that stays valid until
+/// `rmlx5_ib_dereg_mr`; `out` and `key` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_reg_mr(
+    pd: *mut Pd,
+    addr: *mut c_void,
+    len: u64,
+    access: u32,
+    out: *mut *mut Mr,
+    key: *mut u32,
+) -> c_int {
+    // SAFETY: `pd` is a live PD; `out` and `key` are writable (the
+    // caller's contract).
+    unsafe { hand_out_mr(pd, |pd| Mr::new(pd, addr as u64, len, access), out, key) }
+}
+
 /// Registers a DMA MR: every direct-map address of the kernel (what
 /// `ib_dma_map_*` returns for rmlx5) is its own IOVA under the one key.
 ///
@@ -265,31 +283,9 @@ pub unsafe extern "C" fn rmlx5_ib_get_dma_mr(
     out: *mut *mut Mr,
     key: *mut u32,
 ) -> c_int {
-    // SAFETY: `pd` is a live PD.
-    let Some(pd) = (unsafe { pd.as_ref() }) else {
-        return EINVAL.to_errno();
-    };
-    let r = (|| -> Result<*mut Mr> {
-        let mr = Mr::new_dma(pd, access)?;
-        let k = mr.key;
-        let b = KBox::into_raw(KBox::new(mr, GFP_KERNEL)?);
-        record(Handle::Mr(b as usize), || {
-            // SAFETY: `b` is the `KBox` just leaked, known to nobody else.
-            let mr = unsafe { KBox::from_raw(b) };
-            let _ = mr.destroy();
-        })?;
-        // SAFETY: `key` is writable.
-        unsafe { key.write(k) };
-        Ok(b)
-    })();
-    match r {
-        Ok(p) => {
-            // SAFETY: `out` is writable.
-            unsafe { out.write(p) };
-            0
-        }
-        Err(e) => errno(e),
-    }
+    // SAFETY: `pd` is a live PD; `out` and `key` are writable (the
+    // caller's contract).
+    unsafe { hand_out_mr(pd, |pd| Mr::new_dma(pd, access), out, key) }
 }
 
 /// Allocates a fast-registration MR with room for `max_pages` pages: no
@@ -306,31 +302,9 @@ pub unsafe extern "C" fn rmlx5_ib_alloc_mr(
     out: *mut *mut Mr,
     key: *mut u32,
 ) -> c_int {
-    // SAFETY: `pd` is a live PD.
-    let Some(pd) = (unsafe { pd.as_ref() }) else {
-        return EINVAL.to_errno();
-    };
-    let r = (|| -> Result<*mut Mr> {
-        let mr = Mr::new_fast(pd, max_pages)?;
-        let k = mr.key;
-        let b = KBox::into_raw(KBox::new(mr, GFP_KERNEL)?);
-        record(Handle::Mr(b as usize), || {
-            // SAFETY: `b` is the `KBox` just leaked, known to nobody else.
-            let mr = unsafe { KBox::from_raw(b) };
-            let _ = mr.destroy();
-        })?;
-        // SAFETY: `key` is writable.
-        unsafe { key.write(k) };
-        Ok(b)
-    })();
-    match r {
-        Ok(p) => {
-            // SAFETY: `out` is writable.
-            unsafe { out.write(p) };
-            0
-        }
-        Err(e) => errno(e),
-    }
+    // SAFETY: `pd` is a live PD; `out` and `key` are writable (the
+    // caller's contract).
+    unsafe { hand_out_mr(pd, |pd| Mr::new_fast(pd, max_pages), out, key) }
 }
 
 /// Writes page `index` of a fast MR's page list (the page's DMA address).

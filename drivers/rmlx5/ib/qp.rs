@@ -507,51 +507,16 @@ impl Qp {
             };
             seg16(&mut w, &mut pos, &|b| d.encode(b));
         }
-        let ds = u8::try_from(pos / DS_SIZE).map_err(|_| EINVAL)?;
-        let wqebbs = pos.div_ceil(WQEBB_SIZE);
-        let used = u32::from(sq.pi.wrapping_sub(sq.tail));
-        if used + wqebbs as u32 > self.sq_wqebbs {
-            return Err(ENOMEM);
-        }
-        let signaled = self.sig_all || wr.flags & SEND_SIGNALED != 0;
-        let ctrl = CtrlSeg {
-            opmod: 0,
-            wqe_index: sq.pi,
+        self.finish_wqe(
+            sq,
+            &mut w,
+            pos,
             opcode,
-            qpn: self.qpn,
-            ds,
-            signature: 0,
-            fence_mode: if wr.flags & SEND_FENCE != 0 {
-                FENCE_MODE_FENCE
-            } else {
-                FENCE_MODE_NONE
-            },
-            ce: if signaled {
-                CE_CQ_UPDATE
-            } else {
-                CE_ERROR_ONLY
-            },
-            solicited: wr.flags & SEND_SOLICITED != 0,
-            imm: u32::from_be(wr.imm_data),
-        };
-        let mut c = [0u8; 16];
-        ctrl.encode(&mut c);
-        if let Some(d) = w.get_mut(..16) {
-            d.copy_from_slice(&c);
-        }
-        // `sq_wqebbs` is a power of two (type invariant of `Qp`).
-        let n = self.sq_wqebbs as usize;
-        for k in 0..wqebbs {
-            let idx = (usize::from(sq.pi) + k) & (n - 1);
-            let bb = w.get(k * WQEBB_SIZE..(k + 1) * WQEBB_SIZE).ok_or(EINVAL)?;
-            self.sq_buf.write(idx * WQEBB_SIZE, bb)?;
-        }
-        let first = usize::from(sq.pi) & (n - 1);
-        if let Some(e) = sq.wrid.get_mut(first) {
-            *e = (wr.wr_id, wqebbs as u8, WC_FROM_CQE);
-        }
-        sq.pi = sq.pi.wrapping_add(wqebbs as u16);
-        Ok(c)
+            wr,
+            wr.flags & SEND_SOLICITED != 0,
+            u32::from_be(wr.imm_data),
+            WC_FROM_CQE,
+        )
     }
 
     /// Builds the UMR WQE of an `IB_WR_REG_MR` or `IB_WR_LOCAL_INV`, as
@@ -585,18 +550,7 @@ impl Qp {
             let umr = UmrCtrlSeg {
                 flags: umr_flags::CHECK_NOT_FREE,
                 xlt_octowords: octowords,
-                mkey_mask: mkey_mask::LEN
-                    | mkey_mask::PAGE_SIZE
-                    | mkey_mask::START_ADDR
-                    | mkey_mask::EN_RINVAL
-                    | mkey_mask::KEY
-                    | mkey_mask::LR
-                    | mkey_mask::LW
-                    | mkey_mask::RR
-                    | mkey_mask::RW
-                    | mkey_mask::SMALL_FENCE
-                    | mkey_mask::FREE
-                    | if atomic { mkey_mask::A } else { 0 },
+                mkey_mask: mkey_mask::FAST_REG | if atomic { mkey_mask::A } else { 0 },
                 ..UmrCtrlSeg::default()
             };
             let mkey = MkeySeg {
@@ -627,7 +581,7 @@ impl Qp {
             };
             (umr, mkey, None, WC_LOCAL_INV)
         };
-        let mut w = [0u8; CtrlSeg::SIZE + UmrCtrlSeg::SIZE + MkeySeg::SIZE + DataSeg::SIZE];
+        let mut w = [0u8; MAX_WQE_SIZE];
         let mut pos = CtrlSeg::SIZE;
         let mut b48 = [0u8; UmrCtrlSeg::SIZE];
         umr.encode(&mut b48);
@@ -649,6 +603,27 @@ impl Qp {
                 .copy_from_slice(&b16);
             pos += DataSeg::SIZE;
         }
+        self.finish_wqe(sq, &mut w, pos, SendOpcode::Umr, wr, false, wr.rkey, wc)
+    }
+
+    /// Completes a WQE whose segments after the control segment are in
+    /// `w[16..pos]`: checks the SQ has room, writes the control segment
+    /// (`imm` in host order), copies the WQEBBs into the SQ, records the
+    /// wr_id and `wc` (the completion opcode when the CQE does not tell,
+    /// else `WC_FROM_CQE`) and advances the producer counter. Returns the
+    /// control segment's bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_wqe(
+        &self,
+        sq: &mut SqState,
+        w: &mut [u8; MAX_WQE_SIZE],
+        pos: usize,
+        opcode: SendOpcode,
+        wr: &SendReq<'_>,
+        solicited: bool,
+        imm: u32,
+        wc: u8,
+    ) -> Result<[u8; 16]> {
         let ds = u8::try_from(pos / DS_SIZE).map_err(|_| EINVAL)?;
         let wqebbs = pos.div_ceil(WQEBB_SIZE);
         let used = u32::from(sq.pi.wrapping_sub(sq.tail));
@@ -659,7 +634,7 @@ impl Qp {
         let ctrl = CtrlSeg {
             opmod: 0,
             wqe_index: sq.pi,
-            opcode: SendOpcode::Umr,
+            opcode,
             qpn: self.qpn,
             ds,
             signature: 0,
@@ -673,8 +648,8 @@ impl Qp {
             } else {
                 CE_ERROR_ONLY
             },
-            solicited: false,
-            imm: wr.rkey,
+            solicited,
+            imm,
         };
         let mut c = [0u8; 16];
         ctrl.encode(&mut c);
@@ -685,15 +660,8 @@ impl Qp {
         let n = self.sq_wqebbs as usize;
         for k in 0..wqebbs {
             let idx = (usize::from(sq.pi) + k) & (n - 1);
-            let mut bb = [0u8; WQEBB_SIZE];
-            let end = ((k + 1) * WQEBB_SIZE).min(w.len());
-            if let (Some(src), Some(dst)) = (
-                w.get(k * WQEBB_SIZE..end),
-                bb.get_mut(..end - k * WQEBB_SIZE),
-            ) {
-                dst.copy_from_slice(src);
-            }
-            self.sq_buf.write(idx * WQEBB_SIZE, &bb)?;
+            let bb = w.get(k * WQEBB_SIZE..(k + 1) * WQEBB_SIZE).ok_or(EINVAL)?;
+            self.sq_buf.write(idx * WQEBB_SIZE, bb)?;
         }
         let first = usize::from(sq.pi) & (n - 1);
         if let Some(e) = sq.wrid.get_mut(first) {

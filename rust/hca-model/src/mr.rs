@@ -281,18 +281,7 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
     mkey: &MkeySeg,
     xlt: Option<&DataSeg>,
 ) -> Result<(), CqeSyndrome> {
-    const TAKEN: u64 = mkey_mask::LEN
-        | mkey_mask::PAGE_SIZE
-        | mkey_mask::START_ADDR
-        | mkey_mask::EN_RINVAL
-        | mkey_mask::KEY
-        | mkey_mask::LR
-        | mkey_mask::LW
-        | mkey_mask::RR
-        | mkey_mask::RW
-        | mkey_mask::A
-        | mkey_mask::SMALL_FENCE
-        | mkey_mask::FREE;
+    const TAKEN: u64 = mkey_mask::FAST_REG | mkey_mask::A;
     if ctrl.mkey_mask & !TAKEN != 0
         || ctrl.flags & (umr_flags::TRANSLATION_OFFSET_EN) != 0
         || ctrl.mkey_mask & mkey_mask::FREE == 0
@@ -537,16 +526,7 @@ mod tests {
     }
 
     fn reg_umr(start: u64, len: u64, key_byte: u8, rights: u8) -> (UmrCtrlSeg, MkeySeg, DataSeg) {
-        let mask = mkey_mask::LEN
-            | mkey_mask::PAGE_SIZE
-            | mkey_mask::START_ADDR
-            | mkey_mask::KEY
-            | mkey_mask::LR
-            | mkey_mask::LW
-            | mkey_mask::RR
-            | mkey_mask::RW
-            | mkey_mask::A
-            | mkey_mask::FREE;
+        let mask = mkey_mask::FAST_REG | mkey_mask::A;
         (
             UmrCtrlSeg {
                 flags: umr_flags::CHECK_FREE,

@@ -765,6 +765,11 @@ pub mod mkey_mask {
     pub const SMALL_FENCE: u64 = 1 << 23;
     /// The free bit of `status`.
     pub const FREE: u64 = 1 << 29;
+    /// What mlx5_ib's fast registration (`IB_WR_REG_MR`) modifies, its
+    /// `frwr_mkey_mask`, without [`A`], which it adds when the
+    /// registration grants remote atomics.
+    pub const FAST_REG: u64 =
+        LEN | PAGE_SIZE | START_ADDR | EN_RINVAL | KEY | LR | LW | RR | RW | SMALL_FENCE | FREE;
 }
 
 /// Mkey context permission and access-mode bits (`flags`, byte 2):

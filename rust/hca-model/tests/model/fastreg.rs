@@ -72,18 +72,7 @@ fn setup() -> Setup {
 
 /// The UMR mlx5_ib builds for `IB_WR_REG_MR`.
 fn reg_wr(s: &Setup, key: u32, iova: u64, len: u64, rights: u8) -> Wr {
-    let mask = mkey_mask::LEN
-        | mkey_mask::PAGE_SIZE
-        | mkey_mask::START_ADDR
-        | mkey_mask::EN_RINVAL
-        | mkey_mask::KEY
-        | mkey_mask::LR
-        | mkey_mask::LW
-        | mkey_mask::RR
-        | mkey_mask::RW
-        | mkey_mask::A
-        | mkey_mask::SMALL_FENCE
-        | mkey_mask::FREE;
+    let mask = mkey_mask::FAST_REG | mkey_mask::A;
     Wr::new(
         1,
         WrOp::Umr {
