@@ -16,30 +16,44 @@
 //! ([`eq::PageEq`]) whose threaded interrupt handler answers the device's
 //! PAGE_REQUEST events. With `cx_selftest=1`, probe then runs a data-path
 //! self-test ([`selftest`]: EQ, PD, memory key, CQ and two RC QPs by
-//! command, an RDMA WRITE and a SEND between them). Completion EQs and the
-//! verbs objects come next (see `Documentation/pci-backend.md`), so a
-//! function that came up is not yet an `rmlx5_N` device.
+//! command, an RDMA WRITE and a SEND between them). Last, the function
+//! becomes a verbs device `rmlx5_<n>` ([`attach`]): a [`CxBackend`]
+//! (`cx/dev.rs`) under the core's device, with an async EQ and completion
+//! EQs made by command on its MSI-X vectors, so that the kernel verbs
+//! objects (`ib/`) and the ULP API run on it (see
+//! `Documentation/pci-backend.md`).
 //!
 //! # Locking and lifetimes
 //!
-//! A function's state (BAR0, command memory, pages, the command interface
-//! and the EQ) is behind one mutex, which the threaded interrupt handler
-//! owns; probe fills it before the interrupt is requested, the handler and
-//! unbind take it. Commands sleep while holding it (one command at a time
-//! per function). The MSI-X vector allocation must outlive the interrupt
-//! registration that borrows it, in the same driver data: it lives in its
-//! own box ([`Vectors`]), declared after the registration so that it is
-//! freed after `free_irq`.
+//! A function's state (the bus over BAR0, command memory, pages, the
+//! command interface and the page EQ) is behind one mutex, which the
+//! threaded interrupt handler owns; probe fills it before the interrupt is
+//! requested, the handler, the backend's commands and unbind take it.
+//! Commands sleep while holding it (one command at a time per function).
+//! BAR0 and the MSI-X vector allocation must outlive what borrows them in
+//! the same driver data (the bus, the interrupt registrations, the
+//! backend's doorbells): each lives in its own box ([`Owned`]), declared
+//! after its borrowers so that it is freed after them. Unbind first
+//! detaches the verbs device ([`detach`]: out of the table, completion
+//! interrupts freed, EQs destroyed, backend revoked), then takes the
+//! function down.
 
 mod buf;
 mod bus;
 #[cfg(CONFIG_KUNIT)]
 mod cmdif_tests;
+mod dev;
 mod eq;
 pub(crate) mod registry;
 mod selftest;
 
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{
+        AtomicBool,
+        Ordering, //
+    },
+};
 use kernel::{
     device::{
         Bound,
@@ -53,9 +67,10 @@ use kernel::{
         self,
         IrqReturn,
         ThreadedHandler,
+        ThreadedIrqReturn,
         ThreadedRegistration, //
     },
-    new_mutex,
+    new_mutex, new_spinlock_irq,
     pci::{
         self,
         IrqType,
@@ -63,7 +78,11 @@ use kernel::{
         IrqVectorRegistration, //
     },
     prelude::*,
-    sync::Mutex, //
+    sync::{
+        Arc,
+        Mutex,
+        SpinLockIrq, //
+    },
 };
 
 use crate::mlx5_cmdif::{
@@ -78,7 +97,18 @@ use crate::mlx5_cmdif::{
         Progress, //
     },
 };
+use crate::mlx5_core::{
+    device::{
+        Device,
+        Geometry, //
+    },
+    eq::{
+        eq_interrupt,
+        EqIrq, //
+    },
+};
 use bus::CxBus;
+use dev::CxBackend;
 use eq::PageEq;
 
 /// The bring-up's configuration: mlx5_core's timeouts, except the wait
@@ -184,80 +214,119 @@ pub(crate) struct CxDriver;
 #[pin_data]
 pub(crate) struct CxFunction<'bound> {
     model: Model,
+    /// The function as a verbs device, while it is one.
+    #[pin]
+    device: Mutex<Option<Attached>>,
+    /// The interrupts of the completion EQs on vectors 1 and up; dropped
+    /// (free_irq) before the EQs are destroyed.
+    #[pin]
+    comp: Mutex<KVec<Pin<KBox<irq::Registration<'bound, EqIrq>>>>>,
     /// The asynchronous EQ's threaded interrupt; its handler owns the
-    /// function's state. Declared before `vectors`, so dropped (free_irq)
-    /// before them.
+    /// function's state. Declared before `vectors` and `bar`, so dropped
+    /// (free_irq) before them.
     #[pin]
     irq: ThreadedRegistration<'bound, AsyncIrq<'bound>>,
-    /// The MSI-X vectors `irq` borrows.
-    vectors: Vectors<'bound>,
+    /// The MSI-X vectors `irq` and `comp` borrow.
+    vectors: Owned<IrqVectorRegistration<'bound>>,
+    /// BAR0, which the state's bus and the backend's doorbells borrow.
+    bar: Owned<pci::Bar<'bound>>,
 }
 
-/// The MSI-X vector allocation, boxed so that the interrupt registration
-/// beside it in the driver data can borrow it.
+/// A function's verbs device: `rmlx5_<index>` over `backend`.
+struct Attached {
+    index: u16,
+    backend: Arc<CxBackend>,
+}
+
+/// A value in its own allocation, so that other fields of the same driver
+/// data can borrow it for `'bound`.
 ///
 /// # Invariants
 ///
 /// `0` comes from `KBox::into_raw` and is freed only by `drop`.
-struct Vectors<'bound>(NonNull<IrqVectorRegistration<'bound>>);
+struct Owned<T>(NonNull<T>);
 
-// SAFETY: `IrqVectorRegistration` only refers to the bound device; the
-// vectors may be freed from any thread.
-unsafe impl Send for Vectors<'_> {}
+// SAFETY: `Owned<T>` owns its `T` like a `KBox<T>` does.
+unsafe impl<T: Send> Send for Owned<T> {}
+// SAFETY: As above: shared access is to the `T`.
+unsafe impl<T: Sync> Sync for Owned<T> {}
 
-impl<'bound> Vectors<'bound> {
-    /// Allocates between 1 and [`MAX_VECTORS`] MSI-X vectors of `pdev`.
-    fn alloc(pdev: &'bound pci::Device<Bound>) -> Result<Self> {
-        let v = pdev.alloc_irq_vectors(1, MAX_VECTORS, IrqTypes::default().with(IrqType::MsiX))?;
+impl<T> Owned<T> {
+    fn new(v: T) -> Result<Self> {
         let raw = KBox::into_raw(KBox::new(v, GFP_KERNEL)?);
         // INVARIANT: `raw` comes from `KBox::into_raw`.
         // SAFETY: `KBox::into_raw` never returns null.
         Ok(Self(unsafe { NonNull::new_unchecked(raw) }))
     }
 
-    /// The allocation, for the interrupt registration of the same
-    /// [`CxFunction`].
+    /// The value, for a field of the same driver data.
     ///
     /// # Safety
     ///
     /// What borrows the result must be dropped before `self`.
-    unsafe fn get(&self) -> &'bound IrqVectorRegistration<'bound> {
+    unsafe fn get<'a>(&self) -> &'a T {
         // SAFETY: The box lives until `self` drops (type invariant), which
         // the caller orders after every borrow.
         unsafe { &*self.0.as_ptr() }
     }
 }
 
-impl Drop for Vectors<'_> {
+impl<T> Drop for Owned<T> {
     fn drop(&mut self) {
         // SAFETY: The pointer is the box's (type invariant), and every
-        // borrow from `get` is gone (its safety requirement); this frees
-        // the vectors (pci_free_irq_vectors).
+        // borrow from `get` is gone (its safety requirement).
         drop(unsafe { KBox::from_raw(self.0.as_ptr()) });
     }
 }
 
+/// Allocates between 1 and [`MAX_VECTORS`] MSI-X vectors of `pdev`.
+fn alloc_vectors<'bound>(
+    pdev: &'bound pci::Device<Bound>,
+) -> Result<Owned<IrqVectorRegistration<'bound>>> {
+    Owned::new(pdev.alloc_irq_vectors(1, MAX_VECTORS, IrqTypes::default().with(IrqType::MsiX))?)
+}
+
 /// What the function's mutex protects.
-struct State<'bound> {
+pub(crate) struct State<'bound> {
     bus: CxBus<'bound>,
     function: Function,
     /// The asynchronous EQ, while it exists.
     eq: Option<PageEq>,
 }
 
-/// The threaded handler of vector 0: polls the asynchronous EQ.
+/// The handler of vector 0: in hard-IRQ context the core's EQs on vector
+/// 0 (the device's async EQ, and the completion EQ when there is only one
+/// vector), in its thread the page-request EQ.
 #[pin_data]
 struct AsyncIrq<'bound> {
     #[pin]
     state: Mutex<State<'bound>>,
+    /// The verbs device and the positions of its EQs on vector 0.
+    #[pin]
+    core: SpinLockIrq<Option<(Arc<Device>, KVec<usize>)>>,
+    /// The hard handler consumed EQEs of the core's EQs.
+    core_handled: AtomicBool,
 }
 
 impl ThreadedHandler for AsyncIrq<'_> {
+    fn handle(&self) -> ThreadedIrqReturn {
+        if let Some((dev, positions)) = &*self.core.lock() {
+            for &p in positions.iter() {
+                if eq_interrupt(dev, p).unwrap_or(false) {
+                    self.core_handled.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        ThreadedIrqReturn::WakeThread
+    }
+
     fn handle_threaded(&self) -> IrqReturn {
         let mut st = self.state.lock();
         let State { bus, function, eq } = &mut *st;
         let consumed = eq.as_mut().map_or(0, |eq| eq.poll(bus, function));
-        if consumed > 0 {
+        // The interrupt was for the core's EQs if it had nothing for the
+        // page EQ: still handled (spurious-interrupt accounting).
+        if consumed > 0 || self.core_handled.swap(false, Ordering::Relaxed) {
             IrqReturn::Handled
         } else {
             IrqReturn::None
@@ -280,14 +349,16 @@ impl pci::Driver for CxDriver {
         // are dropped in reverse (free_irq, then the vectors).
         try_pin_init!(CxFunction {
             model,
-            vectors: map_function(pdev).and_then(|()| Vectors::alloc(pdev))?,
+            bar: map_function(pdev).and_then(|()| Owned::new(pdev.iomap_region(0, c"rmlx5")?))?,
+            vectors: alloc_vectors(pdev)?,
+            device <- new_mutex!(None, "rmlx5_cx_device"),
+            comp <- new_mutex!(KVec::new(), "rmlx5_cx_comp"),
             irq <- {
-                // SAFETY: `irq` is declared before `vectors` in
+                // SAFETY: `irq` is declared before `vectors` and `bar` in
                 // `CxFunction` and so dropped first; on an error below,
                 // pin-init drops the fields set so far in reverse order.
-                let reg = unsafe { vectors.get() };
+                let (reg, bar) = unsafe { (vectors.get(), bar.get()) };
                 let request = reg.index(0)?;
-                let bar = pdev.iomap_region(0, c"rmlx5")?;
                 let state = State {
                     bus: CxBus::new(pdev, bar)?,
                     function: Function::new(
@@ -308,27 +379,157 @@ impl pci::Driver for CxDriver {
                         c"rmlx5_cx_async",
                         try_pin_init!(AsyncIrq {
                             state <- new_mutex!(state, "rmlx5_cx_function"),
+                            core <- new_spinlock_irq!(None, "rmlx5_cx_core"),
+                            core_handled: AtomicBool::new(false),
                         }),
                     )
                 }
             },
             _: {
-                let mut st = irq.handler().state.lock();
-                bring_up(pdev, *model, &mut st)?;
-                if crate::module_parameters::cx_selftest.value() {
-                    // SAFETY: The borrow ends with the self-test, before
-                    // this block does.
-                    let reg = unsafe { vectors.get() };
-                    self_test(pdev, *model, &mut st, reg)?;
+                let uar = {
+                    let mut st = irq.handler().state.lock();
+                    let uar = bring_up(pdev, *model, &mut st)?;
+                    if crate::module_parameters::cx_selftest.value() {
+                        // SAFETY: The borrow ends with the self-test, before
+                        // this block does.
+                        let reg = unsafe { vectors.get() };
+                        self_test(pdev, *model, &mut st, reg)?;
+                    }
+                    uar
+                };
+                // SAFETY: `comp` and `irq` borrow the vectors and are
+                // dropped before them (declaration order); the backend's
+                // links to the BAR and the state are revoked before either
+                // goes (`detach`, at unbind and below).
+                let (reg, bar) = unsafe { (vectors.get(), bar.get()) };
+                if let Err(e) = attach(pdev, &irq, &comp, &device, reg, bar, uar) {
+                    detach(pdev, &irq, &comp, &device);
+                    let mut st = irq.handler().state.lock();
+                    take_down(pdev, *model, &mut st);
+                    return Err(e);
                 }
             },
         })
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        detach(pdev, &this.irq, &this.comp, &this.device);
         let mut st = this.irq.handler().state.lock();
         take_down(pdev, this.model, &mut st);
     }
+}
+
+/// Makes a function that is up a verbs device: the backend over its
+/// state and BAR, the device `rmlx5_<n>` with its EQs made by command (the
+/// async EQ and the completion EQs, on vectors 1 and up, or all on vector
+/// 0 if that is the only one), their interrupts, and the entry in the
+/// table of devices.
+#[allow(clippy::too_many_arguments)]
+fn attach<'bound>(
+    pdev: &pci::Device<Bound>,
+    irq: &ThreadedRegistration<'bound, AsyncIrq<'bound>>,
+    comp: &Mutex<KVec<Pin<KBox<irq::Registration<'bound, EqIrq>>>>>,
+    device: &Mutex<Option<Attached>>,
+    vectors: &'bound IrqVectorRegistration<'bound>,
+    bar: &pci::Bar<'bound>,
+    uar: u32,
+) -> Result {
+    let nvec = u16::try_from(vectors.len()).unwrap_or(u16::MAX);
+    let comp_eqs = usize::from(nvec.saturating_sub(1)).clamp(1, crate::hca::MAX_COMP_EQS);
+    // SAFETY: `detach` revokes the backend before the state and the BAR
+    // go: at unbind, and on every error path of probe after this call.
+    let backend = unsafe { CxBackend::new(pdev, &irq.handler().state, bar, uar, nvec)? };
+    *device.lock() = Some(Attached {
+        index: u16::MAX,
+        backend: backend.clone(),
+    });
+    let index = crate::mlx5_core::device::free_index(crate::soft()?.count())?;
+    let geo = Geometry {
+        comp_eqs,
+        max_cqs: crate::hca::MAX_CQS,
+        max_qps: crate::hca::MAX_QPS,
+        qpn_base: crate::hca_model::qp::QPN_BASE,
+    };
+    let perf = Arc::new(crate::perf::Perf::new(), GFP_KERNEL)?;
+    let dev = Device::new(index, backend.clone(), geo, perf)?;
+    // Vector 0's handler takes the EQs that have no vector of their own.
+    let mut on_zero = KVec::new();
+    for (p, eq) in dev.eqs.iter().enumerate() {
+        if backend.vector_of(eq.vector) == 0 {
+            on_zero.push(p, GFP_KERNEL)?;
+        }
+    }
+    *irq.handler().core.lock() = Some((dev.clone(), on_zero));
+    {
+        let mut regs = comp.lock();
+        for (p, eq) in dev.eqs.iter().enumerate() {
+            let v = backend.vector_of(eq.vector);
+            if v == 0 {
+                continue;
+            }
+            let request = vectors.index(usize::from(v))?;
+            let handler = Ok::<_, Error>(EqIrq {
+                dev: dev.clone(),
+                vector: p,
+            });
+            // SAFETY: The registration is kept in the driver data and
+            // dropped at unbind (or below, on error), never forgotten.
+            let reg = unsafe {
+                irq::Registration::new(
+                    request.into(),
+                    irq::Flags::TRIGGER_NONE,
+                    c"rmlx5_cx_comp",
+                    handler,
+                )
+            };
+            regs.push(KBox::pin_init(reg, GFP_KERNEL)?, GFP_KERNEL)?;
+        }
+    }
+    for p in 0..dev.eqs.len() {
+        dev.arm_eq(p)?;
+    }
+    crate::mlx5_core::device::register(&dev)?;
+    if let Some(a) = &mut *device.lock() {
+        a.index = index;
+    }
+    registry::set_verbs(pdev, Some(index));
+    dev_info!(
+        pdev,
+        "rmlx5_{}: verbs device, async EQ {} and {} completion EQ(s) on MSI-X vector(s) {}..{}\n",
+        index,
+        dev.eqs.first().map_or(0, |e| e.eqn),
+        comp_eqs,
+        backend.vector_of(1),
+        backend.vector_of(u16::try_from(comp_eqs).unwrap_or(0))
+    );
+    Ok(())
+}
+
+/// Undoes [`attach`], whatever part of it was done: the device leaves the
+/// table of devices, the completion interrupts are freed, its EQs are
+/// destroyed, and the backend is cut from the function. Objects still
+/// created on it then fail or do nothing (see `cx/dev.rs`).
+fn detach<'bound>(
+    pdev: &pci::Device<Bound>,
+    irq: &ThreadedRegistration<'bound, AsyncIrq<'bound>>,
+    comp: &Mutex<KVec<Pin<KBox<irq::Registration<'bound, EqIrq>>>>>,
+    device: &Mutex<Option<Attached>>,
+) {
+    let Some(a) = device.lock().take() else {
+        return;
+    };
+    registry::set_verbs(pdev, None);
+    // No new user; the table's reference goes.
+    let _ = crate::mlx5_core::device::take(usize::from(a.index));
+    // free_irq waits for running handlers; vector 0's hard handler
+    // finishes with the device under its lock.
+    comp.lock().clear();
+    let dev = irq.handler().core.lock().take().map(|(d, _)| d);
+    if let Some(dev) = dev {
+        crate::mlx5_core::device::shut_down(&dev);
+        dev_info!(pdev, "rmlx5_{}: verbs device removed\n", dev.index);
+    }
+    a.backend.revoke();
 }
 
 /// Enables the function's memory space and bus mastering and sets its DMA
@@ -342,8 +543,9 @@ fn map_function(pdev: &pci::Device<Core<'_>>) -> Result {
 }
 
 /// Brings the function up, then creates and arms its asynchronous EQ on
-/// vector 0; on failure undoes what was done.
-fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Result {
+/// vector 0; on failure undoes what was done. Returns the driver's UAR
+/// page.
+fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Result<u32> {
     let State { bus, function, eq } = st;
     // From here the device may hold the command memory.
     bus.set_quiesced(false);
@@ -399,7 +601,7 @@ fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Resu
             e.arm(bus);
             dev_info!(pdev, "async EQ {} on MSI-X vector 0\n", e.eqn());
             *eq = Some(e);
-            Ok(())
+            Ok(s.uar)
         }
         Err(e) => {
             take_down(pdev, model, st);

@@ -42,7 +42,7 @@ pub(crate) struct HcaRef {
 }
 
 fn eqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let Ok(dev) = r.soft.dev(r.hca) else {
+    let Ok(dev) = crate::mlx5_core::device::get(r.hca) else {
         return Ok(());
     };
     writeln!(
@@ -81,6 +81,7 @@ fn eqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 
 fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "cqn pi ci armed solicited sn error events handler")?;
+    let dev = crate::mlx5_core::device::get(r.hca).ok();
     let mut st = r.soft.state.lock();
     let index = r.hca as u16;
     for cqn in 0..MAX_CQS as u32 {
@@ -88,10 +89,9 @@ fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             continue;
         };
         // The table lock is a leaf: it may be taken under the fabric lock.
-        let handler = r
-            .soft
-            .dev(r.hca)
-            .is_ok_and(|d| d.events.lock().cq(cqn).is_some());
+        let handler = dev
+            .as_ref()
+            .is_some_and(|d| d.events.lock().cq(cqn).is_some());
         writeln!(
             f,
             "{} {} {} {} {} {} {} {} {}",
@@ -133,7 +133,8 @@ fn qps(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     // The registry mutex comes before the fabric lock (ulp/objects.rs).
     let ulp_objects = crate::ulp::objects::ULP_OBJECTS.lock().len();
-    if let Ok(dev) = r.soft.dev(r.hca) {
+    let dev = crate::mlx5_core::device::get(r.hca).ok();
+    if let Some(dev) = &dev {
         let (stray, dropped) = {
             let t = dev.events.lock();
             (t.stray_eqes, t.events_dropped)
@@ -145,16 +146,14 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "kick_elision {}", u8::from(r.soft.elision))?;
     writeln!(f, "watch_runs {}", st.watch.runs)?;
     writeln!(f, "watch_doorbells {}", st.watch.doorbells)?;
-    writeln!(
-        f,
-        "dispatch_runs {}",
-        r.soft.dispatch_runs.load(Ordering::Relaxed)
-    )?;
-    writeln!(
-        f,
-        "handler_calls {}",
-        r.soft.handler_calls.load(Ordering::Relaxed)
-    )?;
+    let (runs, calls) = dev.as_ref().map_or((0, 0), |d| {
+        (
+            d.dispatch_runs.load(Ordering::Relaxed),
+            d.handler_calls.load(Ordering::Relaxed),
+        )
+    });
+    writeln!(f, "dispatch_runs {runs}")?;
+    writeln!(f, "handler_calls {calls}")?;
     // The model's clock (shared by every HCA): now, the deadline the retry
     // timer is armed for, and how often it fired.
     writeln!(f, "clock_now_ns {}", st.fabric.now())?;
@@ -225,7 +224,7 @@ impl Debugfs {
             root.read_callback_file(c"pci", Ok::<_, Error>(PciList), &pci_show),
             GFP_KERNEL,
         )?;
-        for hca in 0..soft.devs.len() {
+        for hca in 0..soft.count() {
             let name = CString::try_from_fmt(fmt!("rmlx5_{}", hca))?;
             let dir = root.subdir(&name);
             let data = || {

@@ -1,30 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Software HCA instances: creation, naming and the user-space device node.
-//!
-//! Each HCA `rmlx5_<n>` owns a misc device `/dev/rmlx5_uverbs<n>` through
-//! which user processes reach it. The set of HCAs lives as long as the
-//! module; open files pin the module (the misc file operations carry
-//! `THIS_MODULE` as owner), so an HCA always outlives the files opened on it.
+//! The software HCA's instances as devices: the `num_hcas` parameter and
+//! the platform driver that binds each instance's EQ interrupts (from the
+//! shim's irq domain, `hca/irq.rs`) to the core's EQ handler.
 
-use core::sync::atomic::{
-    AtomicU32,
-    Ordering, //
-};
-use kernel::{
-    container_of,
-    miscdevice::{
-        MiscDeviceOptions,
-        MiscDeviceRegistration, //
-    },
-    prelude::*,
-};
+use kernel::prelude::*;
 
-use crate::mlx5_core::eq::{
-    ring_eq_doorbell,
-    EqIrq, //
-};
-use crate::uverbs::Ucontext;
+use crate::mlx5_core::eq::EqIrq;
 use kernel::{
     device::Core,
     irq::{
@@ -36,27 +18,6 @@ use kernel::{
 
 /// Upper bound of the `num_hcas` module parameter.
 pub(crate) const MAX_HCAS: usize = 8;
-
-/// Names of the user-space device nodes, one per possible HCA. The misc
-/// device core keeps a pointer to the name, so they must be `'static`.
-const UVERBS_NAMES: [&CStr; MAX_HCAS] = [
-    c"rmlx5_uverbs0",
-    c"rmlx5_uverbs1",
-    c"rmlx5_uverbs2",
-    c"rmlx5_uverbs3",
-    c"rmlx5_uverbs4",
-    c"rmlx5_uverbs5",
-    c"rmlx5_uverbs6",
-    c"rmlx5_uverbs7",
-];
-
-/// Number of HCAs currently registered, read by the ULP API.
-static NUM_REGISTERED: AtomicU32 = AtomicU32::new(0);
-
-/// Returns the number of registered HCAs.
-pub(crate) fn num_registered() -> u32 {
-    NUM_REGISTERED.load(Ordering::Acquire)
-}
 
 /// Validates the `num_hcas` module parameter.
 ///
@@ -70,68 +31,6 @@ pub(crate) fn check_num_hcas(n: u32) -> Result<usize> {
             pr_err!("num_hcas={} is out of range 1..={}\n", n, MAX_HCAS);
             Err(EINVAL)
         }
-    }
-}
-
-/// One software HCA instance.
-#[pin_data]
-pub(crate) struct Hca {
-    /// Instance number `n` of `rmlx5_<n>`.
-    index: u32,
-    /// `/dev/rmlx5_uverbs<n>`. Every `MiscDeviceRegistration<Ucontext>` in
-    /// the module is this field of a pinned `Hca` (see [`Hca::from_uverbs`]).
-    #[pin]
-    uverbs: MiscDeviceRegistration<Ucontext>,
-}
-
-impl Hca {
-    fn new(index: usize) -> Result<Pin<KBox<Self>>> {
-        let name = UVERBS_NAMES.get(index).ok_or(EINVAL)?;
-        let index = u32::try_from(index)?;
-        KBox::try_pin_init(
-            // Fields are initialised in the order written: `index` is set
-            // before the device node appears, so a racing open() sees it.
-            try_pin_init!(Self {
-                index,
-                uverbs <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
-            }),
-            GFP_KERNEL,
-        )
-    }
-
-    /// Instance number `n` of `rmlx5_<n>`.
-    pub(crate) fn index(&self) -> u32 {
-        self.index
-    }
-
-    /// Finds the HCA that owns a user-space device node.
-    pub(crate) fn from_uverbs(misc: &MiscDeviceRegistration<Ucontext>) -> &Hca {
-        let field = core::ptr::from_ref(misc).cast_mut();
-        // SAFETY: `Ucontext` registrations are created only by `Hca::new`,
-        // as the `uverbs` field of a pinned `Hca`, so `field` points into an
-        // `Hca` allocation and stepping back to its start stays inside it.
-        let hca = unsafe { container_of!(field, Hca, uverbs) };
-        // SAFETY: `hca` points at a live, pinned `Hca`: it is alive at least
-        // as long as its `uverbs` field, which `misc` borrows, and we hand
-        // out only a shared reference with the same lifetime.
-        unsafe { &*hca }
-    }
-}
-
-/// All HCA instances of the module, torn down in creation order on unload.
-pub(crate) struct HcaSet {
-    hcas: KVec<Pin<KBox<Hca>>>,
-}
-
-impl HcaSet {
-    /// Creates and registers `count` HCAs.
-    pub(crate) fn new(count: usize) -> Result<Self> {
-        let mut hcas = KVec::with_capacity(count, GFP_KERNEL)?;
-        for index in 0..count {
-            hcas.push(Hca::new(index)?, GFP_KERNEL)?;
-        }
-        NUM_REGISTERED.store(u32::try_from(count)?, Ordering::Release);
-        Ok(Self { hcas })
     }
 }
 
@@ -176,12 +75,11 @@ impl platform::Driver for EqDriver {
         _id_info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
         let r = (|| -> Result<EqIrqs<'bound>> {
-            let soft = crate::soft()?;
             // The platform device of HCA n carries its EQ interrupts; the
             // first one names the HCA.
             let first = pdev.irq_by_index(0)?;
             let hca = crate::hca::irq::hca_of_irq(first.irq())?;
-            let dev = soft.dev(hca)?;
+            let dev = crate::mlx5_core::device::get(hca)?;
             let names = IRQ_NAMES.get(hca).ok_or(ENODEV)?;
             let mut irqs = KVec::with_capacity(dev.eqs.len(), GFP_KERNEL)?;
             for (v, eq) in dev.eqs.iter().enumerate() {
@@ -196,19 +94,16 @@ impl platform::Driver for EqDriver {
                     request.irq()
                 );
                 let name = names.get(v).ok_or(EINVAL)?;
-                let handler_soft = soft.clone();
-                let handler = try_pin_init!(EqIrq {
-                    soft: handler_soft,
-                    hca,
+                let handler = Ok::<_, Error>(EqIrq {
+                    dev: dev.clone(),
                     vector: v,
-                }? Error);
+                });
                 // SAFETY: The registration is kept in the driver data and
                 // dropped at unbind; it is never leaked.
                 let reg = unsafe { Registration::new(request, Flags::TRIGGER_NONE, name, handler) };
                 irqs.push(KBox::pin_init(reg, GFP_KERNEL)?, GFP_KERNEL)?;
                 // Handler in place: arm the EQ.
-                let mut st = soft.state.lock();
-                ring_eq_doorbell(&soft, &mut st, eq, 0)?;
+                dev.arm_eq(v)?;
             }
             pr_info!("rmlx5_{}: {} EQ interrupts registered\n", hca, irqs.len());
             Ok(EqIrqs { irqs })
@@ -217,17 +112,9 @@ impl platform::Driver for EqDriver {
     }
 }
 
-impl Drop for HcaSet {
-    fn drop(&mut self) {
-        NUM_REGISTERED.store(0, Ordering::Release);
-        self.hcas.clear();
-    }
-}
-
 #[kunit_tests(rmlx5_device)]
 mod tests {
     use super::*;
-    use kernel::str::CString;
 
     #[test]
     fn num_hcas_bounds() -> Result {
@@ -236,15 +123,6 @@ mod tests {
         assert_eq!(check_num_hcas(MAX_HCAS as u32)?, MAX_HCAS);
         assert_eq!(check_num_hcas(MAX_HCAS as u32 + 1), Err(EINVAL));
         assert_eq!(check_num_hcas(u32::MAX), Err(EINVAL));
-        Ok(())
-    }
-
-    #[test]
-    fn uverbs_names_follow_index() -> Result {
-        for (i, name) in UVERBS_NAMES.iter().enumerate() {
-            let want = CString::try_from_fmt(fmt!("rmlx5_uverbs{}", i))?;
-            assert_eq!(name.to_bytes(), want.to_bytes());
-        }
         Ok(())
     }
 }

@@ -14,8 +14,7 @@
 //! an object's own lock (`Cq::poll`, `Qp::sq`, `Qp::rq`) may be held while
 //! taking `state`, and the ULP layer's registry (`ULP_OBJECTS`, a mutex)
 //! before either of them;
-//! under `state` only leaf locks are taken: an HCA's lookup tables
-//! (`HcaDev::events`, see `core/events.rs`) and the hrtimer base lock
+//! under `state` only leaf locks are taken: the hrtimer base lock
 //! inside `hrtimer_start` (the kernel's, which never calls back into rmlx5
 //! while held). Nothing under `state` allocates except `GFP_ATOMIC` pushes
 //! of the DMA registry.
@@ -32,9 +31,9 @@
 //! [`SoftHca::shutdown`] sets `shutting_down` under `state` before it
 //! cancels the timer, so nothing can start it again afterwards.
 
+pub(crate) mod backend;
 pub(crate) mod dma;
 pub(crate) mod irq;
-pub(crate) mod perf;
 pub(crate) mod watch;
 
 use core::sync::atomic::{
@@ -77,30 +76,20 @@ use crate::hca_model::{
     hca::Hca as ModelHca,
     mr::Mr as ModelMr,
     pd::Pd as ModelPd,
-    qp::{
-        Qp as ModelQp,
-        QPN_BASE, //
-    },
+    qp::Qp as ModelQp,
     table::{
         Slot,
         Storage,
         Tables, //
     },
 };
-use crate::mlx5_core::{
-    eq::Eq,
-    events::{
-        EventHandlerFn,
-        EventTables, //
-    },
-};
 use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
+use crate::perf::Perf;
 use dma::{
     DmaBuf,
     DmaRegistry,
     SoftPlatform, //
 };
-use perf::Perf;
 
 /// Largest number of completion EQs per HCA (module parameter bound).
 pub(crate) const MAX_COMP_EQS: usize = 8;
@@ -200,38 +189,6 @@ impl Locked {
     }
 }
 
-/// Per-HCA state outside the fabric lock: the UAR page, the EQs and the
-/// driver's lookup tables.
-#[pin_data]
-pub(crate) struct HcaDev {
-    /// Instance number (fabric index).
-    pub(crate) index: u16,
-    /// The UAR page all kernel objects of this HCA ring doorbells on.
-    pub(crate) uar: DmaBuf,
-    /// EQs; index = interrupt vector (0 = async, 1.. = completion).
-    pub(crate) eqs: KVec<Eq>,
-    /// CQN and QPN lookup, dispatch queue (its own leaf lock, see
-    /// `core/events.rs`).
-    #[pin]
-    pub(crate) events: SpinLockIrq<EventTables>,
-    /// Asynchronous event handlers (function, context), by
-    /// [`EventSlot`]: the `rmlx5_ib_*` ULP's and ib_core's.
-    #[pin]
-    pub(crate) event_handler: SpinLockIrq<[Option<(EventHandlerFn, usize)>; EVENT_SLOTS]>,
-}
-
-/// Who an async event handler of an HCA belongs to.
-#[derive(Clone, Copy)]
-pub(crate) enum EventSlot {
-    /// The kernel ULP of the `rmlx5_ib_*` API.
-    Ulp = 0,
-    /// The ib_core device (`ib_core.c`).
-    IbCore = 1,
-}
-
-/// Number of [`EventSlot`]s.
-pub(crate) const EVENT_SLOTS: usize = 2;
-
 /// The software HCAs of the module.
 ///
 /// # Invariants
@@ -243,13 +200,11 @@ pub(crate) struct SoftHca {
     /// The fabric, the DMA registry and the driver tables.
     #[pin]
     pub(crate) state: SpinLockIrq<Locked>,
-    /// Per-HCA state, fixed after creation.
-    pub(crate) devs: KVec<Pin<KBox<HcaDev>>>,
+    /// The UAR page of each instance: the doorbells of its kernel objects
+    /// and EQs are rung on it.
+    pub(crate) uars: KVec<DmaBuf>,
     /// Interrupt vectors of each HCA (async + completion EQs).
     pub(crate) irqs_per_hca: u32,
-    /// BH work (system_bh) dispatching queued CQs and async events.
-    #[pin]
-    pub(crate) dispatch_work: Work<SoftHca, 1>,
     /// Process-context work continuing the engine after a budget ran out.
     #[pin]
     pub(crate) engine_work: Work<SoftHca, 2>,
@@ -268,9 +223,6 @@ pub(crate) struct SoftHca {
     pub(crate) elision: bool,
     /// Set before teardown: the works stop rescheduling themselves.
     pub(crate) shutting_down: AtomicBool,
-    /// BH dispatch runs and CQ handler calls (debugfs, tests).
-    pub(crate) dispatch_runs: AtomicU64,
-    pub(crate) handler_calls: AtomicU64,
     /// Where the time of the doorbell and event paths goes (debugfs
     /// `rmlx5/perf`).
     pub(crate) perf: Arc<Perf>,
@@ -282,7 +234,6 @@ pub(crate) struct SoftHca {
 }
 
 kernel::impl_has_work! {
-    impl HasWork<Self, 1> for SoftHca { self.dispatch_work }
     impl HasWork<Self, 2> for SoftHca { self.engine_work }
     impl HasWork<Self, 3> for SoftHca { self.watch_work }
 }
@@ -327,38 +278,20 @@ impl HrTimerCallback for SoftHca {
 
 impl SoftHca {
     /// Creates `nr_hcas` instances with `comp_eqs` completion EQs each
-    /// (EQs are created in the model but not armed: the platform driver
-    /// arms them once their interrupt handlers are registered).
+    /// (the core creates the EQs through the backend, see
+    /// `hca/backend.rs`).
     pub(crate) fn new(nr_hcas: usize, comp_eqs: usize) -> Result<Arc<Self>> {
         let irqs_per_hca = u32::try_from(comp_eqs + 1)?;
         let mut models = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
-        let mut devs = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+        let mut uars = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
         let mut dma = DmaRegistry::new();
         for i in 0..nr_hcas {
             let index = u16::try_from(i)?;
-            let mut model = ModelHca::new(index, Caps::DEFAULT, KStorage::new()?);
+            let model = ModelHca::new(index, Caps::DEFAULT, KStorage::new()?);
             let uar = DmaBuf::new(UAR_PAGE_SIZE, GFP_KERNEL)?;
             dma.add_buf(&uar)?;
-            let mut eqs = KVec::with_capacity(comp_eqs + 1, GFP_KERNEL)?;
-            for v in 0..=comp_eqs {
-                let eq = Eq::new(index, u16::try_from(v)?, &uar, &mut model, &mut dma)?;
-                eqs.push(eq, GFP_KERNEL)?;
-            }
             models.push(model, GFP_KERNEL)?;
-            let tables = EventTables::new(MAX_CQS, MAX_QPS, QPN_BASE)?;
-            devs.push(
-                KBox::pin_init(
-                    pin_init!(HcaDev {
-                        index,
-                        uar,
-                        eqs,
-                        events <- new_spinlock_irq!(tables, "rmlx5_events"),
-                        event_handler <- new_spinlock_irq!([None; EVENT_SLOTS], "rmlx5_event_handler"),
-                    }),
-                    GFP_KERNEL,
-                )?,
-                GFP_KERNEL,
-            )?;
+            uars.push(uar, GFP_KERNEL)?;
         }
         let perf = Arc::new(Perf::new(), GFP_KERNEL)?;
         let locked = Locked {
@@ -373,9 +306,8 @@ impl SoftHca {
         Arc::pin_init(
             pin_init!(Self {
                 state <- new_spinlock_irq!(locked, "rmlx5_fabric"),
-                devs,
+                uars,
                 irqs_per_hca,
-                dispatch_work <- new_work!("rmlx5_dispatch"),
                 engine_work <- new_work!("rmlx5_engine"),
                 watch_work <- new_work!("rmlx5_watch"),
                 watching: AtomicBool::new(false),
@@ -383,8 +315,6 @@ impl SoftHca {
                 watch_run <- new_spinlock!((), "rmlx5_watch_run"),
                 elision: crate::module_parameters::kick_elision.value(),
                 shutting_down: AtomicBool::new(false),
-                dispatch_runs: AtomicU64::new(0),
-                handler_calls: AtomicU64::new(0),
                 perf,
                 epoch: Instant::now(),
                 clock <- HrTimer::new(),
@@ -393,17 +323,14 @@ impl SoftHca {
         )
     }
 
-    /// The HCA `index`.
-    pub(crate) fn dev(&self, index: usize) -> Result<&HcaDev> {
-        self.devs.get(index).map(|d| &**d).ok_or(ENODEV)
+    /// The UAR page of instance `index`.
+    pub(crate) fn uar(&self, index: usize) -> Result<&DmaBuf> {
+        self.uars.get(index).ok_or(ENODEV)
     }
 
-    /// Queues the BH dispatch work (any context).
-    pub(crate) fn kick_dispatch(self: &Arc<Self>) {
-        if !self.shutting_down.load(Ordering::Acquire) {
-            // Already queued is fine: the queued run will see our CQ.
-            let _ = workqueue::system_bh().enqueue::<Arc<Self>, 1>(self.clone());
-        }
+    /// The number of instances.
+    pub(crate) fn count(&self) -> usize {
+        self.uars.len()
     }
 
     /// Queues the engine work (any context).
@@ -471,6 +398,20 @@ impl SoftHca {
         }
     }
 
+    /// Rings instance `hca`'s CQ doorbell for an arm a process wrote to its
+    /// UAR page at `uar_addr` (the UAR CQ doorbell and the ARM word in the
+    /// CQ's doorbell record).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` if the model refused the doorbell (counted in its stats).
+    pub(crate) fn user_cq_doorbell(&self, hca: u16, uar_addr: u64) -> Result {
+        let mut st = self.state.lock();
+        let (fabric, mut pf) = st.split();
+        let m = fabric.hca(hca).ok_or(ENODEV)?;
+        m.cq_doorbell(&mut pf, uar_addr).map_err(|_| EINVAL)
+    }
+
     /// Cancels the clock timer, waiting for a running callback.
     fn cancel_clock(&self) {
         let this: *const Self = self;
@@ -480,15 +421,6 @@ impl SoftHca {
             let t = <Self as HasHrTimer<Self>>::c_timer_ptr(this);
             kernel::bindings::hrtimer_cancel(t.cast_mut());
         }
-    }
-
-    /// Waits until the BH dispatcher is neither queued nor running, so a
-    /// handler it copied out before a change is no longer being called.
-    /// Process context.
-    pub(crate) fn flush_dispatch(&self) {
-        // SAFETY: The work item is an initialised field of `self`, which
-        // outlives this call.
-        unsafe { irq::flush_work(Work::<SoftHca, 1>::raw_get(&self.dispatch_work)) };
     }
 
     /// Stops the clock timer and the works and waits for them; called once
@@ -504,7 +436,6 @@ impl SoftHca {
         // SAFETY: The pointers are to initialised fields of `self`.
         let works = unsafe {
             [
-                Work::<SoftHca, 1>::raw_get(&self.dispatch_work),
                 Work::<SoftHca, 2>::raw_get(&self.engine_work),
                 Work::<SoftHca, 3>::raw_get(&self.watch_work),
             ]
@@ -512,7 +443,29 @@ impl SoftHca {
         for w in works {
             // SAFETY: The work items are initialised fields of `self`,
             // which outlives this call.
-            unsafe { irq::flush_work(w) };
+            unsafe { crate::work::flush_work(w) };
         }
+    }
+}
+
+impl workqueue::WorkItem<2> for SoftHca {
+    type Pointer = Arc<SoftHca>;
+
+    fn run(this: Arc<SoftHca>) {
+        // Process context: run the engine in budgets, releasing the lock
+        // (and enabling interrupts) between them.
+        for _ in 0..64 {
+            if this.shutting_down.load(Ordering::Acquire) {
+                return;
+            }
+            let more = {
+                let mut st = this.state.lock();
+                this.engine_locked(&mut st)
+            };
+            if !more {
+                return;
+            }
+        }
+        this.kick_engine();
     }
 }

@@ -19,6 +19,7 @@ use kernel::{
     },
 };
 
+mod backend;
 mod cx;
 mod debugfs;
 mod device;
@@ -26,11 +27,14 @@ mod hca;
 pub mod ib;
 #[cfg(CONFIG_INFINIBAND)]
 mod ibdev;
+mod mem;
 #[path = "core.rs"]
 mod mlx5_core;
+mod perf;
 mod prm_tests;
 pub mod ulp;
 mod uverbs;
+mod work;
 
 /// The mlx5 queue formats (`rust/mlx5-prm`), compiled from the same source
 /// files as the user-space crate. The module list mirrors
@@ -183,22 +187,24 @@ pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
     Ok(unsafe { ArcBorrow::from_raw(p) }.into())
 }
 
-/// The loaded module. Fields drop in order: the ConnectX PCI driver
-/// (unbinding its functions), the ib_core devices (whose clients destroy
-/// their objects through the ops as they are removed), objects kernel ULPs left behind are
-/// reclaimed while everything still runs, the platform driver
+/// The loaded module. Fields drop in order: the ib_core devices (whose
+/// clients destroy their objects through the ops as they are removed),
+/// objects kernel ULPs left behind are reclaimed while everything still
+/// runs, the ConnectX PCI driver (unbinding its functions, each of them a
+/// device then without objects), the platform driver
 /// (its unbind frees the EQ interrupts), the works are stopped, then the
 /// interrupt controller and the platform devices, the HCAs' device nodes,
 /// debugfs, and last the software HCA itself.
 struct Rmlx5Module {
-    _cx: Option<Pin<KBox<driver::Registration<pci::Adapter<cx::CxDriver>>>>>,
     #[cfg(CONFIG_INFINIBAND)]
     _ib: Option<ibdev::IbDevices>,
     _reclaim: ReclaimUlpObjects,
+    _cx: Option<Pin<KBox<driver::Registration<pci::Adapter<cx::CxDriver>>>>>,
     _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
+    _devices: SoftDevices,
     _quiesce: Quiesce,
     _intc: hca::irq::Intc,
-    _hcas: device::HcaSet,
+    _nodes: uverbs::node::Nodes,
     _debugfs: debugfs::Debugfs,
     _soft: SoftGuard,
 }
@@ -217,10 +223,13 @@ impl kernel::Module for Rmlx5Module {
         unsafe { ulp::objects::ULP_OBJECTS.init() };
         // SAFETY: Called once, before the PCI driver can probe anything.
         unsafe { cx::registry::CX_FUNCTIONS.init() };
+        // SAFETY: Called once, before any device is registered.
+        unsafe { mlx5_core::device::DEVICES.init() };
         let soft = hca::SoftHca::new(count, comp)?;
         SOFT.store(Arc::into_raw(soft).cast_mut(), Ordering::Release);
         let r = (|| -> Result<Self> {
-            let hcas = device::HcaSet::new(count)?;
+            let devices = SoftDevices::register(&crate::soft()?, comp)?;
+            let nodes = uverbs::node::Nodes::new(count)?;
             let intc = hca::irq::Intc::new(u32::try_from(count)?, u32::try_from(comp + 1)?)?;
             let dbg = debugfs::Debugfs::new(&crate::soft()?)?;
             let drv = KBox::pin_init(driver::Registration::new(c"rmlx5", module), GFP_KERNEL)?;
@@ -247,9 +256,10 @@ impl kernel::Module for Rmlx5Module {
                 _ib: ib,
                 _reclaim: ReclaimUlpObjects,
                 _driver: drv,
+                _devices: devices,
                 _quiesce: Quiesce,
                 _intc: intc,
-                _hcas: hcas,
+                _nodes: nodes,
                 _debugfs: dbg,
                 _soft: SoftGuard,
             })
@@ -284,6 +294,46 @@ struct ReclaimUlpObjects;
 impl Drop for ReclaimUlpObjects {
     fn drop(&mut self) {
         ulp::objects::reclaim();
+    }
+}
+
+/// The software HCA's instances as devices `rmlx5_0 ..`: registered at
+/// init, before the platform driver binds their EQ interrupts;
+/// unregistered (dispatchers stopped, EQs destroyed) once those
+/// interrupts are freed and before the software HCA stops.
+struct SoftDevices {
+    count: usize,
+}
+
+impl SoftDevices {
+    fn register(soft: &Arc<hca::SoftHca>, comp: usize) -> Result<Self> {
+        let mut this = Self { count: 0 };
+        for i in 0..soft.count() {
+            let index = u16::try_from(i)?;
+            let geo = mlx5_core::device::Geometry {
+                comp_eqs: comp,
+                max_cqs: hca::MAX_CQS,
+                max_qps: hca::MAX_QPS,
+                qpn_base: hca_model::qp::QPN_BASE,
+            };
+            let dev = mlx5_core::device::Device::new(
+                index,
+                soft.backend(index)?,
+                geo,
+                soft.perf.clone(),
+            )?;
+            mlx5_core::device::register(&dev)?;
+            this.count += 1;
+        }
+        Ok(this)
+    }
+}
+
+impl Drop for SoftDevices {
+    fn drop(&mut self) {
+        for i in 0..self.count {
+            drop(mlx5_core::device::unregister(i));
+        }
     }
 }
 

@@ -12,9 +12,12 @@
  *   and /proc/interrupts counts it.
  * - One platform device "rmlx5" per HCA whose IORESOURCE_IRQ resources are
  *   those interrupts; the Rust platform driver binds to it by name.
+ * - Streaming DMA mappings (dma_map_single), which the 7.3 Rust DMA
+ *   abstraction lacks, for kernel MRs on a PCI function.
  *
  * No logic lives in this file.
  */
+#include <linux/dma-mapping.h>
 #include <linux/export.h>
 #include <linux/interrupt.h>
 #include <linux/irq.h>
@@ -236,4 +239,22 @@ void rmlx5_shim_destroy(void)
 void rmlx5_shim_flush_work(struct work_struct *work)
 {
 	flush_work(work);
+}
+
+int rmlx5_shim_dma_map(struct device *dev, void *addr, size_t len, u64 *dma)
+{
+	dma_addr_t d;
+
+	if (!len || !virt_addr_valid(addr) || !virt_addr_valid(addr + len - 1))
+		return -EINVAL;
+	d = dma_map_single(dev, addr, len, DMA_BIDIRECTIONAL);
+	if (dma_mapping_error(dev, d))
+		return -ENOMEM;
+	*dma = d;
+	return 0;
+}
+
+void rmlx5_shim_dma_unmap(struct device *dev, u64 dma, size_t len)
+{
+	dma_unmap_single(dev, dma, len, DMA_BIDIRECTIONAL);
 }

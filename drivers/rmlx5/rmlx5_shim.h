@@ -17,5 +17,13 @@ void rmlx5_shim_flush_work(struct work_struct *work);
 struct device *rmlx5_shim_hca_device(unsigned int hca);
 /* The kernel's direct map, which the DMA MRs of ib_core ULPs cover. */
 void rmlx5_shim_direct_map(u64 *start, u64 *len);
+/*
+ * Maps @len bytes of direct-mapped kernel memory at @addr for DMA by @dev
+ * (both directions): the memory of a kernel MR on a PCI function.
+ * -EINVAL if the range is not in the direct map, -ENOMEM if it cannot be
+ * mapped.
+ */
+int rmlx5_shim_dma_map(struct device *dev, void *addr, size_t len, u64 *dma);
+void rmlx5_shim_dma_unmap(struct device *dev, u64 dma, size_t len);
 
 #endif

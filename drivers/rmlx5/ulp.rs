@@ -28,11 +28,6 @@ use kernel::{
     },
 };
 
-use crate::hca::{
-    EventSlot,
-    HcaDev,
-    SoftHca, //
-};
 use crate::ib::{
     cq::{
         Cq,
@@ -51,7 +46,13 @@ use crate::ib::{
         MAX_SGE, //
     },
 };
-use crate::mlx5_core::events::EventHandlerFn;
+use crate::mlx5_core::{
+    device::{
+        Device,
+        EventSlot, //
+    },
+    events::EventHandlerFn,
+};
 use objects::{
     Handle,
     ULP_OBJECTS, //
@@ -114,18 +115,18 @@ pub struct DeviceAttr {
     lid: u32,
 }
 
-/// Number of registered rmlx5 HCAs (`rmlx5_ib_num_devices()` in C).
+/// Number of registered rmlx5 devices (`rmlx5_ib_num_devices()` in C).
 #[no_mangle]
 pub extern "C" fn rmlx5_ib_num_devices() -> c_int {
-    c_int::try_from(crate::device::num_registered()).unwrap_or(c_int::MAX)
+    c_int::try_from(crate::mlx5_core::device::count()).unwrap_or(c_int::MAX)
 }
 
 /// Checks a device index.
 #[no_mangle]
 pub extern "C" fn rmlx5_ib_get_device(index: c_int) -> c_int {
-    match usize::try_from(index) {
-        Ok(i) if i < crate::device::num_registered() as usize => 0,
-        _ => ENODEV.to_errno(),
+    match device(index) {
+        Ok(_) => 0,
+        Err(e) => e.to_errno(),
     }
 }
 
@@ -139,34 +140,31 @@ pub unsafe extern "C" fn rmlx5_ib_query_device(index: c_int, attr: *mut DeviceAt
         return EINVAL.to_errno();
     };
     let r = (|| -> Result {
-        let soft = crate::soft()?;
-        let hca = usize::try_from(index).map_err(|_| ENODEV)?;
-        let dev = soft.dev(hca)?;
-        let caps = *soft
-            .state
-            .lock()
-            .fabric
-            .hca(dev.index)
-            .ok_or(ENODEV)?
-            .caps();
+        let dev = device(index)?;
+        let i = dev.be.info()?;
         *attr = DeviceAttr {
-            max_qp: crate::hca::MAX_QPS as u32,
-            max_cq: crate::hca::MAX_CQS as u32,
-            max_pd: crate::hca::MAX_PDS as u32,
-            max_mr: crate::hca::MAX_MRS as u32,
+            max_qp: i.max_qp,
+            max_cq: i.max_cq,
+            max_pd: i.max_pd,
+            max_mr: i.max_mr,
             max_qp_wr: 1 << 12,
-            max_cqe: 1 << caps.max_log_cq_size,
+            max_cqe: i.max_cqe,
             max_sge: MAX_SGE as u32,
-            max_qp_rd_atom: u32::from(caps.max_qp_rd_atom),
+            max_qp_rd_atom: i.max_qp_rd_atom,
             max_mr_size: u64::MAX,
             atomic_cap: 1,
-            num_comp_vectors: u32::try_from(dev.eqs.len().saturating_sub(1))?,
+            num_comp_vectors: u32::try_from(dev.comp_vectors())?,
             port_state: 4,
-            lid: u32::from(dev.index),
+            lid: u32::from(i.lid),
         };
         Ok(())
     })();
     r.map_or_else(errno, |()| 0)
+}
+
+/// The device `rmlx5_<index>`.
+fn device(index: c_int) -> Result<Arc<Device>> {
+    crate::mlx5_core::device::get(usize::try_from(index).map_err(|_| ENODEV)?)
 }
 
 /// # Safety
@@ -175,10 +173,7 @@ pub unsafe extern "C" fn rmlx5_ib_query_device(index: c_int, attr: *mut DeviceAt
 #[no_mangle]
 pub unsafe extern "C" fn rmlx5_ib_alloc_pd(index: c_int, out: *mut *mut Pd) -> c_int {
     let r = (|| -> Result<*mut Pd> {
-        let soft = crate::soft()?;
-        let hca = u16::try_from(index).map_err(|_| ENODEV)?;
-        soft.dev(usize::from(hca))?;
-        let pd = KBox::into_raw(KBox::new(Pd::new(&soft, hca)?, GFP_KERNEL)?);
+        let pd = KBox::into_raw(KBox::new(Pd::new(&device(index)?)?, GFP_KERNEL)?);
         record(Handle::Pd(pd as usize), || {
             // SAFETY: `pd` is the `KBox` just leaked, known to nobody else.
             let pd = unsafe { KBox::from_raw(pd) };
@@ -376,11 +371,8 @@ pub unsafe extern "C" fn rmlx5_ib_create_cq(
     out: *mut *const Cq,
 ) -> c_int {
     let r = (|| -> Result<Arc<Cq>> {
-        let soft = crate::soft()?;
-        let hca = u16::try_from(index).map_err(|_| ENODEV)?;
         let cq = Cq::new(
-            &soft,
-            hca,
+            &device(index)?,
             entries,
             comp_vector,
             handler.map(|f| (f, ctx as usize)),
@@ -739,30 +731,10 @@ pub extern "C" fn rmlx5_ib_set_event_handler(
     ctx: *mut c_void,
 ) -> c_int {
     let r = (|| -> Result {
-        let soft = crate::soft()?;
-        let dev = soft.dev(usize::try_from(index).map_err(|_| ENODEV)?)?;
-        set_event_handler(&soft, dev, EventSlot::Ulp, handler, ctx);
+        device(index)?.set_event_handler(EventSlot::Ulp, handler.map(|f| (f, ctx as usize)));
         Ok(())
     })();
     r.map_or_else(errno, |()| 0)
-}
-
-/// Sets the handler of `slot`; clearing it also waits for a dispatcher
-/// run that may still be calling the old one, so its context may be freed
-/// on return (process context).
-fn set_event_handler(
-    soft: &SoftHca,
-    dev: &HcaDev,
-    slot: EventSlot,
-    handler: Option<EventHandlerFn>,
-    ctx: *mut c_void,
-) {
-    if let Some(s) = dev.event_handler.lock().get_mut(slot as usize) {
-        *s = handler.map(|f| (f, ctx as usize));
-    }
-    if handler.is_none() {
-        soft.flush_dispatch();
-    }
 }
 
 /// Sets (or clears) ib_core's async event handler of a device: for
@@ -775,9 +747,7 @@ pub extern "C" fn rmlx5_ibc_set_event_handler(
     ctx: *mut c_void,
 ) -> c_int {
     let r = (|| -> Result {
-        let soft = crate::soft()?;
-        let dev = soft.dev(usize::try_from(index).map_err(|_| ENODEV)?)?;
-        set_event_handler(&soft, dev, EventSlot::IbCore, handler, ctx);
+        device(index)?.set_event_handler(EventSlot::IbCore, handler.map(|f| (f, ctx as usize)));
         Ok(())
     })();
     r.map_or_else(errno, |()| 0)

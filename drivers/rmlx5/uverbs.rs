@@ -21,13 +21,12 @@ use kernel::{
     prelude::*,
 };
 
-use crate::device::Hca;
-
 mod cmd;
 mod commands;
 mod context;
 mod event;
 mod event_file;
+pub(crate) mod node;
 mod objects;
 mod pages;
 mod table;
@@ -41,7 +40,7 @@ impl MiscDevice for Ucontext {
     type Ptr = Pin<KBox<Self>>;
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
-        let hca = Hca::from_uverbs(misc);
+        let hca = node::Node::from_uverbs(misc);
         pr_debug!("ucontext opened on rmlx5_{}\n", hca.index());
         Ucontext::new(hca.index())
     }

@@ -120,7 +120,7 @@ struct rmlx5_ib_device_attr {
 	u32 atomic_cap;		/* 1: IB_ATOMIC_HCA */
 	u32 num_comp_vectors;
 	u32 port_state;		/* 4: IB_PORT_ACTIVE */
-	u32 lid;
+	u32 lid;		/* what a peer's dlid names this device by */
 };
 
 struct rmlx5_ib_wc {
@@ -193,7 +193,7 @@ struct rmlx5_ib_qp_attr {
 	u32 rq_psn;
 	u32 sq_psn;
 	u16 pkey_index;
-	u16 dlid;		/* index of the remote rmlx5 device */
+	u16 dlid;		/* the remote device's lid (query_device) */
 	u8 port_num;
 	u8 max_rd_atomic;
 	u8 max_dest_rd_atomic;

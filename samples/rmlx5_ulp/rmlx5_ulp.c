@@ -2,12 +2,14 @@
 /*
  * rmlx5_ulp: a sample kernel ULP of rmlx5.ko and its end-to-end test.
  *
- * At load it connects an RC QP on rmlx5_0 to one on rmlx5_1 and runs every
- * verb through the exported API (include/rdma/rmlx5_ib.h), in polling and
- * completion-handler modes, checks the data, then error completions and
- * flushes, RNR and transport retries, and tears everything down. Each case
- * prints "rmlx5-test: PASS name" or "rmlx5-test: FAIL name: why" for make
- * check.
+ * At load it connects an RC QP on rmlx5_<dev0> (default rmlx5_0) to one on
+ * rmlx5_<dev1> (default rmlx5_1; the same device gives a loopback pair, as
+ * over one ConnectX function) and runs every verb through the exported API
+ * (include/rdma/rmlx5_ib.h), in polling and completion-handler modes,
+ * checks the data, then error completions and flushes, RNR and transport
+ * retries, and tears everything down. Each case prints "rmlx5-test: PASS
+ * <prefix>_name" or "rmlx5-test: FAIL <prefix>_name: why" for make check
+ * (prefix "ulp", or the `prefix` parameter).
  *
  * With leak=1 it instead creates a connected pair (PDs, MRs, CQs with
  * handlers, QPs) and unloads without destroying them, freeing only its own
@@ -42,10 +44,27 @@ static bool leak;
 module_param(leak, bool, 0444);
 MODULE_PARM_DESC(leak, "create objects and unload without destroying them");
 
-#define PASS(name) pr_info("rmlx5-test: PASS ulp_%s\n", name)
+static int dev0;
+module_param(dev0, int, 0444);
+MODULE_PARM_DESC(dev0, "device of side 0 (rmlx5_<dev0>)");
+
+static int dev1 = 1;
+module_param(dev1, int, 0444);
+MODULE_PARM_DESC(dev1, "device of side 1 (rmlx5_<dev1>; dev0 for a loopback pair)");
+
+static char *prefix = "ulp";
+module_param(prefix, charp, 0444);
+MODULE_PARM_DESC(prefix, "prefix of the test names");
+
+/* The device and the port LID of each side. */
+static int devs[2];
+static u16 lids[2];
+
+#define PASS(name) pr_info("rmlx5-test: PASS %s_%s\n", prefix, name)
 #define FAIL(name, fmt, ...) do { \
 	failures++; \
-	pr_info("rmlx5-test: FAIL ulp_%s: " fmt "\n", name, ##__VA_ARGS__); \
+	pr_info("rmlx5-test: FAIL %s_%s: " fmt "\n", prefix, name, \
+		##__VA_ARGS__); \
 } while (0)
 
 static void comp_handler(struct rmlx5_ib_cq *cq, void *ctx)
@@ -156,14 +175,14 @@ static int setup_conn(bool handlers, const struct conn *c, bool peer_rtr)
 		sd->buf = kzalloc(BUF_SIZE, GFP_KERNEL);
 		if (!sd->buf)
 			return -ENOMEM;
-		err = rmlx5_ib_alloc_pd(i, &sd->pd);
+		err = rmlx5_ib_alloc_pd(devs[i], &sd->pd);
 		if (err)
 			return err;
 		err = rmlx5_ib_reg_mr(sd->pd, sd->buf, BUF_SIZE, ACCESS_ALL,
 				      &sd->mr, &sd->key);
 		if (err)
 			return err;
-		err = rmlx5_ib_create_cq(i, handlers ? comp_handler : NULL, sd,
+		err = rmlx5_ib_create_cq(devs[i], handlers ? comp_handler : NULL, sd,
 					 256, i, &sd->cq);
 		if (err)
 			return err;
@@ -173,12 +192,12 @@ static int setup_conn(bool handlers, const struct conn *c, bool peer_rtr)
 		if (err)
 			return err;
 	}
-	err = connect_qp(s[0].qp, 1, rmlx5_ib_qp_num(s[1].qp), c);
+	err = connect_qp(s[0].qp, lids[1], rmlx5_ib_qp_num(s[1].qp), c);
 	if (err)
 		return err;
 	if (!peer_rtr)
 		return qp_to_init(s[1].qp);
-	return connect_qp(s[1].qp, 0, rmlx5_ib_qp_num(s[0].qp), c);
+	return connect_qp(s[1].qp, lids[0], rmlx5_ib_qp_num(s[0].qp), c);
 }
 
 static int setup(bool handlers)
@@ -596,12 +615,17 @@ static void run_retries(void)
 static int __init rmlx5_ulp_init(void)
 {
 	struct rmlx5_ib_device_attr attr;
-	int err;
+	int err, i;
 
-	if (rmlx5_ib_num_devices() < 2 || rmlx5_ib_query_device(0, &attr) ||
-	    attr.atomic_cap != 1) {
-		FAIL("setup", "need two rmlx5 devices with atomics");
-		return 0;
+	devs[0] = dev0;
+	devs[1] = dev1;
+	for (i = 0; i < 2; i++) {
+		if (rmlx5_ib_query_device(devs[i], &attr) || attr.atomic_cap != 1) {
+			FAIL("setup", "rmlx5_%d: no such device with atomics",
+			     devs[i]);
+			return 0;
+		}
+		lids[i] = attr.lid;
 	}
 	if (leak) {
 		/* No work is left posted: the buffers are freed at exit while

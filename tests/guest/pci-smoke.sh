@@ -137,6 +137,20 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             else
                 fail cx_one_msix_vector_falls_back "driver ${drv:-none}, $(ups) bring-up lines, no async EQ, fallback or self-test line"
             fi
+            # The verbs device with its completion EQ on vector 0 too: the
+            # sample ULP's suite, its completion handlers called from
+            # vector 0's interrupt (cases cx1_ulp_*).
+            n=$(dmesg | sed -n "s/.*rmlx5_cx $bdf: rmlx5_\([0-9]*\): verbs device, async EQ [0-9]* and 1 completion EQ(s) on MSI-X vector(s) 0\.\.0/\1/p" | tail -n 1)
+            if [ -n "$n" ]; then
+                pass cx_one_msix_vector_verbs_device
+                if insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx1_ulp; then
+                    rmmod rmlx5_ulp || fail cx1_ulp_unload "rmmod rmlx5_ulp failed"
+                else
+                    fail cx1_ulp_load "insmod rmlx5_ulp exited $?"
+                fi
+            else
+                fail cx_one_msix_vector_verbs_device "no verbs device line with its completion EQ on vector 0"
+            fi
             if rmmod rmlx5 && [ "$(downs)" = 1 ]; then
                 pass cx_one_msix_vector_unload
             else
@@ -208,15 +222,16 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_bring_up "$(ups) 'ConnectX-5 up' lines in the kernel log, expected 1"
         fi
-        # rmlx5-devinfo lists the function next to the software HCAs.
+        # rmlx5-devinfo lists the function next to the software HCAs, with
+        # the verbs device it is.
         if [ -x /bin/rmlx5-devinfo ]; then
             out=$(rmlx5-devinfo --list 2>&1)
             echo "$out"
             if echo "$out" | grep -q "rmlx5_0" &&
-                echo "$out" | grep -qE "^[[:space:]]+$bdf 15b3:1017 ConnectX-5 fw 16\.35\.1012 cmdif 5 issi 1 "; then
+                echo "$out" | grep -qE "^[[:space:]]+$bdf 15b3:1017 ConnectX-5 fw 16\.35\.1012 cmdif 5 issi 1 .* verbs rmlx5_[0-9]+$"; then
                 pass cx_devinfo_lists_the_function
             else
-                fail cx_devinfo_lists_the_function "rmlx5-devinfo --list does not show $bdf next to rmlx5_0"
+                fail cx_devinfo_lists_the_function "rmlx5-devinfo --list does not show $bdf (verbs rmlx5_<n>) next to rmlx5_0"
             fi
         else
             fail cx_devinfo_lists_the_function "no rmlx5-devinfo in the guest"
@@ -236,7 +251,31 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_async_eq_interrupts "async EQ line missing or no rmlx5_cx_async interrupt (${irqs:-none})"
         fi
+        # The function as a verbs device rmlx5_<n>: the sample kernel
+        # ULP's whole suite over it, as a loopback pair (both sides on the
+        # function): every object made by command, WQEs rung through the
+        # BlueFlame register of BAR0, CQEs polled, completion handlers
+        # called from the completion EQs' MSI-X interrupts. Its cases count
+        # as cx_ulp_*.
+        cxdev() { dmesg | sed -n "s/.*rmlx5_cx $bdf: rmlx5_\([0-9]*\): verbs device.*/\1/p" | tail -n 1; }
+        n=$(cxdev)
+        if [ -n "$n" ]; then
+            pass cx_verbs_device
+            if insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_ulp; then
+                rmmod rmlx5_ulp || fail cx_ulp_unload "rmmod rmlx5_ulp failed"
+            else
+                fail cx_ulp_load "insmod rmlx5_ulp exited $?"
+            fi
+            grep rmlx5_cx_comp /proc/interrupts
+        else
+            fail cx_verbs_device "no 'rmlx5_<n>: verbs device' line for $bdf"
+        fi
         echo "$bdf" > $sysdrv/unbind
+        if dmesg | grep -q "rmlx5_cx $bdf: rmlx5_$n: verbs device removed"; then
+            pass cx_verbs_device_removed_at_unbind
+        else
+            fail cx_verbs_device_removed_at_unbind "no 'rmlx5_$n: verbs device removed' line"
+        fi
         if dmesg | grep -q "rmlx5_cx $bdf: async EQ destroyed after [1-9][0-9]* page request(s), [1-9][0-9]* page(s) moved"; then
             pass cx_page_request_answered
         else
@@ -258,10 +297,23 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_rebind_brings_it_up_again "after bind: driver ${drv:-none}, $(ups) bring-up lines"
         fi
+        # rmmod with objects left on the function: a ULP creates a
+        # connected pair on it and unloads without destroying anything;
+        # rmlx5 reclaims the 8 objects before it unbinds the function.
+        n=$(cxdev)
+        leaked=
+        if [ -n "$n" ] && insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_ulp_leak leak=1; then
+            rmmod rmlx5_ulp && leaked=1
+        fi
         if rmmod rmlx5 && [ "$(downs)" = 2 ]; then
             pass cx_unload_tears_down
         else
             fail cx_unload_tears_down "rmmod or teardown: $(downs) teardown lines, expected 2"
+        fi
+        if [ -n "$leaked" ] && dmesg | grep -q 'rmlx5: reclaimed 8 object(s) left by kernel ULPs (0 could not'; then
+            pass cx_rmmod_reclaims_objects_left_on_the_function
+        else
+            fail cx_rmmod_reclaims_objects_left_on_the_function "leak-mode ULP on rmlx5_${n:-?} not loaded, or no 'reclaimed 8 object(s)' line"
         fi
         if insmod /lib/modules/rmlx5.ko pci=0; then
             if ! bound && [ "$(ups)" = 2 ]; then

@@ -7,11 +7,12 @@
 //!
 //! Tasklets are deprecated in favour of BH workqueues (Linux 6.9+), which
 //! run in the same softirq context on the CPU that queued them; the kernel
-//! crate wraps `system_bh_wq` safely, so the dispatcher needs no C. One
-//! work item serves all HCAs; it is queued by the EQ handler (queueing an
-//! already queued item is a no-op, which is the coalescing of the work
-//! itself) and takes CQs from the per-HCA pending bitmaps, which hold one
-//! bit per CQ (coalescing of EQEs: N EQEs for one CQ, one handler call).
+//! crate wraps `system_bh_wq` safely, so the dispatcher needs no C. Each
+//! device has its work item; it is queued by the device's EQ handler
+//! (queueing an already queued item is a no-op, which is the coalescing of
+//! the work itself) and takes CQs from the device's pending bitmap, which
+//! holds one bit per CQ (coalescing of EQEs: N EQEs for one CQ, one
+//! handler call).
 //!
 //! # CQ lifetime rule
 //!
@@ -33,7 +34,7 @@
 //! bounded. Nothing here allocates or sleeps.
 //!
 //! Lock order: the table lock is released before the handler slot
-//! (`HcaDev::event_handler`) is locked and before any callback runs; the
+//! (`Device::event_handler`) is locked and before any callback runs; the
 //! dispatcher never takes the backend's lock.
 
 use core::sync::atomic::Ordering;
@@ -48,40 +49,24 @@ use kernel::{
     workqueue::WorkItem,
 };
 
-use super::events::{
-    call_event_handler,
-    AsyncEvent,
-    Pending, //
+use super::{
+    device::Device,
+    events::{
+        call_event_handler,
+        AsyncEvent,
+        Pending, //
+    },
 };
-use crate::hca::SoftHca;
 
 /// Handler calls per dispatch run.
 pub(crate) const DISPATCH_BUDGET: u32 = 64;
 /// Time budget of one dispatch run, in microseconds.
 pub(crate) const DISPATCH_TIME_US: i64 = 1000;
 
-impl SoftHca {
-    /// Takes the next pending CQ or async event of the HCAs from `start`
-    /// on (round robin), with the HCA it came from.
-    fn next_pending(&self, start: usize) -> Option<(usize, Pending)> {
-        let n = self.devs.len();
-        for k in 0..n {
-            let h = (start + k).checked_rem(n).unwrap_or(0);
-            let Ok(dev) = self.dev(h) else {
-                continue;
-            };
-            if let Some(p) = dev.events.lock().take_next() {
-                return Some((h, p));
-            }
-        }
-        None
-    }
-
-    fn deliver_event(&self, hca: usize, ev: AsyncEvent) {
-        let Ok(dev) = self.dev(hca) else {
-            return;
-        };
-        let handlers = *dev.event_handler.lock();
+impl Device {
+    fn deliver_event(&self, ev: AsyncEvent) {
+        let hca = usize::from(self.index);
+        let handlers = *self.event_handler.lock();
         for &(f, ctx) in handlers.iter().flatten() {
             call_event_handler(f, hca, ev, ctx);
         }
@@ -96,10 +81,10 @@ impl SoftHca {
     }
 }
 
-impl WorkItem<1> for SoftHca {
-    type Pointer = Arc<SoftHca>;
+impl WorkItem for Device {
+    type Pointer = Arc<Device>;
 
-    fn run(this: Arc<SoftHca>) {
+    fn run(this: Arc<Device>) {
         if this.shutting_down.load(Ordering::Acquire) {
             return;
         }
@@ -111,15 +96,14 @@ impl WorkItem<1> for SoftHca {
         }
         let start = Instant::<Monotonic>::now();
         let mut calls = 0u32;
-        let mut cursor = 0usize;
         loop {
-            let Some((h, next)) = this.next_pending(cursor) else {
+            let next = this.events.lock().take_next();
+            let Some(next) = next else {
                 perf.bh_run.add(perf.now().saturating_sub(t0));
                 return;
             };
-            cursor = h + 1;
             match next {
-                Pending::Event(ev) => this.deliver_event(h, ev),
+                Pending::Event(ev) => this.deliver_event(ev),
                 Pending::CqEvent(cq, ty) => {
                     cq.async_event(ty);
                     cq.set_busy(false);
@@ -145,27 +129,5 @@ impl WorkItem<1> for SoftHca {
                 return;
             }
         }
-    }
-}
-
-impl WorkItem<2> for SoftHca {
-    type Pointer = Arc<SoftHca>;
-
-    fn run(this: Arc<SoftHca>) {
-        // Process context: run the engine in budgets, releasing the lock
-        // (and enabling interrupts) between them.
-        for _ in 0..64 {
-            if this.shutting_down.load(Ordering::Acquire) {
-                return;
-            }
-            let more = {
-                let mut st = this.state.lock();
-                this.engine_locked(&mut st)
-            };
-            if !more {
-                return;
-            }
-        }
-        this.kick_engine();
     }
 }

@@ -2,19 +2,24 @@
 
 //! Event queues and their hard-IRQ handler.
 //!
-//! Each EQ has its own Linux interrupt (see `hca/irq.rs`). The handler
-//! consumes EQEs by owner bit, with a DMA read barrier between the owner
-//! check and the body, at most [`EQ_BUDGET`] per run; completion EQEs mark
-//! their CQ pending for the BH dispatcher (once, however many EQEs name
-//! it), async EQEs are queued for the ULP's event handler; then the
-//! consumer index is written to the EQ doorbell on the UAR page and the EQ
-//! is re-armed. If EQEs remain, the model raises the interrupt again at
-//! once, so the budget never strands an event.
+//! Each EQ has its own Linux interrupt (the software HCA's irq domain,
+//! `hca/irq.rs`, or a PCI function's MSI-X vector). The handler consumes
+//! EQEs by owner bit, with a DMA read barrier between the owner check and
+//! the body, at most [`EQ_BUDGET`] per run; completion EQEs mark their CQ
+//! pending for the BH dispatcher (once, however many EQEs name it), async
+//! EQEs are queued for the ULP's event handler; then the backend writes
+//! the consumer index to the EQ doorbell of its UAR page and re-arms the
+//! EQ (`Backend::ring_eq`). If EQEs remain, the device raises the
+//! interrupt again at once, so the budget never strands an event.
 
-use core::sync::atomic::{
-    AtomicU32,
-    AtomicU64,
-    Ordering, //
+use core::{
+    mem::ManuallyDrop,
+    sync::atomic::{
+        AtomicBool,
+        AtomicU32,
+        AtomicU64,
+        Ordering, //
+    },
 };
 use kernel::{
     irq::{
@@ -31,23 +36,13 @@ use kernel::{
     },
 };
 
-use super::events::AsyncEvent;
-use crate::hca::{
-    dma::{
-        DmaBuf,
-        DmaRegistry, //
-    },
-    KStorage, SoftHca,
+use super::{
+    device::Device,
+    events::AsyncEvent, //
 };
-use crate::hca_model::{
-    eq::EqAttr,
-    hca::Hca as ModelHca, //
-};
+use crate::backend::Backend;
+use crate::mem::DmaBuf;
 use crate::mlx5_prm::{
-    doorbell::{
-        EqDoorbell,
-        UAR_EQ_ARM_OFFSET, //
-    },
     eqe::{
         Eqe,
         EqeData,
@@ -62,18 +57,25 @@ pub(crate) const EQ_BUDGET: u32 = 64;
 /// log2 of the EQ size (EQEs).
 pub(crate) const EQ_LOG_SIZE: u8 = 7;
 
-/// One event queue of an HCA.
+/// One event queue of a device: the core's side (ring, consumer index,
+/// counters); the backend created it and owns its number.
+///
+/// # Invariants
+///
+/// `buf` is freed on drop only if `live` is clear: while the device may
+/// still write the ring (its destroy was not done or failed), the memory
+/// is kept for good.
 pub(crate) struct Eq {
-    /// HCA index.
-    pub(crate) hca: u16,
     /// Interrupt vector (0 = async EQ).
     pub(crate) vector: u16,
-    /// EQ number in the model.
+    /// EQ number in the device.
     pub(crate) eqn: u8,
     /// log2 of the number of EQEs.
     pub(crate) log_size: u8,
     /// The EQE ring.
-    buf: DmaBuf,
+    buf: ManuallyDrop<DmaBuf>,
+    /// The device has the EQ (cleared by a successful destroy).
+    live: AtomicBool,
     /// Consumer index (free-running); written only by the handler, which
     /// the IRQ core never runs concurrently with itself.
     pub(crate) ci: AtomicU32,
@@ -86,43 +88,60 @@ pub(crate) struct Eq {
 }
 
 impl Eq {
-    /// Allocates the ring (owner bytes 1), registers it and creates the EQ
-    /// in the model. The EQ is not armed yet.
-    pub(crate) fn new(
-        hca: u16,
-        vector: u16,
-        uar: &DmaBuf,
-        model: &mut ModelHca<KStorage>,
-        dma: &mut DmaRegistry,
-    ) -> Result<Self> {
-        let n = 1usize << EQ_LOG_SIZE;
-        let buf = DmaBuf::new(n * EQE_SIZE, GFP_KERNEL)?;
+    /// A ring of `1 << log_size` EQEs from `be`, every owner byte 1 (the
+    /// device owns them all).
+    pub(crate) fn alloc_ring(be: &dyn Backend, log_size: u8) -> Result<DmaBuf> {
+        let n = 1usize << log_size;
+        let buf = be.alloc_queue(n * EQE_SIZE)?;
         buf.fill_strided(OWNER_OFFSET, EQE_SIZE, n, ring::EQE_INIT_OWNER)?;
-        dma.add_buf(&buf)?;
-        let attr = EqAttr {
-            log_size: EQ_LOG_SIZE,
-            buf_addr: buf.addr(),
-            uar_addr: uar.addr(),
-            vector,
-            async_events: vector == 0,
-        };
-        let eqn = model.create_eq(&attr).map_err(|_| EINVAL)?;
-        Ok(Self {
-            hca,
+        Ok(buf)
+    }
+
+    /// The core's side of EQ `eqn`, which the backend created on `buf`
+    /// for interrupt vector `vector`.
+    pub(crate) fn new(vector: u16, eqn: u8, log_size: u8, buf: DmaBuf) -> Self {
+        Self {
             vector,
             eqn,
-            log_size: EQ_LOG_SIZE,
-            buf,
+            log_size,
+            buf: ManuallyDrop::new(buf),
+            live: AtomicBool::new(true),
             ci: AtomicU32::new(0),
             eqes: AtomicU64::new(0),
             irqs: AtomicU64::new(0),
             irq: AtomicU32::new(0),
-        })
+        }
+    }
+
+    /// Destroys the EQ in the device (once; its interrupt handler must be
+    /// gone). On failure the ring is kept for good.
+    pub(crate) fn destroy(&self, be: &dyn Backend) -> Result {
+        if !self.live.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        be.destroy_eq(self.eqn, &self.buf)?;
+        self.live.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Reads the EQE at consumer index `ci` if software owns it.
     pub(crate) fn next_eqe(&self, ci: u32) -> Option<Eqe> {
         read_eqe(&self.buf, self.log_size, ci)
+    }
+}
+
+impl Drop for Eq {
+    fn drop(&mut self) {
+        if self.live.load(Ordering::Acquire) {
+            pr_err!(
+                "EQ {} was not destroyed: keeping its ring for good\n",
+                self.eqn
+            );
+            return;
+        }
+        // SAFETY: `buf` is dropped only here, and the device no longer
+        // writes it (`live` is clear: its destroy succeeded).
+        unsafe { ManuallyDrop::drop(&mut self.buf) };
     }
 }
 
@@ -143,35 +162,15 @@ pub(crate) fn read_eqe(buf: &DmaBuf, log_size: u8, ci: u32) -> Option<Eqe> {
     Eqe::decode(&b).ok()
 }
 
-/// Writes the EQ doorbell (consumer index, arm) on the UAR page and lets
-/// the model see it. Called with the fabric lock held.
-pub(crate) fn ring_eq_doorbell(
-    soft: &SoftHca,
-    st: &mut crate::hca::Locked,
-    eq: &Eq,
-    ci: u32,
-) -> Result {
-    let dev = soft.dev(usize::from(eq.hca))?;
-    let mut word = [0u8; 4];
-    EqDoorbell { eqn: eq.eqn, ci }.encode(&mut word);
-    dev.uar.write(UAR_EQ_ARM_OFFSET, &word)?;
-    let (fabric, mut p) = st.split();
-    let hca = fabric.hca(eq.hca).ok_or(ENODEV)?;
-    hca.eq_doorbell(&mut p, dev.uar.addr(), true)
-        .map_err(|_| EIO)
-}
-
 /// The interrupt handler of one EQ.
-#[pin_data]
 pub(crate) struct EqIrq {
-    pub(crate) soft: Arc<SoftHca>,
-    pub(crate) hca: usize,
+    pub(crate) dev: Arc<Device>,
     pub(crate) vector: usize,
 }
 
 impl Handler for EqIrq {
     fn handle(&self) -> IrqReturn {
-        match eq_interrupt(&self.soft, self.hca, self.vector) {
+        match eq_interrupt(&self.dev, self.vector) {
             Ok(true) => IrqReturn::Handled,
             _ => IrqReturn::None,
         }
@@ -180,13 +179,12 @@ impl Handler for EqIrq {
 
 /// Consumes the EQ's EQEs. Hard-IRQ context: no allocation, no sleep.
 /// Returns whether any EQE was consumed.
-pub(crate) fn eq_interrupt(soft: &Arc<SoftHca>, hca: usize, vector: usize) -> Result<bool> {
-    let perf = &soft.perf;
+pub(crate) fn eq_interrupt(dev: &Arc<Device>, vector: usize) -> Result<bool> {
+    let perf = &dev.perf;
     let start = perf.now();
     if let Some(d) = perf.irq_raised.take(start) {
         perf.irq_delay.add(d);
     }
-    let dev = soft.dev(hca)?;
     let eq = dev.eqs.get(vector).ok_or(EINVAL)?;
     eq.irqs.fetch_add(1, Ordering::Relaxed);
     let mut ci = eq.ci.load(Ordering::Relaxed);
@@ -220,14 +218,13 @@ pub(crate) fn eq_interrupt(soft: &Arc<SoftHca>, hca: usize, vector: usize) -> Re
     }
     eq.ci.store(ci, Ordering::Relaxed);
     eq.eqes.fetch_add(u64::from(consumed), Ordering::Relaxed);
-    let r = {
-        let mut st = soft.state.lock();
-        ring_eq_doorbell(soft, &mut st, eq, ci)
-    };
+    // Consumer index and arm: the device interrupts again for the next
+    // EQE, at once if EQEs remain.
+    let r = dev.be.ring_eq(eq.eqn, ci);
     let end = perf.now();
     if dispatch {
         perf.bh_queued.mark(end);
-        soft.kick_dispatch();
+        dev.kick_dispatch();
     }
     perf.eq_handler.add(end.saturating_sub(start));
     r.map(|()| consumed != 0)

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Coherent memory a function shares with its device (command queue and
-//! mailboxes, EQ rings, the self-test's queues), reached only through
-//! bounds-checked volatile copies.
+//! mailboxes, EQ rings, the queues of its verbs objects, the self-test's
+//! queues), reached only through bounds-checked volatile copies; as a
+//! [`crate::mem::DmaBacking`] it is the memory of a `DmaBuf`.
 
 use kernel::{
     device::Bound,
@@ -88,5 +89,22 @@ impl Buf {
         let mut b = [0u8; 1];
         self.read(off, &mut b)?;
         Ok(b[0])
+    }
+}
+
+// SAFETY: The coherent allocation is `size()` bytes at a fixed, page-aligned
+// kernel address for as long as the `Buf` lives, and `Buf` hands out no
+// reference into it (only volatile copies, here and through `DmaBuf`).
+unsafe impl crate::mem::DmaBacking for Buf {
+    fn kaddr(&self) -> u64 {
+        self.0.as_ptr().cast::<u8>() as u64
+    }
+
+    fn len(&self) -> usize {
+        self.0.size()
+    }
+
+    fn dma_addr(&self) -> u64 {
+        self.0.dma_address()
     }
 }

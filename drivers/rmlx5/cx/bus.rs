@@ -49,7 +49,7 @@ type Page = Coherent<[u8; PAGE_SIZE as usize]>;
 /// what is left when the bus drops is kept for good.
 pub(super) struct CxBus<'bound> {
     pdev: &'bound pci::Device<Bound>,
-    bar: pci::Bar<'bound>,
+    bar: &'bound pci::Bar<'bound>,
     /// Freed in `drop` only if `quiesced`.
     cmd_mem: ManuallyDrop<Buf>,
     pages: KVec<Page>,
@@ -61,7 +61,10 @@ pub(super) struct CxBus<'bound> {
 
 impl<'bound> CxBus<'bound> {
     /// Allocates the command memory of `pdev`, whose BAR0 is `bar`.
-    pub(super) fn new(pdev: &'bound pci::Device<Core<'_>>, bar: pci::Bar<'bound>) -> Result<Self> {
+    pub(super) fn new(
+        pdev: &'bound pci::Device<Core<'_>>,
+        bar: &'bound pci::Bar<'bound>,
+    ) -> Result<Self> {
         let cmd_mem = ManuallyDrop::new(Buf::new(pdev, CMD_MEM_SIZE)?);
         Ok(Self {
             pdev,
@@ -96,7 +99,8 @@ impl<'bound> CxBus<'bound> {
     pub(super) fn write64(&mut self, offset: usize, bytes: [u8; 8]) {
         // writeq stores its value little-endian, so the bytes land in
         // memory order whatever the CPU.
-        if (&self.bar)
+        if self
+            .bar
             .try_write64(u64::from_le_bytes(bytes), offset)
             .is_err()
         {
@@ -128,7 +132,7 @@ impl Bus for CxBus<'_> {
     fn read32(&mut self, offset: usize) -> u32 {
         // The registers are big-endian (ioread32be); a read the BAR cannot
         // serve looks like a device that fell off the bus.
-        (&self.bar)
+        self.bar
             .try_read32(offset)
             .map_or(u32::MAX, u32::swap_bytes)
     }
@@ -136,7 +140,7 @@ impl Bus for CxBus<'_> {
     fn write32(&mut self, offset: usize, value: u32) {
         // `writel` orders the coherent-memory stores before it (the queue
         // entry before its doorbell), as iowrite32be does.
-        if (&self.bar).try_write32(value.swap_bytes(), offset).is_err() {
+        if self.bar.try_write32(value.swap_bytes(), offset).is_err() {
             dev_warn!(self.pdev, "BAR0 write at {:#x} out of range\n", offset);
         }
     }

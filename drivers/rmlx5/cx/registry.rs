@@ -4,9 +4,9 @@
 //! to the software HCAs: debugfs `rmlx5/pci`, one line per function.
 //!
 //! A function is recorded when its bring-up succeeded and forgotten when it
-//! is taken down (unbind, rmmod, or a later step of probe failing). The
-//! functions are not `rmlx5_<n>` verbs devices yet (see
-//! Documentation/architecture.md), so this is what there is to list.
+//! is taken down (unbind, rmmod, or a later step of probe failing); the
+//! line names the verbs device `rmlx5_<n>` the function is once attached
+//! (`verbs none` before, or if attaching failed).
 
 use core::fmt;
 use kernel::{
@@ -30,6 +30,8 @@ pub(crate) struct CxEntry {
     vendor: u16,
     device: u16,
     s: Summary,
+    /// The verbs device `rmlx5_<n>` it is, once attached.
+    verbs: Option<u16>,
 }
 
 impl CxEntry {
@@ -83,10 +85,21 @@ pub(super) fn record(pdev: &pci::Device<Bound>, model: Model, s: &Summary) {
         vendor: pdev.vendor_id().as_raw(),
         device: pdev.device_id(),
         s: *s,
+        verbs: None,
     };
     let mut t = CX_FUNCTIONS.lock();
     t.up.retain(|x| x.name != name);
     let _ = t.up.push(e, GFP_KERNEL);
+}
+
+/// Records that `pdev` is the verbs device `rmlx5_<index>` (or no longer
+/// one).
+pub(super) fn set_verbs(pdev: &pci::Device<Bound>, index: Option<u16>) {
+    let (name, _) = name_of(pdev);
+    let mut t = CX_FUNCTIONS.lock();
+    if let Some(e) = t.up.iter_mut().find(|x| x.name == name) {
+        e.verbs = index;
+    }
 }
 
 /// Forgets `pdev` (it is down, or going). The last one out frees the
@@ -101,6 +114,18 @@ pub(super) fn forget(pdev: &pci::Device<Bound>) {
     }
 }
 
+/// `rmlx5_<n>`, or `none`.
+struct Verbs(Option<u16>);
+
+impl fmt::Display for Verbs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, "rmlx5_{n}"),
+            None => f.write_str("none"),
+        }
+    }
+}
+
 /// debugfs `rmlx5/pci`: one line per function that is up.
 pub(crate) fn show(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let t = CX_FUNCTIONS.lock();
@@ -108,7 +133,7 @@ pub(crate) fn show(f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &e.s;
         writeln!(
             f,
-            "{} {:04x}:{:04x} {}{} fw {}.{}.{} cmdif {} issi {} pages {} uar {} max_qp 2^{} max_cq 2^{} ports {}",
+            "{} {:04x}:{:04x} {}{} fw {}.{}.{} cmdif {} issi {} pages {} uar {} max_qp 2^{} max_cq 2^{} ports {} verbs {}",
             e.name(),
             e.vendor,
             e.device,
@@ -123,7 +148,8 @@ pub(crate) fn show(f: &mut fmt::Formatter<'_>) -> fmt::Result {
             s.uar,
             s.log_max_qp,
             s.log_max_cq,
-            s.num_ports
+            s.num_ports,
+            Verbs(e.verbs)
         )?;
     }
     Ok(())

@@ -5,7 +5,6 @@
 //! one platform device per HCA that carries those interrupts.
 
 use kernel::{
-    bindings,
     error::to_result,
     ffi::{
         c_int,
@@ -19,7 +18,6 @@ extern "C" {
     fn rmlx5_shim_destroy();
     fn rmlx5_shim_raise_irq(hwirq: c_uint);
     fn rmlx5_shim_hca_of_irq(virq: c_uint) -> c_int;
-    fn rmlx5_shim_flush_work(work: *mut bindings::work_struct);
 }
 
 /// The interrupt controller and the platform devices, removed on drop.
@@ -51,17 +49,6 @@ pub(crate) fn raise(hwirq: u32) {
     // SAFETY: The shim checks `hwirq` against its domain size and does
     // nothing when it has no domain.
     unsafe { rmlx5_shim_raise_irq(hwirq) };
-}
-
-/// Waits until `work` is neither queued nor running.
-///
-/// # Safety
-///
-/// `work` must point at an initialised `work_struct` that stays valid
-/// during the call.
-pub(crate) unsafe fn flush_work(work: *mut bindings::work_struct) {
-    // SAFETY: Guaranteed by the caller.
-    unsafe { rmlx5_shim_flush_work(work) };
 }
 
 /// The HCA whose platform device carries interrupt `virq`.

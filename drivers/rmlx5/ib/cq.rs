@@ -7,8 +7,8 @@
 //! entered in the dispatch table, cannot be armed, and an EQE naming it is
 //! counted and dropped (the CVE-2025-68209 class of bug cannot happen).
 //!
-//! Lock order: `Cq::poll`, then `Qp::sq`/`Qp::rq` (wr_id lookup), then the
-//! fabric lock (`SoftHca::state`). The QP of a CQE is looked up under the
+//! Lock order: `Cq::poll`, then `Qp::sq`/`Qp::rq` (wr_id lookup), then
+//! whatever the backend takes (the software HCA's fabric lock). The QP of a CQE is looked up under the
 //! HCA's table lock (`core/events.rs`), a leaf released before the QP's
 //! own lock is taken.
 
@@ -19,7 +19,7 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    new_spinlock_irq,
+    new_mutex, new_spinlock_irq,
     prelude::*,
     sync::{
         barrier::{
@@ -28,7 +28,9 @@ use kernel::{
             Write, //
         },
         Arc,
-        SpinLockIrq, //
+        Mutex,
+        SpinLockIrq,
+        UniqueArc, //
     },
     time::{
         delay::fsleep,
@@ -36,12 +38,9 @@ use kernel::{
     },
 };
 
-use super::model_err;
-use crate::hca::{
-    dma::DmaBuf,
-    SoftHca, //
-};
 use crate::hca_model::cq::CqAttr;
+use crate::mem::DmaBuf;
+use crate::mlx5_core::device::Device;
 use crate::mlx5_core::events::{
     CompTarget,
     WrIds, //
@@ -58,11 +57,9 @@ use crate::mlx5_prm::{
         set_ci_word,
         ArmCmd,
         CqArm,
-        UarCqDoorbell,
         CQ_DBR_ARM_OFFSET,
         CQ_DBR_SET_CI_OFFSET,
-        CQ_DBR_SIZE,
-        UAR_CQ_DOORBELL_OFFSET, //
+        CQ_DBR_SIZE, //
     },
     opcode::{
         CqeOpcode,
@@ -176,14 +173,13 @@ struct CqPoll {
 ///
 /// # Invariants
 ///
-/// `buf` holds `1 << log_size` CQEs; `buf` and `dbr` are in the DMA
-/// registry from creation until `destroy` succeeds. `busy` is set only by
-/// the dispatcher under the fabric lock while the CQ is in its HCA's CQN
-/// table, and cleared when the handler returns.
+/// `buf` holds `1 << log_size` CQEs; `buf` and `dbr` are the device's
+/// from creation until `destroy` succeeds (`Backend::create_cq`). `busy`
+/// is set only by the dispatcher under the HCA's table lock while the CQ
+/// is in its CQN table, and cleared when the handler returns.
 #[pin_data]
 pub struct Cq {
-    soft: Arc<SoftHca>,
-    hca: u16,
+    dev: Arc<Device>,
     pub(crate) cqn: u32,
     log_size: u8,
     buf: DmaBuf,
@@ -200,6 +196,13 @@ pub struct Cq {
     /// Completion events (debugfs).
     pub(crate) events: AtomicU64,
     destroyed: AtomicBool,
+    /// Kernel QPs using the CQ (counted twice by a QP whose send and
+    /// receive CQ it is): destroy refuses with `EBUSY` while any does, as
+    /// ib_core's use count does, without asking the device.
+    qps: AtomicU32,
+    /// Held by [`Cq::destroy`] around the device's destroy and `destroyed`.
+    #[pin]
+    destroy_lock: Mutex<()>,
 }
 
 impl Cq {
@@ -207,25 +210,23 @@ impl Cq {
     /// `vector` (modulo the number of completion EQs). Without a
     /// `handler` the CQ is polling-only.
     pub(crate) fn new(
-        soft: &Arc<SoftHca>,
-        hca: u16,
+        dev: &Arc<Device>,
         entries: u32,
         vector: u32,
         handler: Option<CompHandler>,
     ) -> Result<Arc<Self>> {
-        let dev = soft.dev(usize::from(hca))?;
         let entries = entries.max(2).checked_next_power_of_two().ok_or(EINVAL)?;
         let log_size = u8::try_from(entries.trailing_zeros())?;
         let n = entries as usize;
-        let buf = DmaBuf::new(n.checked_mul(CQE_SIZE).ok_or(EINVAL)?, GFP_KERNEL)?;
+        let buf = dev.be.alloc_queue(n.checked_mul(CQE_SIZE).ok_or(EINVAL)?)?;
         buf.fill_strided(OP_OWN_OFFSET, CQE_SIZE, n, ring::CQE_INIT_OP_OWN)?;
-        let dbr = DmaBuf::new(CQ_DBR_SIZE, GFP_KERNEL)?;
+        let dbr = dev.be.alloc_queue(CQ_DBR_SIZE)?;
         let mem = CqMem {
             buf,
             dbr,
-            uar_addr: dev.uar.addr(),
+            uar_addr: dev.be.kernel_uar()?,
         };
-        Self::create(soft, hca, log_size, mem, vector, handler.map(Handler::Ulp))
+        Self::create(dev, log_size, mem, vector, handler.map(Handler::Ulp))
     }
 
     /// Creates a CQ of `1 << log_size` CQEs on memory the caller provides
@@ -233,8 +234,7 @@ impl Cq {
     /// ring must already be initialised (`op_own` 0xf0) and the doorbell
     /// record zeroed.
     pub(crate) fn new_on(
-        soft: &Arc<SoftHca>,
-        hca: u16,
+        dev: &Arc<Device>,
         log_size: u8,
         mem: CqMem,
         vector: u32,
@@ -244,87 +244,50 @@ impl Cq {
         if mem.buf.len() < need || mem.dbr.len() < CQ_DBR_SIZE {
             return Err(EINVAL);
         }
-        Self::create(soft, hca, log_size, mem, vector, Some(Handler::User(sink)))
+        Self::create(dev, log_size, mem, vector, Some(Handler::User(sink)))
     }
 
     fn create(
-        soft: &Arc<SoftHca>,
-        hca: u16,
+        dev: &Arc<Device>,
         log_size: u8,
         mem: CqMem,
         vector: u32,
         handler: Option<Handler>,
     ) -> Result<Arc<Self>> {
-        let dev = soft.dev(usize::from(hca))?;
         let CqMem { buf, dbr, uar_addr } = mem;
-        let comp = dev.eqs.len().saturating_sub(1).max(1);
-        let eq = dev
-            .eqs
-            .get(1 + (vector as usize).checked_rem(comp).unwrap_or(0))
-            .ok_or(EINVAL)?;
         let attr = CqAttr {
             log_size,
-            buf_addr: buf.addr(),
-            dbr_addr: dbr.addr(),
-            eqn: eq.eqn,
+            buf_addr: buf.dma_addr(),
+            dbr_addr: dbr.dma_addr(),
+            eqn: dev.comp_eqn(vector)?,
             uar_addr,
         };
-        // The buffers' addresses do not change when they move into the
-        // `Cq`, so the model CQ can be created first.
-        let cqn = {
-            let mut st = soft.state.lock();
-            st.dma.add_buf(&buf)?;
-            if let Err(e) = st.dma.add_buf(&dbr) {
-                st.dma.remove_buf(&buf);
-                return Err(e);
-            }
-            let m = st.fabric.hca(hca).ok_or(ENODEV)?;
-            match m.create_cq(&attr) {
-                Ok(cqn) => cqn,
-                Err(e) => {
-                    st.dma.remove_buf(&buf);
-                    st.dma.remove_buf(&dbr);
-                    return Err(model_err(e));
-                }
-            }
-        };
-        let regions = [&buf, &dbr].map(|b| (b.addr(), b.len() as u64));
-        let r = Arc::pin_init(
-            pin_init!(Self {
-                soft: soft.clone(),
-                hca,
-                cqn,
-                log_size,
-                buf,
-                dbr,
-                uar_addr,
-                handler,
-                poll <- new_spinlock_irq!(CqPoll { ci: 0 }, "rmlx5_cq_poll"),
-                arm_sn: AtomicU32::new(0),
-                busy: AtomicBool::new(false),
-                events: AtomicU64::new(0),
-                destroyed: AtomicBool::new(false),
-            }),
-            GFP_KERNEL,
-        );
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                let mut st = soft.state.lock();
-                if let Some(m) = st.fabric.hca(hca) {
-                    let _ = m.destroy_cq(cqn);
-                }
-                for (a, l) in regions {
-                    st.dma.remove(a, l);
-                }
-                return Err(e);
-            }
+        // Allocated first, so that nothing can fail between the device's
+        // CQ and the `Cq` that owns its memory.
+        let slot = UniqueArc::<Self>::new_uninit(GFP_KERNEL)?;
+        let cqn = dev.be.create_cq(&attr, [&buf, &dbr])?;
+        let r = slot.write_pin_init(pin_init!(Self {
+            dev: dev.clone(),
+            cqn,
+            log_size,
+            buf,
+            dbr,
+            uar_addr,
+            handler,
+            poll <- new_spinlock_irq!(CqPoll { ci: 0 }, "rmlx5_cq_poll"),
+            arm_sn: AtomicU32::new(0),
+            busy: AtomicBool::new(false),
+            events: AtomicU64::new(0),
+            destroyed: AtomicBool::new(false),
+            qps: AtomicU32::new(0),
+            destroy_lock <- new_mutex!((), "rmlx5_cq_destroy"),
+        }));
+        let r: Arc<Self> = match r {
+            Ok(r) => r.into(),
+            Err(never) => match never {},
         };
         if r.handler.is_some() {
-            soft.dev(usize::from(hca))?
-                .events
-                .lock()
-                .add_cq(cqn, r.clone());
+            dev.events.lock().add_cq(cqn, r.clone());
         }
         Ok(r)
     }
@@ -337,25 +300,28 @@ impl Cq {
         }
     }
 
-    /// Rings the model's CQ doorbell for an arm a process wrote to its UAR
-    /// page (the UAR CQ doorbell and the ARM word in the doorbell record).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` if the model refused the doorbell (counted in its stats).
-    pub(crate) fn user_arm(&self) -> Result {
-        let mut st = self.soft.state.lock();
-        if self.destroyed.load(Ordering::Acquire) {
-            return Err(EINVAL);
+    /// The UAR page the CQ's arm doorbells are rung on.
+    pub(crate) fn uar_addr(&self) -> u64 {
+        self.uar_addr
+    }
+
+    /// A kernel QP started (`true`) or stopped using the CQ.
+    pub(crate) fn use_by_qp(&self, start: bool) {
+        if start {
+            self.qps.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.qps.fetch_sub(1, Ordering::AcqRel);
         }
-        let (fabric, mut pf) = st.split();
-        let m = fabric.hca(self.hca).ok_or(ENODEV)?;
-        m.cq_doorbell(&mut pf, self.uar_addr).map_err(|_| EINVAL)
+    }
+
+    /// Whether [`Cq::destroy`] succeeded.
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
     }
 
     /// Index of the HCA.
     pub(crate) fn hca(&self) -> usize {
-        usize::from(self.hca)
+        usize::from(self.dev.index)
     }
 
     /// Called by the EQ handler for every completion event of this CQ.
@@ -437,7 +403,7 @@ impl Cq {
         // The kernel QP of a CQE, from the HCA's table (its own leaf lock,
         // not the fabric lock the engine holds).
         let qp = |qpn: u32| -> Option<Arc<dyn WrIds>> {
-            let dev = self.soft.dev(self.hca()).ok()?;
+            let dev = &self.dev;
             let q = dev.events.lock().qp(qpn);
             q
         };
@@ -550,16 +516,7 @@ impl Cq {
         arm.encode(&mut word);
         self.dbr.write(CQ_DBR_ARM_OFFSET, &word)?;
         dma_mb(Write);
-        {
-            let dev = self.soft.dev(self.hca())?;
-            let mut st = self.soft.state.lock();
-            let mut db = [0u8; 8];
-            UarCqDoorbell { arm, cqn: self.cqn }.encode(&mut db);
-            dev.uar.write(UAR_CQ_DOORBELL_OFFSET, &db)?;
-            let (fabric, mut pf) = st.split();
-            let m = fabric.hca(self.hca).ok_or(ENODEV)?;
-            m.cq_doorbell(&mut pf, dev.uar.addr()).map_err(|_| EIO)?;
-        }
+        self.dev.be.arm_cq(self.cqn, arm)?;
         if flags & CQ_REPORT_MISSED_EVENTS != 0 {
             let log = u32::from(self.log_size);
             let off = ring::ring_index(p.ci, log) as usize * CQE_SIZE;
@@ -575,14 +532,17 @@ impl Cq {
     /// racing command may still hold a reference to it).
     pub(crate) fn destroy(&self) -> Result {
         {
-            let mut st = self.soft.state.lock();
+            // Two destroys racing: the second waits here, then finds the
+            // CQ destroyed.
+            let _g = self.destroy_lock.lock();
             // A second destroy only waits for the dispatcher, like the first.
             if !self.destroyed.load(Ordering::Acquire) {
-                let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-                m.destroy_cq(self.cqn).map_err(model_err)?;
-                st.dma.remove_buf(&self.buf);
-                st.dma.remove_buf(&self.dbr);
-                if let Ok(dev) = self.soft.dev(self.hca()) {
+                if self.qps.load(Ordering::Acquire) != 0 {
+                    return Err(EBUSY);
+                }
+                self.dev.be.destroy_cq(self.cqn, [&self.buf, &self.dbr])?;
+                {
+                    let dev = &self.dev;
                     dev.events.lock().remove_cq(self.cqn, self);
                 }
                 self.destroyed.store(true, Ordering::Release);

@@ -12,18 +12,16 @@ use kernel::{
     sync::Arc, //
 };
 
-use super::model_err;
-use crate::hca::{
-    dma::{
-        DmaBuf,
-        RegionKind, //
-    },
-    SoftHca, //
+use crate::backend::{
+    FastKeys,
+    MrRegion, //
 };
 use crate::hca_model::mr::{
     Access,
     MrAttr, //
 };
+use crate::mem::DmaBuf;
+use crate::mlx5_core::device::Device;
 use crate::mlx5_prm::wqe::{
     MTT_EN_RD,
     MTT_EN_WR,
@@ -37,31 +35,29 @@ pub(crate) const MAX_FAST_PAGES: u32 = 64;
 
 /// A protection domain.
 pub struct Pd {
-    pub(crate) soft: Arc<SoftHca>,
-    pub(crate) hca: u16,
+    /// The device the PD and everything created on it live on.
+    pub(crate) dev: Arc<Device>,
     pub(crate) pdn: u32,
 }
 
 impl Pd {
-    /// Allocates a PD on HCA `hca`.
-    pub(crate) fn new(soft: &Arc<SoftHca>, hca: u16) -> Result<Self> {
-        let pdn = {
-            let mut st = soft.state.lock();
-            let m = st.fabric.hca(hca).ok_or(ENODEV)?;
-            m.alloc_pd().map_err(model_err)?
-        };
+    /// Allocates a PD on device `dev`.
+    pub(crate) fn new(dev: &Arc<Device>) -> Result<Self> {
+        let pdn = dev.be.alloc_pd()?;
         Ok(Self {
-            soft: soft.clone(),
-            hca,
+            dev: dev.clone(),
             pdn,
         })
     }
 
+    /// Index of the device (`rmlx5_<n>`).
+    pub(crate) fn hca(&self) -> u16 {
+        self.dev.index
+    }
+
     /// Frees the PD; `EBUSY` while MRs or QPs use it (the PD is kept).
     pub(crate) fn destroy(&self) -> Result {
-        let mut st = self.soft.state.lock();
-        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-        m.dealloc_pd(self.pdn).map_err(model_err)
+        self.dev.be.dealloc_pd(self.pdn)
     }
 }
 
@@ -72,13 +68,10 @@ impl Pd {
 ///
 /// A DMA MR ([`Mr::new_dma`]) covers the whole direct map instead.
 pub struct Mr {
-    pub(crate) soft: Arc<SoftHca>,
-    pub(crate) hca: u16,
+    pub(crate) dev: Arc<Device>,
     pub(crate) key: u32,
-    addr: u64,
-    len: u64,
-    /// A DMA MR: it holds the direct map open rather than a region.
-    direct: bool,
+    /// What the MR covers; `None` for a fast MR (see `fast`).
+    region: Option<MrRegion>,
     /// A fast-registration MR: its page list and current mapping.
     pub(crate) fast: Option<FastList>,
 }
@@ -89,7 +82,7 @@ pub struct Mr {
 /// DMA lkey; and the mapping `map_mr_sg` last wrote into it.
 pub(crate) struct FastList {
     buf: DmaBuf,
-    list_key: u32,
+    keys: FastKeys,
     max_pages: u32,
     iova: AtomicU64,
     length: AtomicU64,
@@ -129,7 +122,7 @@ impl Mr {
     ///
     /// The caller keeps the memory valid until [`Mr::destroy`].
     pub(crate) fn new(pd: &Pd, addr: u64, len: u64, access: u32) -> Result<Self> {
-        Self::register(pd, addr, addr, len, access, RegionKind::KernelMr)
+        Self::register(pd, addr, len, access, MrRegion::Kernel { addr, len })
     }
 
     /// Registers a DMA MR (ib_core's `get_dma_mr`): the IOVA of every byte
@@ -137,33 +130,8 @@ impl Mr {
     /// names `ib_dma_map_*` addresses with its key (see
     /// `DmaRegistry::open_direct_map`).
     pub(crate) fn new_dma(pd: &Pd, access: u32) -> Result<Self> {
-        let access = Access::from_bits(access).ok_or(EINVAL)?;
         let (start, len) = direct_map();
-        let attr = MrAttr {
-            pdn: pd.pdn,
-            iova: start,
-            length: len,
-            dma_addr: start,
-            access,
-        };
-        let mut st = pd.soft.state.lock();
-        st.dma.open_direct_map(start, len)?;
-        let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
-        match m.create_mr(&attr) {
-            Ok(key) => Ok(Self {
-                soft: pd.soft.clone(),
-                hca: pd.hca,
-                key,
-                addr: start,
-                len,
-                direct: true,
-                fast: None,
-            }),
-            Err(e) => {
-                st.dma.close_direct_map();
-                Err(model_err(e))
-            }
-        }
+        Self::register(pd, start, len, access, MrRegion::DirectMap { start, len })
     }
 
     /// Creates a fast-registration MR with room for `max_pages` pages: free
@@ -175,46 +143,15 @@ impl Mr {
         }
         // Whole 64-byte units, as a UMR's translation size is.
         let bytes = (max_pages as usize * MTT_SIZE).next_multiple_of(64);
-        let buf = DmaBuf::new(bytes, GFP_KERNEL)?;
-        let mut st = pd.soft.state.lock();
-        st.dma.add_buf(&buf)?;
-        let list_attr = MrAttr {
-            pdn: pd.pdn,
-            iova: buf.addr(),
-            length: buf.len() as u64,
-            dma_addr: buf.addr(),
-            access: Access::NONE,
-        };
-        let Some(m) = st.fabric.hca(pd.hca) else {
-            st.dma.remove_buf(&buf);
-            return Err(ENODEV);
-        };
-        let list_key = match m.create_mr(&list_attr) {
-            Ok(k) => k,
-            Err(e) => {
-                st.dma.remove_buf(&buf);
-                return Err(model_err(e));
-            }
-        };
-        let key = match m.create_fast_mr(pd.pdn, max_pages) {
-            Ok(k) => k,
-            Err(e) => {
-                let _ = m.destroy_mr(list_key);
-                st.dma.remove_buf(&buf);
-                return Err(model_err(e));
-            }
-        };
-        drop(st);
+        let buf = pd.dev.be.alloc_queue(bytes)?;
+        let keys = pd.dev.be.create_fast_mr(pd.pdn, max_pages, &buf)?;
         Ok(Self {
-            soft: pd.soft.clone(),
-            hca: pd.hca,
-            key,
-            addr: 0,
-            len: 0,
-            direct: false,
+            dev: pd.dev.clone(),
+            key: keys.key,
+            region: None,
             fast: Some(FastList {
                 buf,
-                list_key,
+                keys,
                 max_pages,
                 iova: AtomicU64::new(0),
                 length: AtomicU64::new(0),
@@ -267,8 +204,8 @@ impl Mr {
         let f = self.fast.as_ref()?;
         let shape = f.shape.load(Ordering::Acquire);
         Some(FastMapping {
-            list: f.buf.addr(),
-            list_key: f.list_key,
+            list: f.buf.dma_addr(),
+            list_key: f.keys.list_key,
             iova: f.iova.load(Ordering::Relaxed),
             length: f.length.load(Ordering::Relaxed),
             page_shift: (shape >> 16) as u8,
@@ -283,64 +220,44 @@ impl Mr {
     /// The caller keeps the pages pinned and mapped until [`Mr::destroy`]
     /// succeeded.
     pub(crate) fn new_user(pd: &Pd, iova: u64, kaddr: u64, len: u64, access: u32) -> Result<Self> {
-        Self::register(pd, iova, kaddr, len, access, RegionKind::UserMr)
+        Self::register(pd, iova, len, access, MrRegion::User { addr: kaddr, len })
     }
 
-    fn register(
-        pd: &Pd,
-        iova: u64,
-        addr: u64,
-        len: u64,
-        access: u32,
-        kind: RegionKind,
-    ) -> Result<Self> {
+    /// Registers `region` with IOVA `iova`.
+    fn register(pd: &Pd, iova: u64, len: u64, access: u32, region: MrRegion) -> Result<Self> {
         let access = Access::from_bits(access).ok_or(EINVAL)?;
+        let dma_addr = match region {
+            MrRegion::Kernel { addr, .. } | MrRegion::User { addr, .. } => addr,
+            MrRegion::DirectMap { start, .. } => start,
+        };
         let attr = MrAttr {
             pdn: pd.pdn,
             iova,
             length: len,
-            dma_addr: addr,
+            dma_addr,
             access,
         };
-        let mut st = pd.soft.state.lock();
-        st.dma.add_raw(addr, len, kind)?;
-        let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
-        match m.create_mr(&attr) {
-            Ok(key) => Ok(Self {
-                soft: pd.soft.clone(),
-                hca: pd.hca,
-                key,
-                addr,
-                len,
-                direct: false,
-                fast: None,
-            }),
-            Err(e) => {
-                st.dma.remove(addr, len);
-                Err(model_err(e))
-            }
-        }
+        let key = pd.dev.be.create_mr(&attr, region)?;
+        Ok(Self {
+            dev: pd.dev.clone(),
+            key,
+            region: Some(region),
+            fast: None,
+        })
+    }
+
+    /// Index of the device (`rmlx5_<n>`).
+    pub(crate) fn hca(&self) -> u16 {
+        self.dev.index
     }
 
     /// Deregisters the MR: later WQEs naming its key fail their key check,
-    /// and the model can no longer reach the memory.
+    /// and the device can no longer reach the memory.
     pub(crate) fn destroy(&self) -> Result {
-        let mut st = self.soft.state.lock();
-        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-        if let Some(f) = &self.fast {
-            // A registration may have changed the key's last byte.
-            let key = m.query_mr(self.key).map_or(self.key, |mr| mr.key());
-            m.destroy_mr(key).map_err(model_err)?;
-            let _ = m.destroy_mr(f.list_key);
-            st.dma.remove_buf(&f.buf);
-            return Ok(());
+        match (&self.fast, self.region) {
+            (Some(f), _) => self.dev.be.destroy_fast_mr(f.keys, &f.buf),
+            (None, Some(region)) => self.dev.be.destroy_mr(self.key, region),
+            (None, None) => Err(EINVAL),
         }
-        m.destroy_mr(self.key).map_err(model_err)?;
-        if self.direct {
-            st.dma.close_direct_map();
-        } else {
-            st.dma.remove(self.addr, self.len);
-        }
-        Ok(())
     }
 }

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! RC queue pairs of kernel ULPs: SQ and RQ rings and the doorbell record
-//! in module memory; WQEs built in mlx5 format and rung through the UAR
-//! page exactly as a provider does, then executed by the model.
+//! in memory the backend gave; WQEs built in mlx5 format and rung through
+//! the kernel UAR page exactly as a provider does, then executed by the
+//! device (`Backend::ring_send`).
 //!
 //! Lock order: `Qp::sq` before `Qp::rq` (modify takes both), either before
-//! the fabric lock (`SoftHca::state`). `complete_send`/`complete_recv` are
-//! called by `Cq::poll` with `Cq::poll` held, so `Cq::poll` comes before
+//! whatever the backend takes (the software HCA's fabric lock).
+//! `complete_send`/`complete_recv` are called by `Cq::poll` with `Cq::poll` held, so `Cq::poll` comes before
 //! `Qp::sq`/`Qp::rq`.
 
+use core::sync::atomic::{
+    AtomicBool,
+    Ordering, //
+};
 use kernel::{
     new_spinlock_irq,
     prelude::*,
@@ -18,24 +23,19 @@ use kernel::{
             Write, //
         },
         Arc,
-        SpinLockIrq, //
+        SpinLockIrq,
+        UniqueArc, //
     },
 };
 
 use super::{
     cq::Cq,
-    model_err, //
     mr::{
         Mr,
         Pd, //
     },
 };
-use crate::hca::{
-    dma::DmaBuf,
-    SoftHca, //
-};
 use crate::hca_model::{
-    doorbell::SendDoorbell,
     mr::Access,
     qp::{
         ConnAttrs,
@@ -48,13 +48,12 @@ use crate::hca_model::{
         QpModify, //
     },
 };
+use crate::mem::DmaBuf;
+use crate::mlx5_core::device::Device;
 use crate::mlx5_core::events::WrIds;
 use crate::mlx5_prm::{
     doorbell::{
-        bf_reg_offset,
         counter_word,
-        send_doorbell,
-        BF_BUF_SIZE,
         QP_DBR_RECV_OFFSET,
         QP_DBR_SEND_OFFSET,
         QP_DBR_SIZE, //
@@ -218,21 +217,24 @@ struct RqState {
 /// # Invariants
 ///
 /// `sq_wqebbs` and `rq_wqes` are non-zero powers of two (ring indices are
-/// masked with `n - 1`); `qpn >= QPN_BASE`; the three buffers are in the
-/// DMA registry from creation until `destroy` succeeds.
+/// masked with `n - 1`); the queue buffer and the doorbell record are the
+/// device's from creation until `destroy` succeeds (`Backend::create_qp`).
 #[pin_data]
 pub struct Qp {
-    soft: Arc<SoftHca>,
-    hca: u16,
+    dev: Arc<Device>,
     pub(crate) qpn: u32,
     send_cq: Arc<Cq>,
     recv_cq: Arc<Cq>,
     sq_wqebbs: u32,
     rq_wqes: u32,
-    sq_buf: DmaBuf,
-    rq_buf: DmaBuf,
+    /// The RQ, then the SQ at `sq_offset`, in one buffer as mlx5 lays a
+    /// QP out (the device is given one page list).
+    buf: DmaBuf,
+    sq_offset: usize,
     dbr: DmaBuf,
     sig_all: bool,
+    /// Destroyed: its CQs no longer count it.
+    gone: AtomicBool,
     #[pin]
     sq: SpinLockIrq<SqState>,
     #[pin]
@@ -251,7 +253,7 @@ impl Qp {
         recv_cq: &Arc<Cq>,
         caps: &QpCaps,
     ) -> Result<Arc<Self>> {
-        let soft = &pd.soft;
+        let dev = &pd.dev;
         if caps.max_send_sge as usize > MAX_SGE || caps.max_recv_sge as usize > MAX_SGE {
             return Err(EINVAL);
         }
@@ -259,10 +261,14 @@ impl Qp {
         // most 3 WQEBBs; size the SQ so `max_send_wr` of them fit.
         let sq_wqebbs = pow2(caps.max_send_wr.checked_mul(4).ok_or(EINVAL)?)?;
         let rq_wqes = pow2(caps.max_recv_wr)?;
-        let dev = soft.dev(usize::from(pd.hca))?;
-        let sq_buf = DmaBuf::new(sq_wqebbs as usize * WQEBB_SIZE, GFP_KERNEL)?;
-        let rq_buf = DmaBuf::new((rq_wqes * RQ_STRIDE) as usize, GFP_KERNEL)?;
-        let dbr = DmaBuf::new(QP_DBR_SIZE, GFP_KERNEL)?;
+        if send_cq.hca() != usize::from(pd.hca()) || recv_cq.hca() != usize::from(pd.hca()) {
+            return Err(EINVAL);
+        }
+        let sq_offset = (rq_wqes * RQ_STRIDE) as usize;
+        let buf = dev
+            .be
+            .alloc_queue(sq_offset + sq_wqebbs as usize * WQEBB_SIZE)?;
+        let dbr = dev.be.alloc_queue(QP_DBR_SIZE)?;
         let mut wrid = KVec::with_capacity(sq_wqebbs as usize, GFP_KERNEL)?;
         for _ in 0..sq_wqebbs {
             wrid.push((0u64, 1u8, WC_FROM_CQE), GFP_KERNEL)?;
@@ -276,89 +282,55 @@ impl Qp {
             send_cqn: send_cq.cqn,
             recv_cqn: recv_cq.cqn,
             sq_wqebbs,
-            sq_buf_addr: sq_buf.addr(),
+            sq_buf_addr: buf.dma_addr() + sq_offset as u64,
             rq_wqes,
             rq_stride: RQ_STRIDE,
-            rq_buf_addr: rq_buf.addr(),
-            dbr_addr: dbr.addr(),
-            uar_addr: dev.uar.addr(),
+            rq_buf_addr: buf.dma_addr(),
+            dbr_addr: dbr.dma_addr(),
+            uar_addr: dev.be.kernel_uar()?,
             bfreg: 0,
             max_send_sge: MAX_SGE as u32,
             max_inline_data: 0,
         };
-        let regions = [&sq_buf, &rq_buf, &dbr].map(|b| (b.addr(), b.len() as u64));
-        let qpn = {
-            let mut st = soft.state.lock();
-            let mut r = Ok(());
-            for b in [&sq_buf, &rq_buf, &dbr] {
-                if r.is_ok() {
-                    r = st.dma.add_buf(b);
-                }
-            }
-            let r = r.and_then(|()| {
-                let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
-                m.create_qp(&attr).map_err(model_err)
-            });
-            match r {
-                Ok(qpn) => qpn,
-                Err(e) => {
-                    for (a, l) in regions {
-                        st.dma.remove(a, l);
-                    }
-                    return Err(e);
-                }
-            }
+        // Allocated first, so that nothing can fail between the device's
+        // QP and the `Qp` that owns its memory.
+        let slot = UniqueArc::<Self>::new_uninit(GFP_KERNEL)?;
+        let qpn = dev.be.create_qp(&attr, [&buf, &dbr])?;
+        let qp = slot.write_pin_init(pin_init!(Self {
+            dev: dev.clone(),
+            qpn,
+            send_cq: send_cq.clone(),
+            recv_cq: recv_cq.clone(),
+            sq_wqebbs,
+            rq_wqes,
+            buf,
+            sq_offset,
+            dbr,
+            sig_all: caps.sq_sig_all,
+            gone: AtomicBool::new(false),
+            sq <- new_spinlock_irq!(SqState { pi: 0, tail: 0, half: 0, wrid }, "rmlx5_qp_sq"),
+            rq <- new_spinlock_irq!(RqState { head: 0, tail: 0, wrid: rwrid }, "rmlx5_qp_rq"),
+        }));
+        let qp: Arc<Self> = match qp {
+            Ok(qp) => qp.into(),
+            Err(never) => match never {},
         };
-        let r = Arc::pin_init(
-            pin_init!(Self {
-                soft: soft.clone(),
-                hca: pd.hca,
-                qpn,
-                send_cq: send_cq.clone(),
-                recv_cq: recv_cq.clone(),
-                sq_wqebbs,
-                rq_wqes,
-                sq_buf,
-                rq_buf,
-                dbr,
-                sig_all: caps.sq_sig_all,
-                sq <- new_spinlock_irq!(SqState { pi: 0, tail: 0, half: 0, wrid }, "rmlx5_qp_sq"),
-                rq <- new_spinlock_irq!(RqState { head: 0, tail: 0, wrid: rwrid }, "rmlx5_qp_rq"),
-            }),
-            GFP_KERNEL,
-        );
-        match r {
-            Ok(qp) => {
-                soft.dev(usize::from(pd.hca))?
-                    .events
-                    .lock()
-                    .add_qp(qpn, qp.clone());
-                Ok(qp)
-            }
-            Err(e) => {
-                let mut st = soft.state.lock();
-                if let Some(m) = st.fabric.hca(pd.hca) {
-                    let _ = m.destroy_qp(qpn);
-                }
-                for (a, l) in regions {
-                    st.dma.remove(a, l);
-                }
-                Err(e)
-            }
-        }
+        dev.events.lock().add_qp(qpn, qp.clone());
+        send_cq.use_by_qp(true);
+        recv_cq.use_by_qp(true);
+        Ok(qp)
     }
 
-    /// Destroys the QP: it leaves the model at once (no further CQE), and
+    /// Destroys the QP: it leaves the device at once (no further CQE), and
     /// the poll lookup table. Polling its CQ afterwards skips its CQEs.
     pub(crate) fn destroy(&self) -> Result {
-        let mut st = self.soft.state.lock();
-        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-        m.destroy_qp(self.qpn).map_err(model_err)?;
-        for b in [&self.sq_buf, &self.rq_buf, &self.dbr] {
-            st.dma.remove_buf(b);
+        self.dev.be.destroy_qp(self.qpn, [&self.buf, &self.dbr])?;
+        if !self.gone.swap(true, Ordering::AcqRel) {
+            self.send_cq.use_by_qp(false);
+            self.recv_cq.use_by_qp(false);
         }
-        drop(st);
-        if let Ok(dev) = self.soft.dev(usize::from(self.hca)) {
+        {
+            let dev = &self.dev;
             dev.events.lock().remove_qp(self.qpn, self);
         }
         Ok(())
@@ -367,9 +339,7 @@ impl Qp {
     /// The QP's state as the HCA has it (`enum ib_qp_state`): it moves to
     /// ERR by itself on a completion error.
     pub(crate) fn state(&self) -> Result<u32> {
-        let mut st = self.soft.state.lock();
-        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-        Ok(m.query_qp(self.qpn).ok_or(EINVAL)?.state as u32)
+        Ok(self.dev.be.qp_state(self.qpn)? as u32)
     }
 
     /// Modifies the QP (IB modify-QP semantics, `IB_QP_*` mask bits).
@@ -401,13 +371,12 @@ impl Qp {
             },
         };
         let to_reset = mask & 1 != 0 && state == QpState::Reset;
-        let (mut sq, mut rq) = (self.sq.lock(), self.rq.lock());
-        {
-            let mut st = self.soft.state.lock();
-            let model = st.fabric.hca(self.hca).ok_or(ENODEV)?;
-            model.modify_qp(self.qpn, &m).map_err(model_err)?;
-        }
+        // The backend may sleep (a command to a PCI function): no queue
+        // lock is held across it. Posting while the QP is being reset is
+        // the ULP's bug either way.
+        self.dev.be.modify_qp(self.qpn, &m)?;
         if to_reset {
+            let (mut sq, mut rq) = (self.sq.lock(), self.rq.lock());
             sq.pi = 0;
             sq.tail = 0;
             sq.half = 0;
@@ -415,9 +384,8 @@ impl Qp {
             rq.tail = 0;
             self.dbr.write(0, &[0u8; QP_DBR_SIZE])?;
         }
-        drop((sq, rq));
-        // Moving to ERR schedules flush CQEs: let the engine write them.
-        self.soft.run_engine();
+        // Moving to ERR schedules flush CQEs: let the device write them.
+        self.dev.be.run();
         Ok(())
     }
 
@@ -529,7 +497,7 @@ impl Qp {
         }
         let (umr, mkey, xlt, wc) = if wr.opcode == WR_REG_MR {
             let m = wr.mr.and_then(Mr::fast_mapping).ok_or(EINVAL)?;
-            if m.pages == 0 || wr.mr.is_some_and(|mr| mr.hca != self.hca) {
+            if m.pages == 0 || wr.mr.is_some_and(|mr| mr.hca() != self.dev.index) {
                 return Err(EINVAL);
             }
             let atomic = wr.access & Access::REMOTE_ATOMIC.bits() != 0;
@@ -661,7 +629,7 @@ impl Qp {
         for k in 0..wqebbs {
             let idx = (usize::from(sq.pi) + k) & (n - 1);
             let bb = w.get(k * WQEBB_SIZE..(k + 1) * WQEBB_SIZE).ok_or(EINVAL)?;
-            self.sq_buf.write(idx * WQEBB_SIZE, bb)?;
+            self.buf.write(self.sq_offset + idx * WQEBB_SIZE, bb)?;
         }
         let first = usize::from(sq.pi) & (n - 1);
         if let Some(e) = sq.wrid.get_mut(first) {
@@ -700,27 +668,12 @@ impl Qp {
             }
         }
         drop(sq);
-        self.soft.run_engine();
+        self.dev.be.run();
         err.map_or(Ok(()), Err)
     }
 
     fn ring_send(&self, ctrl: &[u8; 16], half: u8) -> Result {
-        let dev = self.soft.dev(usize::from(self.hca))?;
-        let off = bf_reg_offset(0).map_err(|_| EINVAL)? + usize::from(half) * BF_BUF_SIZE;
-        let mut st = self.soft.state.lock();
-        dev.uar.write(off, &send_doorbell(ctrl))?;
-        let (fabric, mut p) = st.split();
-        let m = fabric.hca(self.hca).ok_or(ENODEV)?;
-        let _ = &mut p;
-        m.send_doorbell(
-            &mut p,
-            &SendDoorbell {
-                qpn: self.qpn,
-                half,
-                blueflame_len: 0,
-            },
-        )
-        .map_err(|_| EIO)
+        self.dev.be.ring_send(self.qpn, ctrl, half)
     }
 
     /// Posts receive work requests (`(wr_id, sges)`).
@@ -752,7 +705,7 @@ impl Qp {
                 break;
             }
             let idx = (u32::from(rq.head) & (self.rq_wqes - 1)) as usize;
-            if self.rq_buf.write(idx * RQ_STRIDE as usize, &slot).is_err() {
+            if self.buf.write(idx * RQ_STRIDE as usize, &slot).is_err() {
                 err = Some((i, EINVAL));
                 break;
             }
@@ -765,14 +718,10 @@ impl Qp {
         if posted {
             dma_mb(Write);
             let _ = self.dbr.write(QP_DBR_RECV_OFFSET, &counter_word(rq.head));
-            let mut st = self.soft.state.lock();
-            if let Some(m) = st.fabric.hca(self.hca) {
-                // Only matters in ERR (flush of the new WQEs).
-                let _ = m.recv_doorbell(self.qpn);
-            }
+            self.dev.be.ring_recv(self.qpn);
         }
         drop(rq);
-        self.soft.run_engine();
+        self.dev.be.run();
         err.map_or(Ok(()), Err)
     }
 

@@ -36,7 +36,7 @@ use kernel::{
 };
 
 use super::cq::Cq;
-use crate::hca::SoftHca;
+use crate::mlx5_core::device::Device;
 
 /// Create/destroy rounds of the hammer.
 const ROUNDS: u32 = 3000;
@@ -51,7 +51,7 @@ struct Ctx {
 
 #[pin_data]
 struct Hammer {
-    soft: Arc<SoftHca>,
+    dev: Arc<Device>,
     #[pin]
     work: Work<Hammer>,
     rounds: AtomicU32,
@@ -91,7 +91,7 @@ impl Hammer {
             GFP_KERNEL,
         )?;
         let p: *const Ctx = &*ctx;
-        let cq = Cq::new(&this.soft, 0, 4, i % 2, Some((hammer_handler, p as usize)))?;
+        let cq = Cq::new(&this.dev, 4, i % 2, Some((hammer_handler, p as usize)))?;
         if i % 4 == 0 {
             // Some rounds keep the CQ a little longer so events hit it.
             fsleep(Delta::from_micros(10));
@@ -125,12 +125,12 @@ mod race {
 
     #[test]
     fn cqn_lookup_races_destroy_on_two_cpus() -> Result {
-        let soft = crate::soft()?;
-        let stray_before = soft.dev(0)?.events.lock().stray_eqes;
-        let hammer_soft = soft.clone();
+        let dev = crate::mlx5_core::device::get(0)?;
+        let stray_before = dev.events.lock().stray_eqes;
+        let hammer_dev = dev.clone();
         let hammer = Arc::pin_init(
             pin_init!(Hammer {
-                soft: hammer_soft,
+                dev: hammer_dev,
                 work <- new_work!("rmlx5_cq_hammer"),
                 rounds: AtomicU32::new(0),
                 handler_calls: AtomicU64::new(0),
@@ -153,12 +153,12 @@ mod race {
                 return Err(ETIMEDOUT);
             }
             {
-                let mut t = soft.dev(0)?.events.lock();
+                let mut t = dev.events.lock();
                 for cqn in 0..CQN_RANGE {
                     t.queue_cq(cqn);
                 }
             }
-            soft.kick_dispatch();
+            dev.kick_dispatch();
             passes += 1;
             if CpuId::current().as_u32() != hammer.cpu.load(Ordering::Relaxed) {
                 other_cpu += 1;
@@ -169,7 +169,7 @@ mod race {
         }
         // Let queued dispatches drain before the counters are read.
         fsleep(Delta::from_millis(20));
-        let stray = soft.dev(0)?.events.lock().stray_eqes - stray_before;
+        let stray = dev.events.lock().stray_eqes - stray_before;
         let rounds = hammer.rounds.load(Ordering::Relaxed);
         let calls = hammer.handler_calls.load(Ordering::Relaxed);
         pr_info!(

@@ -26,7 +26,6 @@ use super::{
     },
     qp::*,
 };
-use crate::hca::SoftHca;
 
 /// Completion handler of the tests: counts calls in the `AtomicU32` that
 /// `ctx` points at.
@@ -117,25 +116,25 @@ fn connect_with(qp: &Qp, dlid: u16, dest: u32, r: Retry) -> Result {
 }
 
 impl Pair {
-    fn new(soft: &Arc<SoftHca>, counters: Option<&[AtomicU32; 2]>) -> Result<Self> {
-        Self::new_with(soft, counters, Retry::DEFAULT, true)
+    fn new(counters: Option<&[AtomicU32; 2]>) -> Result<Self> {
+        Self::new_with(counters, Retry::DEFAULT, true)
     }
 
     /// A pair connected with retry attributes `r`; with `peer_rtr` false
     /// QP 1 stays in INIT, so QP 0's requests are never answered.
     pub(super) fn new_with(
-        soft: &Arc<SoftHca>,
         counters: Option<&[AtomicU32; 2]>,
         r: Retry,
         peer_rtr: bool,
     ) -> Result<Self> {
         let mk = |h: u16| -> Result<(Pd, Arc<Cq>)> {
-            let pd = Pd::new(soft, h)?;
+            let be = crate::mlx5_core::device::get(usize::from(h))?;
+            let pd = Pd::new(&be)?;
             let handler = counters.map(|c| {
                 let p: *const AtomicU32 = &c[usize::from(h)];
                 (count_handler as CompHandlerFnT, p as usize)
             });
-            let cq = Cq::new(soft, h, 256, 0, handler)?;
+            let cq = Cq::new(&be, 256, 0, handler)?;
             Ok((pd, cq))
         };
         let (pd0, cq0) = mk(0)?;
@@ -232,8 +231,7 @@ mod verbs {
 
     #[test]
     fn send_recv_polling() -> Result {
-        let soft = crate::soft()?;
-        let p = Pair::new(&soft, None)?;
+        let p = Pair::new(None)?;
         let r = p.sge(1, 0, 64);
         let rr = [r];
         p.qps[1].post_recv(&[(7, &rr)]).map_err(|(_, e)| e)?;
@@ -271,8 +269,7 @@ mod verbs {
 
     #[test]
     fn write_read_atomics() -> Result {
-        let soft = crate::soft()?;
-        let p = Pair::new(&soft, None)?;
+        let p = Pair::new(None)?;
         let dst = p.addr(1, 512);
         let s = p.sge(0, 0, 16);
         let src = s.addr as *mut u8;
@@ -332,9 +329,8 @@ mod verbs {
 
     #[test]
     fn handler_mode_and_coalescing() -> Result {
-        let soft = crate::soft()?;
         let counters = [AtomicU32::new(0), AtomicU32::new(0)];
-        let p = Pair::new(&soft, Some(&counters))?;
+        let p = Pair::new(Some(&counters))?;
         // Arm, then several sends: the first CQE fires the (one-shot) arm,
         // the rest coalesce into the same dispatch or none.
         assert_eq!(p.cqs[0].req_notify(CQ_NEXT_COMP)?, 0);
@@ -369,16 +365,14 @@ mod verbs {
 
     #[test]
     fn polling_only_cq_cannot_be_armed() -> Result {
-        let soft = crate::soft()?;
-        let cq = Cq::new(&soft, 0, 16, 0, None)?;
+        let cq = Cq::new(&crate::mlx5_core::device::get(0)?, 16, 0, None)?;
         assert_eq!(cq.req_notify(CQ_NEXT_COMP), Err(EINVAL));
         cq.destroy()
     }
 
     #[test]
     fn flush_on_error_and_cq_busy() -> Result {
-        let soft = crate::soft()?;
-        let p = Pair::new(&soft, None)?;
+        let p = Pair::new(None)?;
         let r = p.sge(1, 0, 64);
         let rr = [r];
         p.qps[1]
@@ -405,18 +399,18 @@ mod dispatch {
 
     #[test]
     fn n_events_one_handler_call() -> Result {
-        let soft = crate::soft()?;
+        let dev = crate::mlx5_core::device::get(0)?;
         let calls = AtomicU32::new(0);
         let p: *const AtomicU32 = &calls;
-        let cq = Cq::new(&soft, 0, 16, 0, Some((count_handler, p as usize)))?;
+        let cq = Cq::new(&dev, 16, 0, Some((count_handler, p as usize)))?;
         {
             // What the EQ handler does for 50 EQEs naming the same CQ.
-            let mut t = soft.dev(0)?.events.lock();
+            let mut t = dev.events.lock();
             for _ in 0..50 {
                 assert!(t.queue_cq(cq.cqn));
             }
         }
-        soft.kick_dispatch();
+        dev.kick_dispatch();
         assert!(wait_for(&calls, 1));
         fsleep(Delta::from_millis(20));
         assert_eq!(calls.load(Ordering::Acquire), 1);
@@ -431,12 +425,12 @@ mod dispatch {
     /// dispatched.
     #[test]
     fn cve_2025_68209_eqe_for_a_missing_unarmable_or_destroyed_cq_is_dropped() -> Result {
-        let soft = crate::soft()?;
-        let cq = Cq::new(&soft, 0, 16, 0, None)?;
-        let gone = Cq::new(&soft, 0, 16, 0, None)?;
+        let dev = crate::mlx5_core::device::get(0)?;
+        let cq = Cq::new(&dev, 16, 0, None)?;
+        let gone = Cq::new(&dev, 16, 0, None)?;
         let gone_cqn = gone.cqn;
         gone.destroy()?;
-        let mut t = soft.dev(0)?.events.lock();
+        let mut t = dev.events.lock();
         let before = t.stray_eqes;
         assert!(!t.queue_cq(cq.cqn));
         assert!(!t.queue_cq(0x00ff_ffff));
@@ -452,16 +446,16 @@ mod dispatch {
     /// handler is never called again.
     #[test]
     fn irdma_class_event_for_a_destroyed_cq_never_reaches_it() -> Result {
-        let soft = crate::soft()?;
+        let dev = crate::mlx5_core::device::get(1)?;
         // Many create/queue/destroy rounds: an event queued for a CQ that
         // is destroyed before the BH runs must never reach a freed CQ
         // (KASAN would report it) nor call its handler after destroy.
         for _ in 0..500 {
             let calls = AtomicU32::new(0);
             let p: *const AtomicU32 = &calls;
-            let cq = Cq::new(&soft, 1, 4, 1, Some((count_handler, p as usize)))?;
-            soft.dev(1)?.events.lock().queue_cq(cq.cqn);
-            soft.kick_dispatch();
+            let cq = Cq::new(&dev, 4, 1, Some((count_handler, p as usize)))?;
+            dev.events.lock().queue_cq(cq.cqn);
+            dev.kick_dispatch();
             cq.destroy()?;
             let after = calls.load(Ordering::Acquire);
             drop(cq);
@@ -483,9 +477,8 @@ mod arm {
     fn poll_arm_poll_never_loses_an_event() -> Result {
         const TOTAL: usize = 100_000;
         const BATCH: usize = 64;
-        let soft = crate::soft()?;
         let counters = [AtomicU32::new(0), AtomicU32::new(0)];
-        let p = Pair::new(&soft, Some(&counters))?;
+        let p = Pair::new(Some(&counters))?;
         let req = SendReq {
             wr_id: 0,
             sges: &[],

@@ -49,12 +49,11 @@ mod clock {
     /// forever) and completes once a receive is posted, at the next retry.
     #[test]
     fn rnr_retry_forever_completes_after_recv() -> Result {
-        let soft = crate::soft()?;
         let r = Retry {
             min_rnr_timer: RNR_TIMER_1_28_MS,
             ..Retry::DEFAULT
         };
-        let p = Pair::new_with(&soft, None, r, true)?;
+        let p = Pair::new_with(None, r, true)?;
         let fires = timer_fires()?;
         send(&p, 1)?;
         // Several RNR periods with no receive: nothing completes, but the
@@ -91,7 +90,7 @@ mod clock {
             min_rnr_timer: RNR_TIMER_1_28_MS,
             ..Retry::DEFAULT
         };
-        let p = Pair::new_with(&soft, None, r, true)?;
+        let p = Pair::new_with(None, r, true)?;
         send(&p, 1)?;
         fsleep(Delta::from_millis(5));
         assert!(soft.state.lock().timer_at.is_some());
@@ -109,13 +108,12 @@ mod clock {
     /// retries; the QP goes to ERR and the WR behind it is flushed.
     #[test]
     fn rnr_retry_exceeded_then_flush() -> Result {
-        let soft = crate::soft()?;
         let r = Retry {
             min_rnr_timer: RNR_TIMER_1_28_MS,
             rnr_retry: 2,
             ..Retry::DEFAULT
         };
-        let p = Pair::new_with(&soft, None, r, true)?;
+        let p = Pair::new_with(None, r, true)?;
         send(&p, 1)?;
         send(&p, 2)?;
         let w = poll_n(&p.cqs[0], 2)?;
@@ -131,14 +129,13 @@ mod clock {
     /// WR behind it is flushed.
     #[test]
     fn transport_retry_exceeded_peer_not_rtr() -> Result {
-        let soft = crate::soft()?;
         let r = Retry {
             // 4.096 us * 2^10 = 4.2 ms per timeout, two retries.
             timeout: 10,
             retry_cnt: 2,
             ..Retry::DEFAULT
         };
-        let p = Pair::new_with(&soft, None, r, false)?;
+        let p = Pair::new_with(None, r, false)?;
         let fires = timer_fires()?;
         send(&p, 1)?;
         send(&p, 2)?;

@@ -55,6 +55,7 @@ use crate::hca_model::{
     },
     qp_modify::QpModify,
 };
+use crate::mlx5_core::device::Device;
 use crate::mlx5_core::events::QpEvents;
 use crate::mlx5_prm::{doorbell::QP_DBR_SIZE, opcode::SendOpcode};
 
@@ -105,6 +106,8 @@ pub(crate) struct UserQpMem {
 /// the fabric lock while the QP is in its HCA's user-QP table.
 pub(crate) struct UserQp {
     soft: Arc<SoftHca>,
+    /// The device (its tables hold the QP for its async events).
+    dev: Arc<Device>,
     hca: u16,
     /// The QP number.
     pub(crate) qpn: u32,
@@ -123,13 +126,17 @@ impl UserQp {
     /// Creates an RC QP in RESET on `pd` with CQs `send_cq` and `recv_cq`
     /// over the memory in `mem`.
     pub(crate) fn new(
+        soft: &Arc<SoftHca>,
         pd: &Pd,
         send_cq: &Cq,
         recv_cq: &Cq,
         mem: UserQpMem,
         sink: Arc<dyn EventSink>,
     ) -> Result<Arc<Self>> {
-        let soft = &pd.soft;
+        let hca = pd.hca();
+        if send_cq.hca() != usize::from(hca) || recv_cq.hca() != usize::from(hca) {
+            return Err(EINVAL);
+        }
         let sq_bytes = u64::from(mem.sq_wqebbs) * 64;
         let rq_bytes = u64::from(mem.rq_wqes) * u64::from(mem.rq_stride);
         let end = mem.sq_offset.checked_add(sq_bytes).ok_or(EINVAL)?;
@@ -158,7 +165,7 @@ impl UserQp {
             let mut st = soft.state.lock();
             let r = st.dma.add_buf(&buf).and_then(|()| st.dma.add_buf(&dbr));
             let r = r.and_then(|()| {
-                let m = st.fabric.hca(pd.hca).ok_or(ENODEV)?;
+                let m = st.fabric.hca(hca).ok_or(ENODEV)?;
                 m.create_qp(&attr).map_err(model_err)
             });
             match r {
@@ -174,7 +181,8 @@ impl UserQp {
         let r = Arc::new(
             Self {
                 soft: soft.clone(),
-                hca: pd.hca,
+                dev: pd.dev.clone(),
+                hca,
                 qpn,
                 buf,
                 dbr,
@@ -188,15 +196,12 @@ impl UserQp {
         );
         match r {
             Ok(qp) => {
-                soft.dev(usize::from(pd.hca))?
-                    .events
-                    .lock()
-                    .add_qp_events(qpn, qp.clone());
+                pd.dev.events.lock().add_qp_events(qpn, qp.clone());
                 Ok(qp)
             }
             Err(e) => {
                 let mut st = soft.state.lock();
-                if let Some(m) = st.fabric.hca(pd.hca) {
+                if let Some(m) = st.fabric.hca(hca) {
                     let _ = m.destroy_qp(qpn);
                 }
                 for (a, l) in regions {
@@ -355,7 +360,8 @@ impl UserQp {
                 for b in [&self.buf, &self.dbr] {
                     st.dma.remove_buf(b);
                 }
-                if let Ok(dev) = self.soft.dev(usize::from(self.hca)) {
+                {
+                    let dev = &self.dev;
                     dev.events.lock().remove_qp_events(self.qpn, self);
                 }
                 self.destroyed.store(true, Ordering::Release);

@@ -170,7 +170,7 @@ fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 fn alloc_pd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: AllocPd = arg.read()?;
     a.check().map_err(invalid)?;
-    let pd = Arc::new(Upd::new(&ctx.soft, ctx.hca())?, GFP_KERNEL)?;
+    let pd = Arc::new(Upd::new(ctx.hca())?, GFP_KERNEL)?;
     a.pdn = pd.pd.pdn;
     a.pd_handle = ctx.objects.lock().pds.insert(pd.clone())?;
     if let Err(e) = arg.write(&a) {
@@ -318,7 +318,6 @@ fn create_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
         }
     };
     let place = CqPlace {
-        soft: &ctx.soft,
         hca: ctx.hca(),
         comp_vector: a.comp_vector,
         uar_addr: ctx.uar_addr(),
@@ -385,6 +384,7 @@ fn create_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let handle = o.qps.next_handle()?;
     let (bfreg, bf_offset, bf_size) = bfreg_of(handle)?;
     let place = QpPlace {
+        soft: &ctx.soft,
         pd: &pd,
         send_cq: &send_cq,
         recv_cq: &recv_cq,
@@ -472,7 +472,9 @@ fn modify_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let dest_hca = if a.attr_mask & QP_AV != 0 {
         let lid = u16::try_from(a.dlid).map_err(|_| EINVAL)?;
         let hca = index_of_lid(lid).ok_or(EINVAL)?;
-        ctx.soft.dev(usize::from(hca)).map_err(|_| EINVAL)?;
+        if usize::from(hca) >= ctx.soft.count() {
+            return Err(EINVAL);
+        }
         hca
     } else {
         0
@@ -551,7 +553,7 @@ fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     match a.kind {
         KICK_CQ_ARM => {
             let cq = ctx.objects.lock().cqs.obj(a.handle)?;
-            cq.cq.user_arm()?;
+            cq.user_arm(&ctx.soft)?;
             perf.kick_arm.add(perf.now().saturating_sub(start));
         }
         KICK_RECV => {

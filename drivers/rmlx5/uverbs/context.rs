@@ -57,7 +57,7 @@ use crate::rmlx5_abi::check::Limits;
 /// completion EQs.
 fn limits_of(soft: &SoftHca, hca_index: u32) -> Result<Limits> {
     let index = u16::try_from(hca_index).map_err(|_| ENODEV)?;
-    let comp = soft.dev(usize::from(index))?.eqs.len().saturating_sub(1);
+    let comp = crate::mlx5_core::device::get(usize::from(index))?.comp_vectors();
     let caps = *soft.state.lock().fabric.hca(index).ok_or(ENODEV)?.caps();
     Ok(super::cmd::limits(&caps, u32::try_from(comp)?))
 }

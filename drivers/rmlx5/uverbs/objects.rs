@@ -83,9 +83,9 @@ pub(crate) struct Upd {
 
 impl Upd {
     /// Allocates a PD on HCA `hca`.
-    pub(crate) fn new(soft: &Arc<SoftHca>, hca: u16) -> Result<Self> {
+    pub(crate) fn new(hca: u16) -> Result<Self> {
         Ok(Self {
-            pd: Pd::new(soft, hca)?,
+            pd: Pd::new(&crate::mlx5_core::device::get(usize::from(hca))?)?,
         })
     }
 }
@@ -210,8 +210,7 @@ pub(crate) struct Ucq {
 }
 
 /// Where a CQ is created: HCA, completion vector, UAR page.
-pub(crate) struct CqPlace<'a> {
-    pub(crate) soft: &'a Arc<SoftHca>,
+pub(crate) struct CqPlace {
     pub(crate) hca: u16,
     pub(crate) comp_vector: u32,
     pub(crate) uar_addr: u64,
@@ -221,7 +220,7 @@ impl Ucq {
     /// A CQ of `cqe_cnt` entries (a power of two, already validated)
     /// reporting completion events to `channel`.
     pub(crate) fn new(
-        place: &CqPlace<'_>,
+        place: &CqPlace,
         cqe_cnt: u32,
         user_handle: u64,
         channel: Option<Arc<EventQueue>>,
@@ -264,14 +263,9 @@ impl Ucq {
             uar_addr: place.uar_addr,
         };
         let sink: Arc<dyn EventSink> = events.clone();
-        let cq = match Cq::new_on(
-            place.soft,
-            place.hca,
-            log_size,
-            mem,
-            place.comp_vector,
-            sink,
-        ) {
+        let cq = match crate::mlx5_core::device::get(usize::from(place.hca))
+            .and_then(|dev| Cq::new_on(&dev, log_size, mem, place.comp_vector, sink))
+        {
             Ok(cq) => cq,
             Err(e) => {
                 events.detach();
@@ -285,6 +279,21 @@ impl Ucq {
             dbr,
             events,
         })
+    }
+
+    /// Rings the software HCA's CQ doorbell for an arm the process wrote
+    /// to its UAR page.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` once the CQ is destroyed, or if the model refused the
+    /// doorbell.
+    pub(crate) fn user_arm(&self, soft: &SoftHca) -> Result {
+        if self.cq.is_destroyed() {
+            return Err(EINVAL);
+        }
+        let hca = u16::try_from(self.cq.hca())?;
+        soft.user_cq_doorbell(hca, self.cq.uar_addr())
     }
 
     /// The CQ number.
@@ -470,6 +479,7 @@ impl EventSink for QpEvents {
 
 /// What a QP is created on: PD, CQs, UAR page.
 pub(crate) struct QpPlace<'a> {
+    pub(crate) soft: &'a Arc<SoftHca>,
     pub(crate) pd: &'a Upd,
     pub(crate) send_cq: &'a Ucq,
     pub(crate) recv_cq: &'a Ucq,
@@ -541,6 +551,7 @@ impl Uqp {
         };
         let sink: Arc<dyn EventSink> = events.clone();
         let qp = match UserQp::new(
+            place.soft,
             &place.pd.pd,
             &place.send_cq.cq,
             &place.recv_cq.cq,

@@ -228,9 +228,8 @@ mod uverbs_kunit {
     fn destroy_ends_an_object_a_racing_command_holds() -> Result {
         let soft = crate::soft()?;
         let async_queue = EventQueue::new(QueueKind::Async)?;
-        let pd = Upd::new(&soft, 0)?;
+        let pd = Upd::new(0)?;
         let cq_place = CqPlace {
-            soft: &soft,
             hca: 0,
             comp_vector: 0,
             uar_addr: 0,
@@ -253,6 +252,7 @@ mod uverbs_kunit {
         };
         let geom = qp_geometry(&req, &default_limits())?;
         let place = QpPlace {
+            soft: &soft,
             pd: &pd,
             send_cq: &cq,
             recv_cq: &cq,
@@ -275,7 +275,7 @@ mod uverbs_kunit {
         qp.qp.destroy()?;
         drop(qp);
         cq.cq.destroy()?;
-        assert_eq!(cq.cq.user_arm().err(), Some(EINVAL));
+        assert_eq!(cq.user_arm(&soft).err(), Some(EINVAL));
         drop(held);
         drop(cq);
         drop(pd);

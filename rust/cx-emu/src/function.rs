@@ -29,8 +29,10 @@ use hca_model::fw::{Firmware, FwConfig, HcaState, Readiness};
 use hca_model::hca::Hca;
 use mlx5_prm::command::opcode_name;
 use mlx5_prm::doorbell::{
-    UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET, UAR_EQ_UPDATE_OFFSET, UAR_PAGE_SIZE,
+    bf_reg_offset, SendDoorbellWord, BF_BUF_SIZE, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET,
+    UAR_EQ_UPDATE_OFFSET, UAR_PAGE_SIZE,
 };
+use mlx5_prm::ring;
 
 use crate::bar0::{decode_read, decode_write, uar_register, Target, UarReg};
 use crate::blueflame::{BfStore, BlueFlame, Ring};
@@ -103,6 +105,9 @@ pub(crate) struct FnStats {
     pub(crate) blueflame: u64,
     /// BlueFlame copies cut short and rung as plain doorbells.
     pub(crate) blueflame_cut: u64,
+    /// Plain send doorbells overtaken by the driver's next post (see
+    /// `Function::overtaken`).
+    pub(crate) overtaken: u64,
     /// Refusals in the firmware's log (commands, entries, doorbell bits).
     pub(crate) fw_errors: u64,
     /// Commands failed on purpose (`Settings::fail_opcode`).
@@ -348,6 +353,23 @@ impl Function {
                 r.qpn
             );
         }
+        if r.blueflame_len == 0 {
+            if let Some(take) = self.overtaken(&r) {
+                self.stats.overtaken += 1;
+                debug!(
+                    "send doorbell of QP {:#x} overtaken by the next post: the record is walked",
+                    r.qpn
+                );
+                if take {
+                    let Some(hca) = self.fabric.hca(0) else {
+                        return;
+                    };
+                    let res = hca.send_doorbell_record(&mut self.bus, r.qpn).map(drop);
+                    self.count_doorbell("send (record)", r.uar, res);
+                }
+                return;
+            }
+        }
         let Some(hca) = self.fabric.hca(0) else {
             return;
         };
@@ -358,6 +380,55 @@ impl Function {
         };
         let res = hca.send_doorbell(&mut self.bus, &db);
         self.count_doorbell("send", r.uar, res);
+    }
+
+    /// Whether plain send doorbell `r` was overtaken: the driver posted
+    /// again, moving the doorbell record on, before this doorbell's store
+    /// (a posted write) reached the device. A ConnectX takes WQEs up to the
+    /// record's counter whatever index the doorbell names; the model is
+    /// stricter (the doorbell must name the last WQE the record announces),
+    /// which a synchronous software HCA can ask of its providers but a
+    /// device behind posted writes cannot. The doorbell must still name a
+    /// WQE of the ring no further back than the last ring's worth, else it
+    /// goes to the model and is refused there.
+    ///
+    /// `Some(true)`: new WQEs wait, take them by walking the record (each
+    /// control segment checked); `Some(false)`: nothing new, the walk for
+    /// an earlier overtaken doorbell took this one's WQE too (or the
+    /// driver rang twice, which a ConnectX ignores as well); `None`: not
+    /// overtaken, the model checks it.
+    fn overtaken(&mut self, r: &Ring) -> Option<bool> {
+        let reg = bf_reg_offset(usize::from(r.reg)).ok()?;
+        let addr = self
+            .fw
+            .uar_addr(r.uar)
+            .checked_add((reg + usize::from(r.half) * BF_BUF_SIZE) as u64)?;
+        let mut bytes = [0u8; 8];
+        hca_model::mem::DmaMemory::read(&mut self.bus, addr, &mut bytes).ok()?;
+        let word = SendDoorbellWord::decode(&bytes);
+        let end = word
+            .wqe_index
+            .wrapping_add(u16::from(ring::wqebb_count(word.ds)));
+        let hca = self.fabric.hca(0)?;
+        let info = hca.query_qp(r.qpn)?;
+        let sq_size = info.sq_wqebbs;
+        let posted = hca.send_posted(&mut self.bus, r.qpn)?;
+        let counter = info.sq_pi.wrapping_add(posted);
+        // The doorbell's WQE must end within the last ring's worth before
+        // the counter, else the model refuses it.
+        let behind = counter.wrapping_sub(end);
+        if word.ds == 0 || u32::from(behind) >= sq_size {
+            return None;
+        }
+        if posted == 0 {
+            // Its WQE was taken by an earlier doorbell's walk of the record.
+            return Some(false);
+        }
+        if behind == 0 {
+            // It names the last WQE the record announces: a plain ring.
+            return None;
+        }
+        Some(true)
     }
 
     fn count_doorbell<E: std::fmt::Debug>(&mut self, what: &str, uar: u32, r: Result<(), E>) {
@@ -516,9 +587,15 @@ impl Function {
                 p.returned_total
             ),
             format!(
-                "doorbells: {} accepted, {} refused; {} BlueFlame ({} cut short); {} stray BAR0 \
-                 writes; {} resets",
-                s.doorbells, s.doorbell_errors, s.blueflame, s.blueflame_cut, s.stray_writes, s.resets
+                "doorbells: {} accepted, {} refused; {} BlueFlame ({} cut short); {} overtaken by \
+                 the next post; {} stray BAR0 writes; {} resets",
+                s.doorbells,
+                s.doorbell_errors,
+                s.blueflame,
+                s.blueflame_cut,
+                s.overtaken,
+                s.stray_writes,
+                s.resets
             ),
             format!(
                 "engine: {} WQEs executed ({} with errors), {} CQEs, {} completion events, {} async \

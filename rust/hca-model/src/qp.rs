@@ -163,6 +163,8 @@ pub struct QpInfo {
     pub conn: ConnAttrs,
     /// SQ producer counter accepted from doorbells (WQEBBs, 16 bits).
     pub sq_pi: u16,
+    /// The SQ's size in WQEBBs (0 without an SQ).
+    pub sq_wqebbs: u32,
     /// First WQEBB of the next send WQE to execute.
     pub sq_ci: u16,
     /// Receive WQEs consumed (16 bits).
@@ -261,6 +263,7 @@ impl Qp {
             conn: self.conn,
             sq_pi: self.sq.map_or(0, |s| s.pi),
             sq_ci: self.sq.map_or(0, |s| s.ci),
+            sq_wqebbs: self.attr.sq_wqebbs,
             rq_ci: self.rq.map_or(0, |r| r.ci),
             waiting: self.wait,
         }

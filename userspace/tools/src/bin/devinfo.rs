@@ -96,8 +96,20 @@ fn pci_functions() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Prints the PCI functions after the HCAs: they are up (command
-/// interface, pages, EQ) but not verbs devices yet.
+/// The verbs device a PCI function line names (`verbs rmlx5_<n>`), if any.
+fn verbs_device(line: &str) -> Option<&str> {
+    let mut words = line.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == "verbs" {
+            return words.next().filter(|d| d.starts_with("rmlx5_"));
+        }
+    }
+    None
+}
+
+/// Prints the PCI functions after the HCAs: each is up (command
+/// interface, pages, EQs) and, once attached, the verbs device it names
+/// for kernel ULPs (user space reaches only the software HCAs' nodes).
 fn print_pci(list: bool) {
     let f = pci_functions();
     if f.is_empty() {
@@ -105,7 +117,7 @@ fn print_pci(list: bool) {
     }
     if list {
         println!(
-            "    {} ConnectX PCI function{} up (not a verbs device yet):",
+            "    {} ConnectX PCI function{} up:",
             f.len(),
             if f.len() == 1 { "" } else { "s" }
         );
@@ -118,7 +130,12 @@ fn print_pci(list: bool) {
         let (name, rest) = l.split_once(' ').unwrap_or((l.as_str(), ""));
         println!("pci_function:	{name}");
         println!("	{rest}");
-        println!("	(up through the mlx5 command interface; not an rmlx5_N verbs device yet)");
+        match verbs_device(l) {
+            Some(d) => println!(
+                "	(up through the mlx5 command interface; verbs device {d} for kernel ULPs, no uverbs node)"
+            ),
+            None => println!("	(up through the mlx5 command interface; not a verbs device)"),
+        }
         println!();
     }
 }

@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the verbs layer needs from a device, whoever implements it.
+//!
+//! The kernel verbs objects of `ib/` (PD, MR, CQ, QP) keep their queues in
+//! memory the device reaches, build WQEs and poll CQEs in mlx5 format, and
+//! ask the device for everything else through this trait: object numbers
+//! and keys, the doorbells the kernel rings, and the chance to make
+//! progress. The software HCA implements it over its model
+//! (`hca/backend.rs`); a ConnectX function will implement it with
+//! commands. The attribute types are the model's (`hca_model::{cq, mr,
+//! qp}`): plain descriptions of an object that a command-based backend
+//! translates into its PRM contexts.
+//!
+//! Every method is one step for the device: the software HCA takes its
+//! fabric lock once per call. Methods that create or destroy objects are
+//! called in process context; `arm_cq`, `ring_send`, `ring_recv` and `run`
+//! also from BH or with interrupts off (a ULP posting from its completion
+//! handler), and `ring_eq` from the EQ's hard-IRQ handler, so those never
+//! sleep.
+//!
+//! The trait names nothing above it: the core (`core/device.rs`) holds a
+//! backend as an `Arc<dyn Backend>` with the EQs, lookup tables and
+//! dispatcher every device has.
+
+use kernel::prelude::*;
+
+use crate::hca_model::{
+    cq::CqAttr,
+    mr::MrAttr,
+    qp::{
+        QpAttr,
+        QpState, //
+    },
+    qp_modify::QpModify,
+};
+use crate::mem::DmaBuf;
+use crate::mlx5_prm::doorbell::CqArm;
+
+/// The memory an MR covers, as the device must be told to reach it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MrRegion {
+    /// `len` bytes of kernel memory at kernel address `addr`.
+    Kernel { addr: u64, len: u64 },
+    /// `len` bytes of pinned user pages mapped at kernel address `addr`.
+    User { addr: u64, len: u64 },
+    /// The kernel's direct map (a DMA MR).
+    DirectMap { start: u64, len: u64 },
+}
+
+/// The keys of a fast-registration MR: its own (free until a registration
+/// WQE) and the linear key of its page list.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastKeys {
+    pub(crate) key: u32,
+    pub(crate) list_key: u32,
+}
+
+/// What a device reports of itself (`rmlx5_ib_query_device`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DeviceInfo {
+    pub(crate) max_qp: u32,
+    pub(crate) max_cq: u32,
+    pub(crate) max_pd: u32,
+    pub(crate) max_mr: u32,
+    /// CQEs per CQ.
+    pub(crate) max_cqe: u32,
+    /// Outstanding RDMA READs and atomics per QP.
+    pub(crate) max_qp_rd_atom: u32,
+    /// The port's LID: what a peer names this device by in a QP's address
+    /// vector.
+    pub(crate) lid: u16,
+}
+
+/// A device the verbs objects run on: one `rmlx5_<n>`.
+pub(crate) trait Backend: Send + Sync {
+    /// The device's limits and its port's LID.
+    fn info(&self) -> Result<DeviceInfo>;
+
+    /// Memory for a queue or a doorbell record, zeroed, that the device can
+    /// reach once it is handed to a `create_*` call.
+    fn alloc_queue(&self, len: usize) -> Result<DmaBuf>;
+
+    /// The device address of the UAR page kernel objects ring on.
+    fn kernel_uar(&self) -> Result<u64>;
+
+    /// Allocates a PD; returns its number.
+    fn alloc_pd(&self) -> Result<u32>;
+
+    /// Frees a PD: `EBUSY` while MRs or QPs use it.
+    fn dealloc_pd(&self, pdn: u32) -> Result;
+
+    /// Registers `region` under `attr` (whose `dma_addr` is where the
+    /// device finds `attr.iova`); returns the key.
+    fn create_mr(&self, attr: &MrAttr, region: MrRegion) -> Result<u32>;
+
+    /// Deregisters the MR `key` made over `region`.
+    fn destroy_mr(&self, key: u32, region: MrRegion) -> Result;
+
+    /// Creates a fast-registration MR of PD `pdn` for up to `max_pages`
+    /// pages whose page list the driver keeps in `list`.
+    fn create_fast_mr(&self, pdn: u32, max_pages: u32, list: &DmaBuf) -> Result<FastKeys>;
+
+    /// Destroys a fast-registration MR (whatever key a registration gave
+    /// it since) and its page list's key.
+    fn destroy_fast_mr(&self, keys: FastKeys, list: &DmaBuf) -> Result;
+
+    /// Creates a CQ on `mem` (its ring, then its doorbell record); returns
+    /// the CQN.
+    fn create_cq(&self, attr: &CqAttr, mem: [&DmaBuf; 2]) -> Result<u32>;
+
+    /// Destroys a CQ: `EBUSY` while QPs use it. The device no longer
+    /// writes `mem` once this succeeds.
+    fn destroy_cq(&self, cqn: u32, mem: [&DmaBuf; 2]) -> Result;
+
+    /// Rings the CQ doorbell of the kernel UAR page: the arm the caller
+    /// already wrote into the CQ's doorbell record.
+    fn arm_cq(&self, cqn: u32, arm: CqArm) -> Result;
+
+    /// Creates an EQ of `1 << log_size` EQEs on `ring` (every owner byte
+    /// already 1), raising interrupt vector `vector`, with its doorbell on
+    /// the kernel UAR page; `async_events`: it receives the asynchronous
+    /// events (one EQ of a device does). Returns the EQ number. The EQ is
+    /// not armed.
+    fn create_eq(&self, log_size: u8, vector: u16, async_events: bool, ring: &DmaBuf)
+        -> Result<u8>;
+
+    /// Destroys an EQ; the device no longer writes `ring` once this
+    /// succeeds.
+    fn destroy_eq(&self, eqn: u8, ring: &DmaBuf) -> Result;
+
+    /// Writes the EQ doorbell of the kernel UAR page: consumer index `ci`,
+    /// and arms the EQ (any context, hard IRQ included).
+    fn ring_eq(&self, eqn: u8, ci: u32) -> Result;
+
+    /// Creates an RC QP on `mem`: its queue buffer (the RQ at
+    /// `attr.rq_buf_addr`, its start, and the SQ after it at
+    /// `attr.sq_buf_addr`, as mlx5 lays a QP out) and its doorbell record.
+    /// Returns the QPN.
+    fn create_qp(&self, attr: &QpAttr, mem: [&DmaBuf; 2]) -> Result<u32>;
+
+    /// Moves a QP (IB modify-QP semantics).
+    fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result;
+
+    /// The QP's state as the device has it.
+    fn qp_state(&self, qpn: u32) -> Result<QpState>;
+
+    /// Destroys a QP; the device no longer touches `mem` once this
+    /// succeeds.
+    fn destroy_qp(&self, qpn: u32, mem: [&DmaBuf; 2]) -> Result;
+
+    /// Rings the send doorbell of the kernel UAR page: `ctrl` is the
+    /// control segment of the last WQE posted, `half` the BlueFlame
+    /// register half.
+    fn ring_send(&self, qpn: u32, ctrl: &[u8; 16], half: u8) -> Result;
+
+    /// Tells the device receive WQEs were posted (the doorbell record holds
+    /// the counter; real hardware reads it when it needs a WQE).
+    fn ring_recv(&self, qpn: u32);
+
+    /// Lets the device make progress after a doorbell or a modify (the
+    /// software HCA runs its engine; hardware needs nothing).
+    fn run(&self);
+}

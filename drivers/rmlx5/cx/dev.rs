@@ -1,0 +1,760 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A ConnectX function as a verbs device `rmlx5_<n>`: [`Backend`] by
+//! command.
+//!
+//! Every object is created with its PRM command through the function's
+//! command interface (the same `mlx5-cmdif` the bring-up uses): ALLOC_PD,
+//! CREATE_MKEY, CREATE_CQ, CREATE_EQ, CREATE_QP and the QP transitions,
+//! and their DESTROY/DEALLOC. Queue memory is coherent DMA memory of the
+//! function, given to the device by page list; kernel MRs are mapped for
+//! DMA (`dma_map_single`) and described by an MTT. Doorbells are stores to
+//! the driver's UAR page in BAR0: the send doorbell as one 64-bit store to
+//! BlueFlame register 0, the CQ doorbell as one 64-bit store, the EQ
+//! doorbell as one 32-bit store, as mlx5 rings them.
+//!
+//! # Locking and lifetimes
+//!
+//! The backend is an `Arc` that verbs objects hold for as long as they
+//! live, which may be past the unbind of the function. It reaches the
+//! bound function through two links that unbind revokes
+//! ([`CxBackend::revoke`]) before the function's state goes:
+//!
+//! - `ctl` (a mutex, process context): the function's state mutex, for
+//!   commands; commands sleep, so they run one at a time per function,
+//!   `ctl` before the state mutex;
+//! - `db` (an irq-safe spinlock, any context): the BAR, for doorbells,
+//!   which are rung from the post path and the EQ's hard-IRQ handler.
+//!
+//! Once revoked, creating fails with `ENODEV`, doorbells are dropped and
+//! destroying succeeds at once: the function was torn down, so the device
+//! holds nothing any more, and the memory may go.
+
+use core::ptr::NonNull;
+use kernel::{
+    device,
+    ffi::c_void,
+    io::Io,
+    new_mutex, new_spinlock_irq, pci,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        Arc,
+        Mutex,
+        SpinLockIrq, //
+    },
+};
+
+use super::State;
+use crate::backend::{
+    Backend,
+    DeviceInfo,
+    FastKeys,
+    MrRegion, //
+};
+use crate::hca_model::{
+    cq::CqAttr,
+    mr::{
+        Access,
+        MrAttr, //
+    },
+    qp::{
+        QpAttr,
+        QpState, //
+    },
+    qp_modify::{
+        AttrMask,
+        QpModify, //
+    },
+};
+use crate::mem::DmaBuf;
+use crate::mlx5_prm::{
+    cmd_cq::{
+        Cqc,
+        CreateCq,
+        CreateCqIn,
+        DestroyCq,
+        DestroyCqIn, //
+    },
+    cmd_eq::{
+        event_mask,
+        CreateEq,
+        CreateEqIn,
+        DestroyEq,
+        DestroyEqIn,
+        Eqc, //
+    },
+    cmd_qp::{
+        CreateQp,
+        CreateQpIn,
+        DestroyQp,
+        DestroyQpIn,
+        Init2RtrQp,
+        Init2RtrQpIn,
+        Qp2Err,
+        Qp2ErrIn,
+        Qp2Rst,
+        Qp2RstIn,
+        Rst2InitQp,
+        Rst2InitQpIn,
+        Rtr2RtsQp,
+        Rtr2RtsQpIn, //
+    },
+    cmd_res::{
+        mkey,
+        mtt_octwords,
+        AllocPd,
+        AllocPdIn,
+        CreateMkey,
+        CreateMkeyIn,
+        DeallocPd,
+        DeallocPdIn,
+        DestroyMkey,
+        DestroyMkeyIn,
+        Mkc,
+        ACCESS_MODE_MTT, //
+    },
+    command::Command,
+    doorbell::{
+        bf_reg_offset,
+        send_doorbell,
+        CqArm,
+        EqDoorbell,
+        UarCqDoorbell,
+        BF_BUF_SIZE,
+        UAR_CQ_DOORBELL_OFFSET,
+        UAR_EQ_ARM_OFFSET,
+        UAR_PAGE_SIZE, //
+    },
+    opcode::EventType,
+    qpc::{
+        Ads,
+        Qpc,
+        PM_STATE_MIGRATED,
+        RQ_TYPE_REGULAR,
+        ST_RC, //
+    },
+    wqe::{
+        MTT_EN_RD,
+        MTT_EN_WR, //
+    },
+};
+
+extern "C" {
+    fn rmlx5_shim_dma_map(
+        dev: *mut c_void,
+        addr: *mut c_void,
+        len: usize,
+        dma: *mut u64,
+    ) -> kernel::ffi::c_int;
+    fn rmlx5_shim_dma_unmap(dev: *mut c_void, dma: u64, len: usize);
+}
+
+/// The page size of queue buffers and MTTs.
+const PAGE: usize = 4096;
+
+/// The port's LID. The emulated ConnectX's port has LID 1 (its model is
+/// fabric instance 0); reading a real port's LID needs
+/// QUERY_HCA_VPORT_CONTEXT, which the driver does not issue yet.
+const PORT_LID: u16 = 1;
+
+/// The asynchronous events the device's async EQ (position 0) asks for:
+/// CQ errors and the QP events, which the core delivers to the ULP's
+/// handler or the object's own.
+const ASYNC_EVENTS: [EventType; 8] = [
+    EventType::CqError,
+    EventType::PathMig,
+    EventType::CommEst,
+    EventType::SqDrained,
+    EventType::WqCatasError,
+    EventType::PathMigFailed,
+    EventType::WqInvalReqError,
+    EventType::WqAccessError,
+];
+
+/// The function's state mutex, its lifetime erased (see [`CxBackend`]).
+struct StateLink(NonNull<Mutex<State<'static>>>);
+
+// SAFETY: The link is only dereferenced under `CxBackend::ctl` while the
+// function is bound, and the state it points at is `Send` (a mutex).
+unsafe impl Send for StateLink {}
+
+/// BAR0, its lifetime erased (see [`CxBackend`]).
+struct BarLink(NonNull<pci::Bar<'static>>);
+
+// SAFETY: Only dereferenced under `CxBackend::db` while the function is
+// bound; a `Bar` is a mapping address, usable from any thread.
+unsafe impl Send for BarLink {}
+
+/// A kernel MR's DMA mapping, kept to unmap it.
+#[derive(Clone, Copy)]
+struct Mapping {
+    key: u32,
+    dma: u64,
+    len: usize,
+}
+
+/// What commands need, under `ctl`.
+struct Ctl {
+    state: Option<StateLink>,
+    /// The state of each QP as the driver last moved it.
+    qps: KVec<(u32, QpState)>,
+    /// The DMA mappings of the kernel MRs.
+    mrs: KVec<Mapping>,
+    /// The low byte of the next memory key.
+    next_key: u8,
+}
+
+/// A bound ConnectX function as a verbs backend.
+///
+/// # Invariants
+///
+/// While `ctl.state` is `Some`, it points at the function's live state
+/// mutex; while `db` is `Some`, at its live BAR0 mapping. Both are set by
+/// [`CxBackend::new`] from the bound function and cleared by
+/// [`CxBackend::revoke`] before that function's driver data is dropped.
+#[pin_data]
+pub(crate) struct CxBackend {
+    #[pin]
+    ctl: Mutex<Ctl>,
+    #[pin]
+    db: SpinLockIrq<Option<BarLink>>,
+    /// The driver's UAR page (its index in BAR0).
+    uar: u32,
+    /// MSI-X vectors granted: EQ position `p` raises vector `p`, or vector
+    /// 0 when there are not that many.
+    vectors: u16,
+    /// The function's device, for DMA mappings (also after unbind).
+    dev: ARef<device::Device>,
+}
+
+/// Logs a command interface error and turns it into an errno.
+fn cmd_err(pdev: &pci::Device<device::Bound>, e: crate::mlx5_cmdif::error::Error) -> Error {
+    dev_err!(pdev, "{}\n", format_args!("{e}"));
+    Error::from_errno(-e.errno())
+}
+
+/// The page list of a queue buffer (coherent memory: one contiguous range
+/// of whole pages).
+fn pages(buf: &DmaBuf) -> Result<KVec<u64>> {
+    let n = buf.len().div_ceil(PAGE).max(1);
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for k in 0..n {
+        v.push(buf.dma_addr() + (k * PAGE) as u64, GFP_KERNEL)?;
+    }
+    Ok(v)
+}
+
+/// log2 of `n` rounded up (0 for 0 and 1), as mlx5 encodes the
+/// outstanding RDMA READ and atomic limits.
+fn log2_up(n: u8) -> u8 {
+    if n <= 1 {
+        0
+    } else {
+        (u32::from(n - 1).ilog2() + 1) as u8
+    }
+}
+
+/// log2 of a power of two, `EINVAL` otherwise.
+fn log2_exact(n: u32) -> Result<u8> {
+    if n.is_power_of_two() {
+        Ok(n.trailing_zeros() as u8)
+    } else {
+        Err(EINVAL)
+    }
+}
+
+impl CxBackend {
+    /// A backend over the bound function whose state is `state` and whose
+    /// BAR0 is `bar`, with UAR page `uar` and `vectors` MSI-X vectors.
+    ///
+    /// # Safety
+    ///
+    /// `state` and `bar` must stay valid until [`CxBackend::revoke`] has
+    /// returned, which the caller guarantees to call before they go.
+    pub(super) unsafe fn new(
+        pdev: &pci::Device<device::Bound>,
+        state: &Mutex<State<'_>>,
+        bar: &pci::Bar<'_>,
+        uar: u32,
+        vectors: u16,
+    ) -> Result<Arc<Self>> {
+        let state = StateLink(NonNull::from(state).cast());
+        let bar = BarLink(NonNull::from(bar).cast());
+        let dev: &device::Device = pdev.as_ref();
+        Arc::pin_init(
+            pin_init!(Self {
+                ctl <- new_mutex!(
+                    Ctl {
+                        state: Some(state),
+                        qps: KVec::new(),
+                        mrs: KVec::new(),
+                        next_key: 0,
+                    },
+                    "rmlx5_cx_ctl"
+                ),
+                db <- new_spinlock_irq!(Some(bar), "rmlx5_cx_db"),
+                uar,
+                vectors,
+                dev: dev.into(),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Cuts the backend from the function (unbind): waits for a command in
+    /// flight, then drops both links. Later calls fail or do nothing.
+    pub(super) fn revoke(&self) {
+        self.ctl.lock().state = None;
+        *self.db.lock() = None;
+    }
+
+    /// Runs `f` with the function's state and the command bookkeeping.
+    fn with_state<T>(&self, f: impl FnOnce(&mut Ctl, &mut State<'_>) -> Result<T>) -> Result<T> {
+        let mut ctl = self.ctl.lock();
+        let Some(link) = &ctl.state else {
+            return Err(ENODEV);
+        };
+        let m = link.0.as_ptr();
+        // SAFETY: By the type invariant the link points at the live state
+        // mutex while it is in `ctl`, which we hold.
+        let mut st = unsafe { &*m }.lock();
+        f(&mut ctl, &mut st)
+    }
+
+    /// Runs command `C`; a refusal is logged with the command's name,
+    /// status and syndrome.
+    fn exec<C: Command>(&self, input: &C::In, pas: &[u64]) -> Result<C::Out> {
+        self.with_state(|_, st| exec_on::<C>(st, input, pas))
+    }
+
+    /// Whether the backend was revoked (unbind).
+    fn revoked(&self) -> bool {
+        self.ctl.lock().state.is_none()
+    }
+
+    /// Stores to BAR0 offset `off` of the UAR page: 8 bytes with one
+    /// 64-bit store, or 4 with one 32-bit store. Dropped once revoked.
+    fn doorbell(&self, reg: usize, bytes: &[u8]) -> Result {
+        let off = (self.uar as usize)
+            .checked_mul(UAR_PAGE_SIZE)
+            .and_then(|b| b.checked_add(reg))
+            .ok_or(EINVAL)?;
+        let db = self.db.lock();
+        let Some(link) = &*db else {
+            return Err(ENODEV);
+        };
+        // SAFETY: By the type invariant the link points at the live BAR
+        // mapping while it is in `db`, which we hold.
+        let bar = unsafe { link.0.as_ref() };
+        // writel/writeq store little-endian: the bytes land in memory
+        // order, as the device reads them.
+        match *bytes {
+            [a, b, c, d, e, f, g, h] => {
+                bar.try_write64(u64::from_le_bytes([a, b, c, d, e, f, g, h]), off)
+            }
+            [a, b, c, d] => bar.try_write32(u32::from_le_bytes([a, b, c, d]), off),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// The function's `struct device *`, for the DMA mapping shims.
+    fn raw_dev(&self) -> *mut c_void {
+        // `device::Device` is a transparent wrapper of the C struct (an
+        // `Opaque<bindings::device>`): the address is the C struct's.
+        core::ptr::from_ref::<device::Device>(&self.dev)
+            .cast::<c_void>()
+            .cast_mut()
+    }
+
+    /// The MSI-X vector of EQ position `position`.
+    pub(super) fn vector_of(&self, position: u16) -> u16 {
+        if position < self.vectors {
+            position
+        } else {
+            0
+        }
+    }
+
+    /// The state of QP `qpn` as last moved.
+    fn tracked(ctl: &Ctl, qpn: u32) -> Option<QpState> {
+        ctl.qps.iter().find(|(q, _)| *q == qpn).map(|(_, s)| *s)
+    }
+
+    fn set_tracked(ctl: &mut Ctl, qpn: u32, s: QpState) {
+        if let Some(e) = ctl.qps.iter_mut().find(|(q, _)| *q == qpn) {
+            e.1 = s;
+        }
+    }
+}
+
+/// Runs command `C` on the function's state.
+fn exec_on<C: Command>(st: &mut State<'_>, input: &C::In, pas: &[u64]) -> Result<C::Out> {
+    let State { bus, function, .. } = st;
+    let cmd = function.cmdif().ok_or(ENODEV)?;
+    cmd.exec::<C, _>(bus, input, pas)
+        .map_err(|e| cmd_err(bus.pdev(), e))
+}
+
+impl Backend for CxBackend {
+    fn info(&self) -> Result<DeviceInfo> {
+        self.with_state(|_, st| {
+            let c = st.function.caps();
+            let pow = |log: u8| 1u32.checked_shl(u32::from(log)).unwrap_or(u32::MAX);
+            Ok(DeviceInfo {
+                max_qp: pow(c.log_max_qp),
+                max_cq: pow(c.log_max_cq),
+                max_pd: pow(c.log_max_pd),
+                max_mr: pow(c.log_max_mkey),
+                max_cqe: pow(c.log_max_cq_sz),
+                max_qp_rd_atom: pow(c.log_max_ra_res_qp),
+                lid: PORT_LID,
+            })
+        })
+    }
+
+    fn alloc_queue(&self, len: usize) -> Result<DmaBuf> {
+        let len = len.max(1).next_multiple_of(PAGE);
+        self.with_state(|_, st| {
+            let buf: Arc<dyn crate::mem::DmaBacking> =
+                Arc::new(st.bus.alloc_buf(len)?, GFP_KERNEL)?;
+            Ok(DmaBuf::shared(buf))
+        })
+    }
+
+    fn kernel_uar(&self) -> Result<u64> {
+        // Where the UAR page is in BAR0: the commands name it by index.
+        Ok(u64::from(self.uar) * UAR_PAGE_SIZE as u64)
+    }
+
+    fn alloc_pd(&self) -> Result<u32> {
+        Ok(self.exec::<AllocPd>(&AllocPdIn::default(), &[])?.pd)
+    }
+
+    fn dealloc_pd(&self, pdn: u32) -> Result {
+        if self.revoked() {
+            return Ok(());
+        }
+        self.exec::<DeallocPd>(&DeallocPdIn { pd: pdn }, &[])
+            .map(drop)
+    }
+
+    fn create_mr(&self, attr: &MrAttr, region: MrRegion) -> Result<u32> {
+        let MrRegion::Kernel { addr, len } = region else {
+            // User MRs come through uverbs, which PCI functions do not
+            // offer yet; a DMA MR needs a PA key over all memory.
+            return Err(EOPNOTSUPP);
+        };
+        let len = usize::try_from(len)?;
+        let raw = self.raw_dev();
+        self.with_state(|ctl, st| {
+            let mut dma = 0u64;
+            // SAFETY: `raw` is the function's device, kept alive by
+            // `self.dev`; the shim checks that the range is in the direct
+            // map and writes `dma` only on success.
+            let r = unsafe { rmlx5_shim_dma_map(raw, addr as *mut c_void, len, &mut dma) };
+            kernel::error::to_result(r)?;
+            let unmap = || {
+                // SAFETY: `dma` was mapped just above for `len` bytes.
+                unsafe { rmlx5_shim_dma_unmap(raw, dma, len) }
+            };
+            // The device adds the key's start within its first page, so
+            // the mapping must keep the offset.
+            if dma % PAGE as u64 != addr % PAGE as u64 {
+                unmap();
+                return Err(EINVAL);
+            }
+            let first = dma - dma % PAGE as u64;
+            let npages = (addr % PAGE as u64 + len as u64).div_ceil(PAGE as u64);
+            let mut mtt = KVec::with_capacity(npages as usize, GFP_KERNEL)?;
+            for k in 0..npages {
+                mtt.push(
+                    (first + k * PAGE as u64) | MTT_EN_RD | MTT_EN_WR,
+                    GFP_KERNEL,
+                )?;
+            }
+            ctl.next_key = ctl.next_key.wrapping_add(1);
+            let key_7_0 = ctl.next_key;
+            let mut mkc = Mkc {
+                lr: true,
+                lw: attr.access.contains(Access::LOCAL_WRITE),
+                rr: attr.access.contains(Access::REMOTE_READ),
+                rw: attr.access.contains(Access::REMOTE_WRITE),
+                a: attr.access.contains(Access::REMOTE_ATOMIC),
+                qpn: 0xff_ffff,
+                mkey_7_0: key_7_0,
+                pd: attr.pdn,
+                start_addr: attr.iova,
+                len: attr.length,
+                translations_octword_size: mtt_octwords(u32::try_from(npages)?),
+                log_page_size: 12,
+                ..Mkc::default()
+            };
+            mkc.set_access_mode(ACCESS_MODE_MTT);
+            let input = CreateMkeyIn {
+                pg_access: false,
+                memory_key_mkey_entry: mkc,
+                translations_octword_actual_size: mkc.translations_octword_size,
+            };
+            let r = exec_on::<CreateMkey>(st, &input, &mtt)
+                .map(|o| mkey(o.mkey_index, key_7_0))
+                .and_then(|key| {
+                    ctl.mrs.push(Mapping { key, dma, len }, GFP_KERNEL)?;
+                    Ok(key)
+                });
+            if r.is_err() {
+                unmap();
+            }
+            r
+        })
+    }
+
+    fn destroy_mr(&self, key: u32, _region: MrRegion) -> Result {
+        let mut ctl = self.ctl.lock();
+        if let Some(link) = &ctl.state {
+            let m = link.0.as_ptr();
+            // SAFETY: As in `with_state`: the link is live while in `ctl`.
+            let mut st = unsafe { &*m }.lock();
+            exec_on::<DestroyMkey>(
+                &mut st,
+                &DestroyMkeyIn {
+                    mkey_index: key >> 8,
+                },
+                &[],
+            )?;
+        }
+        if let Some(i) = ctl.mrs.iter().position(|m| m.key == key) {
+            let m = ctl.mrs.remove(i)?;
+            // SAFETY: `m` is a mapping made by `create_mr` on this device
+            // and not unmapped since (it was in `mrs`); the key that used
+            // it is destroyed (or the function is down).
+            unsafe { rmlx5_shim_dma_unmap(self.raw_dev(), m.dma, m.len) };
+        }
+        Ok(())
+    }
+
+    fn create_fast_mr(&self, _pdn: u32, _max_pages: u32, _list: &DmaBuf) -> Result<FastKeys> {
+        // Fast registration needs UMR on a kernel QP and a free key made
+        // for it; not done for PCI functions yet.
+        Err(EOPNOTSUPP)
+    }
+
+    fn destroy_fast_mr(&self, _keys: FastKeys, _list: &DmaBuf) -> Result {
+        Err(EINVAL)
+    }
+
+    fn create_cq(&self, attr: &CqAttr, mem: [&DmaBuf; 2]) -> Result<u32> {
+        let [buf, dbr] = mem;
+        let input = CreateCqIn {
+            cq_context: Cqc {
+                log_cq_size: attr.log_size,
+                uar_page: self.uar,
+                c_eqn_or_apu_element: u32::from(attr.eqn),
+                dbr_addr: dbr.dma_addr(),
+                ..Cqc::default()
+            },
+        };
+        Ok(self.exec::<CreateCq>(&input, &pages(buf)?)?.cqn)
+    }
+
+    fn destroy_cq(&self, cqn: u32, _mem: [&DmaBuf; 2]) -> Result {
+        if self.revoked() {
+            return Ok(());
+        }
+        self.exec::<DestroyCq>(&DestroyCqIn { cqn }, &[]).map(drop)
+    }
+
+    fn arm_cq(&self, cqn: u32, arm: CqArm) -> Result {
+        self.doorbell(
+            UAR_CQ_DOORBELL_OFFSET,
+            &UarCqDoorbell { arm, cqn }.to_bytes(),
+        )
+    }
+
+    fn create_eq(
+        &self,
+        log_size: u8,
+        vector: u16,
+        async_events: bool,
+        ring: &DmaBuf,
+    ) -> Result<u8> {
+        let events: &[EventType] = if async_events { &ASYNC_EVENTS } else { &[] };
+        let input = CreateEqIn {
+            eq_context_entry: Eqc {
+                log_eq_size: log_size,
+                uar_page: self.uar,
+                intr: self.vector_of(vector),
+                ..Eqc::default()
+            },
+            event_bitmask: event_mask(events),
+        };
+        Ok(self.exec::<CreateEq>(&input, &pages(ring)?)?.eq_number)
+    }
+
+    fn destroy_eq(&self, eqn: u8, _ring: &DmaBuf) -> Result {
+        if self.revoked() {
+            return Ok(());
+        }
+        self.exec::<DestroyEq>(&DestroyEqIn { eq_number: eqn }, &[])
+            .map(drop)
+    }
+
+    fn ring_eq(&self, eqn: u8, ci: u32) -> Result {
+        let mut word = [0u8; 4];
+        EqDoorbell { eqn, ci }.encode(&mut word);
+        self.doorbell(UAR_EQ_ARM_OFFSET, &word)
+    }
+
+    fn create_qp(&self, attr: &QpAttr, mem: [&DmaBuf; 2]) -> Result<u32> {
+        let [buf, dbr] = mem;
+        let rq_bytes = u64::from(attr.rq_wqes) * u64::from(attr.rq_stride);
+        // One buffer, the RQ at its start and the SQ after it: the layout
+        // the device derives from the sizes.
+        if attr.rq_buf_addr != buf.dma_addr() || attr.sq_buf_addr != buf.dma_addr() + rq_bytes {
+            return Err(EINVAL);
+        }
+        let stride = attr.rq_stride / 16;
+        let input = CreateQpIn {
+            ece: 0,
+            qpc: Qpc {
+                st: ST_RC,
+                pm_state: PM_STATE_MIGRATED,
+                pd: attr.pdn,
+                uar_page: self.uar,
+                log_rq_size: log2_exact(attr.rq_wqes)?,
+                log_rq_stride: log2_exact(stride)?,
+                log_sq_size: log2_exact(attr.sq_wqebbs)?,
+                rq_type: RQ_TYPE_REGULAR,
+                cqn_snd: attr.send_cqn,
+                cqn_rcv: attr.recv_cqn,
+                dbr_addr: dbr.dma_addr(),
+                ..Qpc::default()
+            },
+        };
+        let list = pages(buf)?;
+        self.with_state(|ctl, st| {
+            ctl.qps.reserve(1, GFP_KERNEL)?;
+            let qpn = exec_on::<CreateQp>(st, &input, &list)?.qpn;
+            // Capacity was reserved: this does not fail.
+            ctl.qps.push((qpn, QpState::Reset), GFP_KERNEL)?;
+            Ok(qpn)
+        })
+    }
+
+    fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result {
+        if !m.mask.contains(AttrMask::STATE) {
+            // Every command moves the QP; changing attributes in place
+            // (INIT2INIT, RTS2RTS) is not done.
+            return Err(EOPNOTSUPP);
+        }
+        let a = &m.attrs;
+        let rc = Qpc {
+            st: ST_RC,
+            pm_state: PM_STATE_MIGRATED,
+            ..Qpc::default()
+        };
+        let port = if a.port == 0 { 1 } else { a.port };
+        self.with_state(|ctl, st| {
+            let cur = CxBackend::tracked(ctl, qpn).ok_or(EINVAL)?;
+            match (cur, m.state) {
+                (_, QpState::Reset) => {
+                    exec_on::<Qp2Rst>(st, &Qp2RstIn { qpn }, &[])?;
+                }
+                (_, QpState::Err) => {
+                    exec_on::<Qp2Err>(st, &Qp2ErrIn { qpn }, &[])?;
+                }
+                (QpState::Reset, QpState::Init) => {
+                    let input = Rst2InitQpIn {
+                        qpn,
+                        qpc: Qpc {
+                            rre: a.access.contains(Access::REMOTE_READ),
+                            rwe: a.access.contains(Access::REMOTE_WRITE),
+                            rae: a.access.contains(Access::REMOTE_ATOMIC),
+                            primary_address_path: Ads {
+                                pkey_index: a.pkey_index,
+                                vhca_port_num: port,
+                                ..Ads::default()
+                            },
+                            ..rc
+                        },
+                        ..Rst2InitQpIn::default()
+                    };
+                    exec_on::<Rst2InitQp>(st, &input, &[])?;
+                }
+                (QpState::Init, QpState::Rtr) => {
+                    let input = Init2RtrQpIn {
+                        qpn,
+                        qpc: Qpc {
+                            mtu: a.path_mtu,
+                            remote_qpn: a.dest.qpn,
+                            next_rcv_psn: a.rq_psn,
+                            min_rnr_nak: a.min_rnr_timer,
+                            log_rra_max: log2_up(a.max_dest_rd_atomic),
+                            primary_address_path: Ads {
+                                // The ULP API names the peer by its LID.
+                                rlid: a.dest.hca,
+                                vhca_port_num: port,
+                                ..Ads::default()
+                            },
+                            ..rc
+                        },
+                        ..Init2RtrQpIn::default()
+                    };
+                    exec_on::<Init2RtrQp>(st, &input, &[])?;
+                }
+                (QpState::Rtr, QpState::Rts) => {
+                    let input = Rtr2RtsQpIn {
+                        qpn,
+                        qpc: Qpc {
+                            next_send_psn: a.sq_psn,
+                            retry_count: a.retry_cnt,
+                            rnr_retry: a.rnr_retry,
+                            log_sra_max: log2_up(a.max_rd_atomic),
+                            primary_address_path: Ads {
+                                ack_timeout: a.timeout,
+                                ..Ads::default()
+                            },
+                            ..rc
+                        },
+                        ..Rtr2RtsQpIn::default()
+                    };
+                    exec_on::<Rtr2RtsQp>(st, &input, &[])?;
+                }
+                _ => return Err(EINVAL),
+            }
+            CxBackend::set_tracked(ctl, qpn, m.state);
+            Ok(())
+        })
+    }
+
+    fn qp_state(&self, qpn: u32) -> Result<QpState> {
+        // The state the driver last moved the QP to: without QUERY_QP, a
+        // QP the device moved to ERR by itself is not seen here.
+        CxBackend::tracked(&self.ctl.lock(), qpn).ok_or(EINVAL)
+    }
+
+    fn destroy_qp(&self, qpn: u32, _mem: [&DmaBuf; 2]) -> Result {
+        let mut ctl = self.ctl.lock();
+        if let Some(link) = &ctl.state {
+            let m = link.0.as_ptr();
+            // SAFETY: As in `with_state`: the link is live while in `ctl`.
+            let mut st = unsafe { &*m }.lock();
+            exec_on::<DestroyQp>(&mut st, &DestroyQpIn { qpn }, &[])?;
+        }
+        ctl.qps.retain(|(q, _)| *q != qpn);
+        Ok(())
+    }
+
+    fn ring_send(&self, _qpn: u32, ctrl: &[u8; 16], half: u8) -> Result {
+        let reg = bf_reg_offset(0).map_err(|_| EINVAL)? + usize::from(half) * BF_BUF_SIZE;
+        self.doorbell(reg, &send_doorbell(ctrl))
+    }
+
+    fn ring_recv(&self, _qpn: u32) {
+        // The device reads the receive counter from the doorbell record.
+    }
+
+    fn run(&self) {
+        // The device runs by itself.
+    }
+}

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory shared with a device: queue rings, doorbell records, page lists.
+//!
+//! One type for every backend: [`DmaBuf`] is memory of the module's own
+//! (which the software HCA reaches at its kernel address) or memory
+//! another owner provides through [`DmaBacking`] (pages a process maps, a
+//! PCI function's coherent DMA memory), with the address the device uses
+//! beside the kernel's. Every access is a volatile copy: the device writes
+//! while consumers read, as a CPU and a device share a DMA buffer.
+
+use kernel::{
+    prelude::*,
+    sync::Arc, //
+};
+
+/// Memory allocated elsewhere that a [`DmaBuf`] can stand for (the pages
+/// uverbs shares with a process).
+///
+/// # Safety
+///
+/// `kaddr()..kaddr() + len()` must be valid for reads and writes, 8-byte
+/// aligned, and constant for as long as the value lives; nothing may
+/// access it through a Rust reference (only volatile copies).
+pub(crate) unsafe trait DmaBacking: Send + Sync {
+    /// The kernel virtual address of the first byte.
+    fn kaddr(&self) -> u64;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// The address the device reaches the first byte at: the kernel
+    /// address for the software HCA, a bus address for a PCI function.
+    fn dma_addr(&self) -> u64 {
+        self.kaddr()
+    }
+}
+
+/// What keeps a [`DmaBuf`]'s memory alive.
+enum Storage {
+    /// Allocated by the buffer itself.
+    Own { _words: KVec<u64> },
+    /// Shared with another owner (pages a process maps).
+    Shared { _backing: Arc<dyn DmaBacking> },
+}
+
+/// A zeroed, 8-byte aligned buffer a device may access once it is given
+/// to it (the software HCA: once registered; its owner removes it from
+/// the registry before dropping it).
+///
+/// # Invariants
+///
+/// `ptr` points at `len` bytes kept alive by `_storage`, which are never
+/// touched through a reference after construction (only through `ptr`).
+pub(crate) struct DmaBuf {
+    ptr: *mut u8,
+    len: usize,
+    /// Where the device reaches `ptr`.
+    dma: u64,
+    _storage: Storage,
+}
+
+// SAFETY: The buffer is plain memory; concurrent access goes through
+// volatile copies only.
+unsafe impl Send for DmaBuf {}
+// SAFETY: As above: `&DmaBuf` only offers volatile copies.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// Allocates `len` zeroed bytes (rounded up to 8).
+    pub(crate) fn new(len: usize, flags: kernel::alloc::Flags) -> Result<Self> {
+        let words = len.div_ceil(8).max(1);
+        let mut storage = KVec::from_elem(0u64, words, flags)?;
+        let ptr = storage.as_mut_ptr().cast::<u8>();
+        // INVARIANT: `storage` owns `words * 8 >= len` bytes at `ptr`.
+        Ok(Self {
+            ptr,
+            len,
+            dma: ptr as u64,
+            _storage: Storage::Own { _words: storage },
+        })
+    }
+
+    /// A buffer over memory another owner shares (pages a process maps):
+    /// the buffer keeps `backing` alive.
+    pub(crate) fn shared(backing: Arc<dyn DmaBacking>) -> Self {
+        // INVARIANT: by `DmaBacking`'s contract the range is valid while
+        // `backing` lives, which `_storage` ensures.
+        Self {
+            ptr: backing.kaddr() as *mut u8,
+            len: backing.len(),
+            dma: backing.dma_addr(),
+            _storage: Storage::Shared { _backing: backing },
+        }
+    }
+
+    /// The buffer's kernel virtual address (also where the software HCA
+    /// reaches it).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Where the device reaches the buffer: [`DmaBuf::addr`] for memory of
+    /// the module's own, the backing's DMA address for shared memory.
+    pub(crate) fn dma_addr(&self) -> u64 {
+        self.dma
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn range(&self, off: usize, len: usize) -> Result<*mut u8> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.ptr.wrapping_add(off)),
+            _ => Err(EINVAL),
+        }
+    }
+
+    /// Copies bytes out of the buffer at `off`.
+    pub(crate) fn read(&self, off: usize, out: &mut [u8]) -> Result {
+        let p = self.range(off, out.len())?;
+        // SAFETY: `range` checked `p..p + out.len()` lies inside the buffer.
+        unsafe { volatile_copy_from(p, out) };
+        Ok(())
+    }
+
+    /// Reads one byte at `off` (an owner byte).
+    pub(crate) fn read_u8(&self, off: usize) -> Result<u8> {
+        let p = self.range(off, 1)?;
+        // SAFETY: `p` lies inside the buffer.
+        Ok(unsafe { p.read_volatile() })
+    }
+
+    /// Copies `data` into the buffer at `off`.
+    pub(crate) fn write(&self, off: usize, data: &[u8]) -> Result {
+        let p = self.range(off, data.len())?;
+        // SAFETY: `range` checked `p..p + data.len()` lies inside the buffer.
+        unsafe { volatile_copy_to(p, data) };
+        Ok(())
+    }
+
+    /// Sets every byte at `off + k * stride` (for `k` in `0..count`) to `v`.
+    pub(crate) fn fill_strided(&self, off: usize, stride: usize, count: usize, v: u8) -> Result {
+        for k in 0..count {
+            self.write(off + k * stride, &[v])?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes from `addr` up to the next 8-byte boundary.
+fn to_word_boundary(addr: usize) -> usize {
+    addr.wrapping_neg() % 8
+}
+
+/// Copies device-visible memory out, as a DMA engine reads it: volatile
+/// loads in ascending order, aligned 8-byte words where possible (the
+/// ends byte by byte), which under emulation costs an eighth of a copy
+/// byte by byte.
+///
+/// # Safety
+///
+/// `src..src + out.len()` must be valid for reads.
+pub(crate) unsafe fn volatile_copy_from(src: *const u8, out: &mut [u8]) {
+    let (head, rest) = out.split_at_mut(to_word_boundary(src as usize).min(out.len()));
+    for (i, b) in head.iter_mut().enumerate() {
+        // SAFETY: `i < head.len() <= out.len()`: inside the caller's range.
+        *b = unsafe { src.add(i).read_volatile() };
+    }
+    // SAFETY: `head.len() <= out.len()`: still inside (or at the end of)
+    // the caller's range.
+    let src = unsafe { src.add(head.len()) };
+    let mut words = rest.chunks_exact_mut(8);
+    let mut off = 0;
+    for w in &mut words {
+        // SAFETY: `src + off` is 8-byte aligned (the head took the
+        // misalignment) and `off + 8 <= rest.len()`: inside the range.
+        let v = unsafe { src.add(off).cast::<u64>().read_volatile() };
+        w.copy_from_slice(&v.to_ne_bytes());
+        off += 8;
+    }
+    for (i, b) in words.into_remainder().iter_mut().enumerate() {
+        // SAFETY: `off + i < rest.len()`: inside the range.
+        *b = unsafe { src.add(off + i).read_volatile() };
+    }
+}
+
+/// Copies into device-visible memory, as a DMA engine writes it: volatile
+/// stores in ascending order, aligned 8-byte words where possible.
+///
+/// # Safety
+///
+/// `dst..dst + data.len()` must be valid for writes.
+pub(crate) unsafe fn volatile_copy_to(dst: *mut u8, data: &[u8]) {
+    let (head, rest) = data.split_at(to_word_boundary(dst as usize).min(data.len()));
+    for (i, b) in head.iter().enumerate() {
+        // SAFETY: `i < head.len() <= data.len()`: inside the caller's range.
+        unsafe { dst.add(i).write_volatile(*b) };
+    }
+    // SAFETY: `head.len() <= data.len()`: inside (or at the end of) the
+    // caller's range.
+    let dst = unsafe { dst.add(head.len()) };
+    let mut words = rest.chunks_exact(8);
+    let mut off = 0;
+    for w in &mut words {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(w);
+        // SAFETY: `dst + off` is 8-byte aligned and `off + 8 <= rest.len()`.
+        unsafe {
+            dst.add(off)
+                .cast::<u64>()
+                .write_volatile(u64::from_ne_bytes(v))
+        };
+        off += 8;
+    }
+    for (i, b) in words.remainder().iter().enumerate() {
+        // SAFETY: `off + i < rest.len()`: inside the range.
+        unsafe { dst.add(off + i).write_volatile(*b) };
+    }
+}
