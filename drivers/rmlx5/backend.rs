@@ -70,6 +70,9 @@ pub(crate) struct DeviceInfo {
     /// The port's LID: what a peer names this device by in a QP's address
     /// vector.
     pub(crate) lid: u16,
+    /// Pages of a fast-registration MR, 0 if `create_fast_mr` is not
+    /// supported.
+    pub(crate) max_fast_reg_pages: u32,
 }
 
 /// A device the verbs objects run on: one `rmlx5_<n>`.

@@ -403,9 +403,8 @@ impl pci::Driver for CxDriver {
                 // goes (`detach`, at unbind and below).
                 let (reg, bar) = unsafe { (vectors.get(), bar.get()) };
                 if let Err(e) = attach(pdev, &irq, &comp, &device, reg, bar, uar) {
-                    detach(pdev, &irq, &comp, &device);
-                    let mut st = irq.handler().state.lock();
-                    take_down(pdev, *model, &mut st);
+                    let backend = detach(pdev, &irq, &comp, &device);
+                    shut(pdev, *model, &irq, backend.as_deref());
                     return Err(e);
                 }
             },
@@ -413,9 +412,29 @@ impl pci::Driver for CxDriver {
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        detach(pdev, &this.irq, &this.comp, &this.device);
-        let mut st = this.irq.handler().state.lock();
-        take_down(pdev, this.model, &mut st);
+        let backend = detach(pdev, &this.irq, &this.comp, &this.device);
+        shut(pdev, this.model, &this.irq, backend.as_deref());
+    }
+}
+
+/// Takes the function down and, if it was a verbs device, cuts its
+/// backend from it in the same section (see `CxBackend::revoke_after`).
+fn shut<'bound>(
+    pdev: &pci::Device<Bound>,
+    model: Model,
+    irq: &ThreadedRegistration<'bound, AsyncIrq<'bound>>,
+    backend: Option<&CxBackend>,
+) {
+    let down = || {
+        let mut st = irq.handler().state.lock();
+        take_down(pdev, model, &mut st);
+        st.function.progress() == Progress::default()
+    };
+    match backend {
+        Some(b) => b.revoke_after(down),
+        None => {
+            down();
+        }
     }
 }
 
@@ -436,14 +455,29 @@ fn attach<'bound>(
 ) -> Result {
     let nvec = u16::try_from(vectors.len()).unwrap_or(u16::MAX);
     let comp_eqs = usize::from(nvec.saturating_sub(1)).clamp(1, crate::hca::MAX_COMP_EQS);
-    // SAFETY: `detach` revokes the backend before the state and the BAR
-    // go: at unbind, and on every error path of probe after this call.
-    let backend = unsafe { CxBackend::new(pdev, &irq.handler().state, bar, uar, nvec)? };
+    let index = crate::mlx5_core::device::reserve_index(crate::soft()?.count())?;
+    // SAFETY: `shut` revokes the backend before the state and the BAR go:
+    // at unbind, and on every error path of probe after this call.
+    let backend = match unsafe { CxBackend::new(pdev, &irq.handler().state, bar, uar, nvec) } {
+        Ok(b) => b,
+        Err(e) => {
+            crate::mlx5_core::device::release_index(usize::from(index));
+            return Err(e);
+        }
+    };
+    // From here `detach` undoes whatever was done.
     *device.lock() = Some(Attached {
-        index: u16::MAX,
+        index,
         backend: backend.clone(),
     });
-    let index = crate::mlx5_core::device::free_index(crate::soft()?.count())?;
+    // Vector 0's handler takes the EQs that have no vector of their own:
+    // the async EQ (position 0) and completion EQs past the last vector.
+    let mut on_zero = KVec::with_capacity(comp_eqs + 1, GFP_KERNEL)?;
+    for p in 0..=comp_eqs {
+        if backend.vector_of(u16::try_from(p)?) == 0 {
+            on_zero.push(p, GFP_KERNEL)?;
+        }
+    }
     let geo = Geometry {
         comp_eqs,
         max_cqs: crate::hca::MAX_CQS,
@@ -451,14 +485,9 @@ fn attach<'bound>(
         qpn_base: crate::hca_model::qp::QPN_BASE,
     };
     let perf = Arc::new(crate::perf::Perf::new(), GFP_KERNEL)?;
+    // Nothing fails between the EQs' creation and the hook through which
+    // `detach` destroys them.
     let dev = Device::new(index, backend.clone(), geo, perf)?;
-    // Vector 0's handler takes the EQs that have no vector of their own.
-    let mut on_zero = KVec::new();
-    for (p, eq) in dev.eqs.iter().enumerate() {
-        if backend.vector_of(eq.vector) == 0 {
-            on_zero.push(p, GFP_KERNEL)?;
-        }
-    }
     *irq.handler().core.lock() = Some((dev.clone(), on_zero));
     {
         let mut regs = comp.lock();
@@ -489,10 +518,20 @@ fn attach<'bound>(
         dev.arm_eq(p)?;
     }
     crate::mlx5_core::device::register(&dev)?;
-    if let Some(a) = &mut *device.lock() {
-        a.index = index;
-    }
     registry::set_verbs(pdev, Some(index));
+    // For ULPs of the generic ib_* API too; the device works without.
+    #[cfg(CONFIG_INFINIBAND)]
+    if crate::module_parameters::ib_core.value() {
+        match crate::ibdev::add_pci(index, pdev) {
+            Ok(()) => dev_info!(pdev, "rmlx5_{}: registered with ib_core\n", index),
+            Err(e) => dev_warn!(
+                pdev,
+                "rmlx5_{}: not registered with ib_core: error {}\n",
+                index,
+                e.to_errno()
+            ),
+        }
+    }
     dev_info!(
         pdev,
         "rmlx5_{}: verbs device, async EQ {} and {} completion EQ(s) on MSI-X vector(s) {}..{}\n",
@@ -506,18 +545,20 @@ fn attach<'bound>(
 }
 
 /// Undoes [`attach`], whatever part of it was done: the device leaves the
-/// table of devices, the completion interrupts are freed, its EQs are
-/// destroyed, and the backend is cut from the function. Objects still
-/// created on it then fail or do nothing (see `cx/dev.rs`).
+/// table of devices, the completion interrupts are freed and its EQs are
+/// destroyed. Returns the backend, which [`shut`] cuts from the function
+/// as it takes it down; objects still created on it then fail or do
+/// nothing (see `cx/dev.rs`).
 fn detach<'bound>(
     pdev: &pci::Device<Bound>,
     irq: &ThreadedRegistration<'bound, AsyncIrq<'bound>>,
     comp: &Mutex<KVec<Pin<KBox<irq::Registration<'bound, EqIrq>>>>>,
     device: &Mutex<Option<Attached>>,
-) {
-    let Some(a) = device.lock().take() else {
-        return;
-    };
+) -> Option<Arc<CxBackend>> {
+    let a = device.lock().take()?;
+    // ib_core's clients destroy their objects while the device still runs.
+    #[cfg(CONFIG_INFINIBAND)]
+    crate::ibdev::remove_pci(a.index);
     registry::set_verbs(pdev, None);
     // No new user; the table's reference goes.
     let _ = crate::mlx5_core::device::take(usize::from(a.index));
@@ -529,7 +570,8 @@ fn detach<'bound>(
         crate::mlx5_core::device::shut_down(&dev);
         dev_info!(pdev, "rmlx5_{}: verbs device removed\n", dev.index);
     }
-    a.backend.revoke();
+    crate::mlx5_core::device::release_index(usize::from(a.index));
+    Some(a.backend)
 }
 
 /// Enables the function's memory space and bus mastering and sets its DMA

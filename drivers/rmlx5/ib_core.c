@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * rmlx5 as an ib_core device: one struct ib_device per software HCA,
- * registered as rmlx5_<n>, so kernel ULPs use the generic ib_* API on it.
+ * rmlx5 as an ib_core device: one struct ib_device per software HCA and per
+ * ConnectX function that is a verbs device, registered as rmlx5_<n>, so
+ * kernel ULPs use the generic ib_* API on it.
  *
  * This file is the ib_device_ops table and the translation between ib_core's
  * structures and the rmlx5_ib_* C ABI (include/rdma/rmlx5_ib.h), which the
@@ -23,11 +24,15 @@
  * is). Fast registration (alloc_mr, map_mr_sg, IB_WR_REG_MR) and
  * IB_WR_LOCAL_INV are UMR WQEs on the QP, executed by the HCA in order.
  *
- * Addressing: the port is InfiniBand, LID n + 1 for rmlx5_<n> (LID 0 is not
- * a valid unicast LID), one GID (fe80::/64 + the port GUID), one P_Key
- * (0xffff). The devices have no DMA device, so ib_dma_map_*() return
- * direct-map addresses (ib_uses_virt_dma), which the DMA MR of each PD
- * (get_dma_mr, its local_dma_lkey) covers.
+ * Addressing: the port is InfiniBand, one GID (fe80::/64 + the port GUID),
+ * one P_Key (0xffff). A software HCA rmlx5_<n> has LID n + 1 (LID 0 is not
+ * a valid unicast LID; the rmlx5_ib ABI names it n) and no DMA device, so
+ * ib_dma_map_*() return direct-map addresses (ib_uses_virt_dma), which the
+ * DMA MR of each PD (get_dma_mr, its local_dma_lkey) covers. A ConnectX
+ * function has its port's LID, as the rmlx5_ib ABI reports it, and the PCI
+ * device as DMA device: ib_dma_map_*() return bus addresses, which its DMA
+ * MR (a PA key over the whole bus space) covers. Fast registration is
+ * advertised only where the device has it (max_fast_reg_pages).
  */
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -150,6 +155,8 @@ struct rmlx5_ibc_dev {
 	bool roce;
 	/* Registered with ib_core (under rmlx5_ibc_lock). */
 	bool registered;
+	/* A ConnectX function (rmlx5_ibc_add_pci), not a software HCA. */
+	bool pci;
 };
 
 struct rmlx5_ibc_pd {
@@ -267,9 +274,12 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 	props->page_size_cap = PAGE_SIZE;
 	props->max_qp = a.max_qp;
 	props->max_qp_wr = a.max_qp_wr;
-	props->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN |
-				  IB_DEVICE_MEM_MGT_EXTENSIONS;
-	props->max_fast_reg_page_list_len = RMLX5_IBC_MAX_FAST_PAGES;
+	props->device_cap_flags = IB_DEVICE_RC_RNR_NAK_GEN;
+	if (a.max_fast_reg_pages) {
+		props->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
+		props->max_fast_reg_page_list_len =
+			min_t(u32, a.max_fast_reg_pages, RMLX5_IBC_MAX_FAST_PAGES);
+	}
 	props->max_send_sge = a.max_sge;
 	props->max_recv_sge = a.max_sge;
 	props->max_sge_rd = a.max_sge;
@@ -327,7 +337,7 @@ static int rmlx5_ibc_query_port(struct ib_device *ibdev, u32 port,
 	props->gid_tbl_len = 1;
 	props->pkey_tbl_len = 1;
 	props->max_msg_sz = 1U << 30;
-	props->lid = a.lid + 1;
+	props->lid = to_dev(ibdev)->pci ? a.lid : a.lid + 1;
 	props->sm_lid = 1;
 	props->lmc = 0;
 	props->max_vl_num = 1;
@@ -714,12 +724,13 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		a.dlid = peer;
 	} else if (mask & IB_QP_AV) {
 		u16 dlid = rdma_ah_get_dlid(&attr->ah_attr);
+		bool pci = to_dev(ibqp->device)->pci;
 
-		/* rmlx5_<n> has LID n + 1. */
+		/* Software HCA rmlx5_<n> has LID n + 1; a function its own. */
 		if (attr->ah_attr.type != RDMA_AH_ATTR_TYPE_IB || !dlid ||
-		    dlid > RMLX5_IBC_MAX_DEVS)
+		    (!pci && dlid > RMLX5_IBC_MAX_DEVS))
 			return -EINVAL;
-		a.dlid = dlid - 1;
+		a.dlid = pci ? dlid : dlid - 1;
 	}
 	err = rmlx5_ib_modify_qp(qp->qp, &a, mask);
 	if (err)
@@ -742,7 +753,8 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			qp->attr.ah_attr.ah_flags = IB_AH_GRH;
 			rdma_ah_set_dgid_raw(&qp->attr.ah_attr, dgid.raw);
 		} else {
-			rdma_ah_set_dlid(&qp->attr.ah_attr, a.dlid + 1);
+			rdma_ah_set_dlid(&qp->attr.ah_attr,
+					 to_dev(ibqp->device)->pci ? a.dlid : a.dlid + 1);
 		}
 		rdma_ah_set_sl(&qp->attr.ah_attr, rdma_ah_get_sl(&attr->ah_attr));
 		rdma_ah_set_port_num(&qp->attr.ah_attr, 1);
@@ -1140,12 +1152,16 @@ static void rmlx5_ibc_forget(struct rmlx5_ibc_dev *dev)
 {
 	mutex_lock(&rmlx5_ibc_lock);
 	rmlx5_ibc_devs[dev->index] = NULL;
-	if (rmlx5_ibc_nr == dev->index + 1)
-		rmlx5_ibc_nr = dev->index;
+	while (rmlx5_ibc_nr && !rmlx5_ibc_devs[rmlx5_ibc_nr - 1])
+		rmlx5_ibc_nr--;
 	mutex_unlock(&rmlx5_ibc_lock);
 }
 
-static int rmlx5_ibc_add_one(unsigned int index)
+/*
+ * Registers rmlx5_<index>: a software HCA (dma_device NULL) or a ConnectX
+ * function whose PCI device is dma_device.
+ */
+static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device)
 {
 	struct rmlx5_ib_device_attr a;
 	struct rmlx5_ibc_dev *dev;
@@ -1167,24 +1183,33 @@ static int rmlx5_ibc_add_one(unsigned int index)
 	dev->ibdev.phys_port_cnt = 1;
 	dev->ibdev.num_comp_vectors = max_t(u32, a.num_comp_vectors, 1);
 	dev->ibdev.node_guid = rmlx5_ibc_guid(index);
-	strscpy(dev->ibdev.node_desc, "rmlx5 software HCA",
+	dev->pci = dma_device;
+	strscpy(dev->ibdev.node_desc,
+		dma_device ? "rmlx5 ConnectX function" : "rmlx5 software HCA",
 		sizeof(dev->ibdev.node_desc));
-	dev->ibdev.dev.parent = rmlx5_shim_hca_device(index);
+	dev->ibdev.dev.parent = dma_device ?: rmlx5_shim_hca_device(index);
 	ib_set_device_ops(&dev->ibdev, &rmlx5_ibc_ops);
 	/* In the table before its netdev is bound (see bind_netdev). */
 	mutex_lock(&rmlx5_ibc_lock);
+	if (rmlx5_ibc_devs[index]) {
+		mutex_unlock(&rmlx5_ibc_lock);
+		ib_dealloc_device(&dev->ibdev);
+		return -EBUSY;
+	}
 	rmlx5_ibc_devs[index] = dev;
-	rmlx5_ibc_nr = index + 1;
+	rmlx5_ibc_nr = max(rmlx5_ibc_nr, index + 1);
 	mutex_unlock(&rmlx5_ibc_lock);
-	err = rmlx5_ibc_bind_netdev(dev);
+	/* roce_netdevs names netdevs for the software HCAs only. */
+	err = dma_device ? 0 : rmlx5_ibc_bind_netdev(dev);
 	if (err)
 		goto fail;
 	err = rmlx5_ibc_set_event_handler(index, rmlx5_ibc_event, dev);
 	if (err)
 		goto fail;
 	snprintf(name, sizeof(name), "rmlx5_%u", index);
-	/* No DMA device: ib_dma_map_*() give direct-map addresses. */
-	err = ib_register_device(&dev->ibdev, name, NULL);
+	/* A software HCA has no DMA device: ib_dma_map_*() give direct-map
+	 * addresses. A function's give bus addresses. */
+	err = ib_register_device(&dev->ibdev, name, dma_device);
 	if (err)
 		goto fail;
 	mutex_lock(&rmlx5_ibc_lock);
@@ -1212,7 +1237,7 @@ int rmlx5_ibc_register(unsigned int nr)
 		rmlx5_ibc_notifier = true;
 	}
 	for (i = 0; i < nr; i++) {
-		err = rmlx5_ibc_add_one(i);
+		err = rmlx5_ibc_add_one(i, NULL);
 		if (err) {
 			pr_err("rmlx5: registering rmlx5_%u with ib_core failed: %d\n",
 			       i, err);
@@ -1225,9 +1250,14 @@ int rmlx5_ibc_register(unsigned int nr)
 
 void rmlx5_ibc_unregister(void)
 {
-	while (rmlx5_ibc_nr) {
-		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[rmlx5_ibc_nr - 1];
+	unsigned int i = RMLX5_IBC_MAX_DEVS;
 
+	/* The software HCAs; a function leaves through rmlx5_ibc_remove_pci. */
+	while (i--) {
+		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[i];
+
+		if (!d || d->pci)
+			continue;
 		rmlx5_ibc_forget(d);
 		rmlx5_ibc_remove_one(d);
 	}
@@ -1239,4 +1269,26 @@ void rmlx5_ibc_unregister(void)
 		unregister_netdevice_notifier(&rmlx5_ibc_netdev_nb);
 		rmlx5_ibc_notifier = false;
 	}
+}
+
+int rmlx5_ibc_add_pci(unsigned int index, struct device *dma_device)
+{
+	if (index >= RMLX5_IBC_MAX_DEVS || !dma_device)
+		return -EINVAL;
+	return rmlx5_ibc_add_one(index, dma_device);
+}
+
+void rmlx5_ibc_remove_pci(unsigned int index)
+{
+	struct rmlx5_ibc_dev *d;
+
+	if (index >= RMLX5_IBC_MAX_DEVS)
+		return;
+	mutex_lock(&rmlx5_ibc_lock);
+	d = rmlx5_ibc_devs[index];
+	mutex_unlock(&rmlx5_ibc_lock);
+	if (!d || !d->pci)
+		return;
+	rmlx5_ibc_forget(d);
+	rmlx5_ibc_remove_one(d);
 }

@@ -149,7 +149,7 @@ module! {
         },
         ib_core: bool {
             default: true,
-            description: "Register the software HCAs with the kernel's RDMA core as rmlx5_<n>, for ULPs of the ib_* API (kernels with CONFIG_INFINIBAND)",
+            description: "Register the software HCAs and the ConnectX functions with the kernel's RDMA core as rmlx5_<n>, for ULPs of the ib_* API (kernels with CONFIG_INFINIBAND)",
         },
         pci: bool {
             default: true,
@@ -322,7 +322,10 @@ impl SoftDevices {
                 geo,
                 soft.perf.clone(),
             )?;
-            mlx5_core::device::register(&dev)?;
+            if let Err(e) = mlx5_core::device::register(&dev) {
+                mlx5_core::device::shut_down(&dev);
+                return Err(e);
+            }
             this.count += 1;
         }
         Ok(this)

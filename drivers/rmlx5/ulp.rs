@@ -111,8 +111,10 @@ pub struct DeviceAttr {
     num_comp_vectors: u32,
     /// `IB_PORT_ACTIVE` (4).
     port_state: u32,
-    /// The HCA's LID (its index).
+    /// What a peer's `dlid` names this device by.
     lid: u32,
+    /// Pages of a fast-registration MR; 0 if the device has none.
+    max_fast_reg_pages: u32,
 }
 
 /// Number of registered rmlx5 devices (`rmlx5_ib_num_devices()` in C).
@@ -156,6 +158,7 @@ pub unsafe extern "C" fn rmlx5_ib_query_device(index: c_int, attr: *mut DeviceAt
             num_comp_vectors: u32::try_from(dev.comp_vectors())?,
             port_state: 4,
             lid: u32::from(i.lid),
+            max_fast_reg_pages: i.max_fast_reg_pages,
         };
         Ok(())
     })();

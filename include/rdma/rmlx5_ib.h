@@ -8,11 +8,14 @@
  * values are those of enum ib_wr_opcode, ib_wc_status, ib_wc_opcode,
  * ib_send_flags, ib_qp_attr_mask, ib_qp_state and ib_access_flags.
  *
- * A device is named by its index (rmlx5_<index>); the address vector of a
- * QP names the remote device by its index as LID. Memory registered with
- * rmlx5_ib_reg_mr() is kernel memory (kmalloc/vmalloc'd) addressed by its
- * kernel virtual address in SGEs and remote addresses; it must stay valid
- * until rmlx5_ib_dereg_mr(). All functions return 0 or a negative errno
+ * A device is named by its index (rmlx5_<index>): the software HCAs first,
+ * then the ConnectX PCI functions; the address vector of a QP names the
+ * remote device by the lid rmlx5_ib_query_device() reports for it. Memory
+ * registered with rmlx5_ib_reg_mr() is kernel memory addressed by its
+ * kernel virtual address in SGEs and remote addresses (kmalloc'd or
+ * vmalloc'd on a software HCA, direct-mapped memory such as kmalloc's on a
+ * PCI function, which maps it for DMA); it must stay valid until
+ * rmlx5_ib_dereg_mr(). All functions return 0 or a negative errno
  * unless documented otherwise, and may sleep except rmlx5_ib_post_send(),
  * rmlx5_ib_post_recv(), rmlx5_ib_poll_cq() and rmlx5_ib_req_notify_cq(),
  * which may be called from a completion handler (BH context).
@@ -121,6 +124,7 @@ struct rmlx5_ib_device_attr {
 	u32 num_comp_vectors;
 	u32 port_state;		/* 4: IB_PORT_ACTIVE */
 	u32 lid;		/* what a peer's dlid names this device by */
+	u32 max_fast_reg_pages;	/* pages of a fast-registration MR; 0: none */
 };
 
 struct rmlx5_ib_wc {

@@ -14,6 +14,12 @@
  * order that differs per context. Each case prints
  * "rmlx5-test: PASS ib_<case>" or "rmlx5-test: FAIL ib_<case>: why".
  *
+ * dev0= and dev1= name other devices (the same one twice for a loopback
+ * pair, as on one ConnectX function) and prefix= replaces "ib" in the test
+ * names. On a device without fast registration (no
+ * IB_DEVICE_MEM_MGT_EXTENSIONS) the fast_reg and local_inv cases are
+ * skipped, and said so.
+ *
  * With hold=1 it runs no test but keeps a PD, a CQ and a QP on every rmlx5
  * device until ib_core removes the device (rmmod rmlx5 while this module is
  * loaded): the client's remove callback destroys them and reports
@@ -33,9 +39,22 @@ static bool hold;
 module_param(hold, bool, 0444);
 MODULE_PARM_DESC(hold, "keep objects on every rmlx5 device until it is removed");
 
-#define PASS(name, ctx) pr_info("rmlx5-test: PASS ib_%s%s\n", name, ctx)
+static char *dev0 = "rmlx5_0";
+module_param(dev0, charp, 0444);
+MODULE_PARM_DESC(dev0, "ib_core name of side 0's device");
+
+static char *dev1 = "rmlx5_1";
+module_param(dev1, charp, 0444);
+MODULE_PARM_DESC(dev1, "ib_core name of side 1's device (dev0 for a loopback pair)");
+
+static char *prefix = "ib";
+module_param(prefix, charp, 0444);
+MODULE_PARM_DESC(prefix, "prefix of the test names");
+
+#define PASS(name, ctx) pr_info("rmlx5-test: PASS %s_%s%s\n", prefix, name, ctx)
 #define FAIL(name, ctx, fmt, ...) \
-	pr_info("rmlx5-test: FAIL ib_%s%s: " fmt "\n", name, ctx, ##__VA_ARGS__)
+	pr_info("rmlx5-test: FAIL %s_%s%s: " fmt "\n", prefix, name, ctx, \
+		##__VA_ARGS__)
 
 static struct ib_device *devs[2];
 static struct ib_client ibtest_client;
@@ -523,7 +542,11 @@ static void run_ctx(enum ib_poll_context pctx, const char *ctx, int order)
 		PASS("connect", ctx);
 		test_send_recv(&e[0], &e[1], ctx);
 		test_write_read(&e[0], &e[1], ctx);
-		test_fast_reg(&e[0], &e[1], ctx);
+		if (devs[1]->attrs.device_cap_flags & IB_DEVICE_MEM_MGT_EXTENSIONS)
+			test_fast_reg(&e[0], &e[1], ctx);
+		else
+			pr_info("rmlx5_ibtest: %s has no fast registration: fast_reg%s and local_inv%s skipped\n",
+				dev_name(&devs[1]->dev), ctx, ctx);
 		test_drain(&e[0], &e[1], ctx);
 	}
 	/* QPs first (they use the CQs and PDs); then per order. */
@@ -593,7 +616,10 @@ static void test_device(void)
 
 	for (i = 0; i < 2; i++) {
 		err = ib_query_port(devs[i], 1, &pa);
-		if (err || pa.state != IB_PORT_ACTIVE || pa.lid != i + 1 ||
+		/* A software HCA rmlx5_<n> has LID n + 1; any device a LID. */
+		if (err || pa.state != IB_PORT_ACTIVE || !pa.lid ||
+		    (!strcmp(dev_name(&devs[i]->dev), "rmlx5_0") && pa.lid != 1) ||
+		    (!strcmp(dev_name(&devs[i]->dev), "rmlx5_1") && pa.lid != 2) ||
 		    !rdma_protocol_ib(devs[i], 1) || rdma_cap_ib_mad(devs[i], 1)) {
 			FAIL("port", "", "%s: err %d state %d lid %u", dev_name(&devs[i]->dev),
 			     err, pa.state, pa.lid);
@@ -626,8 +652,10 @@ static int ibtest_add(struct ib_device *dev)
 		return -EOPNOTSUPP;
 	if (sscanf(dev_name(&dev->dev), "rmlx5_%d", &slot) != 1)
 		return -EOPNOTSUPP;
-	if (slot >= 0 && slot < 2)
-		devs[slot] = dev;
+	if (!strcmp(dev_name(&dev->dev), dev0))
+		devs[0] = dev;
+	if (!strcmp(dev_name(&dev->dev), dev1))
+		devs[1] = dev;
 	if (!hold)
 		return 0;
 	h = kzalloc(sizeof(*h), GFP_KERNEL);
@@ -696,7 +724,8 @@ static int __init ibtest_init(void)
 	if (hold)
 		return 0;
 	if (!devs[0] || !devs[1]) {
-		pr_info("rmlx5-test: FAIL ib_devices: rmlx5_0 and rmlx5_1 are not both registered with ib_core\n");
+		pr_info("rmlx5-test: FAIL %s_devices: %s and %s are not both registered with ib_core\n",
+			prefix, dev0, dev1);
 		return 0;
 	}
 	PASS("devices", "");

@@ -270,7 +270,41 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_verbs_device "no 'rmlx5_<n>: verbs device' line for $bdf"
         fi
+        # The same device for ULPs of the generic ib_* API: an ib_core
+        # device whose DMA device is the function, its DMA MR a PA key. The
+        # ib_core test ULP runs as a loopback pair on it in the three poll
+        # contexts (cx_ib_*; no fast registration on a function yet, said
+        # and skipped). Then, with hold=1, it keeps objects on the function
+        # through the unbind below: ib_core's remove callback must destroy
+        # them before the function goes.
+        held=
+        if [ -n "$n" ] && [ -f /lib/modules/rmlx5_ibtest.ko ]; then
+            if grep -q "rmlx5 ConnectX function" /sys/class/infiniband/rmlx5_$n/node_desc 2>/dev/null &&
+                dmesg | grep -q "rmlx5_cx $bdf: rmlx5_$n: registered with ib_core"; then
+                pass cx_ib_device
+            else
+                fail cx_ib_device "no ib_core device rmlx5_$n for $bdf"
+            fi
+            if insmod /lib/modules/rmlx5_ibtest.ko dev0=rmlx5_$n dev1=rmlx5_$n prefix=cx_ib; then
+                rmmod rmlx5_ibtest || fail cx_ib_unload "rmmod rmlx5_ibtest failed"
+            else
+                fail cx_ib_load "insmod rmlx5_ibtest exited $?"
+            fi
+            if insmod /lib/modules/rmlx5_ibtest.ko hold=1; then
+                held=1
+            else
+                fail cx_ib_hold_load "insmod rmlx5_ibtest hold=1 exited $?"
+            fi
+        fi
         echo "$bdf" > $sysdrv/unbind
+        if [ -n "$held" ]; then
+            if dmesg | grep -q "rmlx5-test: PASS ib_remove_rmlx5_$n"; then
+                pass cx_ib_unbind_removes_held_objects
+            else
+                fail cx_ib_unbind_removes_held_objects "ib_core's remove callback did not run for rmlx5_$n at unbind"
+            fi
+            rmmod rmlx5_ibtest || fail cx_ib_hold_unload "rmmod rmlx5_ibtest failed"
+        fi
         if dmesg | grep -q "rmlx5_cx $bdf: rmlx5_$n: verbs device removed"; then
             pass cx_verbs_device_removed_at_unbind
         else

@@ -217,6 +217,8 @@ impl Device {
 /// The table of devices, by instance number.
 pub(crate) struct Table {
     devs: [Option<Arc<Device>>; MAX_DEVICES],
+    /// Numbers handed out by [`reserve_index`] and not released yet.
+    reserved: [bool; MAX_DEVICES],
 }
 
 impl Table {
@@ -224,6 +226,7 @@ impl Table {
     pub(crate) const fn new() -> Self {
         Self {
             devs: [const { None }; MAX_DEVICES],
+            reserved: [false; MAX_DEVICES],
         }
     }
 }
@@ -231,8 +234,8 @@ impl Table {
 kernel::sync::global_lock! {
     // SAFETY: `init` is called once, in module init, before any device is
     // registered or looked up.
-    /// The devices of the module (a spinlock: looked up from any context
-    /// but hard IRQ).
+    /// The devices of the module (a plain spinlock: devices are looked up,
+    /// entered and removed in process context only).
     pub(crate) unsafe(uninit) static DEVICES: SpinLock<Table> = Table::new();
 }
 
@@ -266,17 +269,32 @@ pub(crate) fn register(dev: &Arc<Device>) -> Result {
     Ok(())
 }
 
-/// The lowest free instance number at or above `from`.
+/// Takes the lowest free instance number at or above `from`, for a device
+/// to [`register`] later; [`release_index`] gives it back.
 ///
 /// # Errors
 ///
 /// `ENOSPC` if every number is taken.
-pub(crate) fn free_index(from: usize) -> Result<u16> {
-    let t = DEVICES.lock();
+pub(crate) fn reserve_index(from: usize) -> Result<u16> {
+    let mut t = DEVICES.lock();
     let i = (from..MAX_DEVICES)
-        .find(|&i| t.devs.get(i).is_some_and(Option::is_none))
+        .find(|&i| {
+            t.devs.get(i).is_some_and(Option::is_none)
+                && !t.reserved.get(i).copied().unwrap_or(true)
+        })
         .ok_or(ENOSPC)?;
+    if let Some(r) = t.reserved.get_mut(i) {
+        *r = true;
+    }
     u16::try_from(i).map_err(|_| ENOSPC)
+}
+
+/// Gives back a number from [`reserve_index`] (its device, if it was
+/// registered, must have been taken out).
+pub(crate) fn release_index(index: usize) {
+    if let Some(r) = DEVICES.lock().reserved.get_mut(index) {
+        *r = false;
+    }
 }
 
 /// Takes `rmlx5_<index>` out of the table: no new user finds it.
@@ -307,4 +325,33 @@ pub(crate) fn unregister(index: usize) -> Option<Arc<Device>> {
     let dev = take(index)?;
     shut_down(&dev);
     Some(dev)
+}
+
+#[kunit_tests(rmlx5_core_device)]
+mod tests {
+    use super::*;
+
+    /// Numbers are handed out once until released, never one a device
+    /// holds, and never past the table.
+    #[test]
+    fn reserved_numbers_are_not_handed_out_twice() -> Result {
+        let top = MAX_DEVICES - 1;
+        let a = reserve_index(top)?;
+        assert_eq!(usize::from(a), top);
+        assert_eq!(reserve_index(top), Err(ENOSPC));
+        assert_eq!(reserve_index(MAX_DEVICES), Err(ENOSPC));
+        release_index(top);
+        assert_eq!(usize::from(reserve_index(top)?), top);
+        release_index(top);
+        // The software HCAs of the module hold 0 and up.
+        assert!(get(0).is_ok());
+        let b = reserve_index(0)?;
+        assert!(usize::from(b) >= count());
+        assert!(get(usize::from(b)).is_err());
+        let c = reserve_index(0)?;
+        assert!(c > b);
+        release_index(usize::from(c));
+        release_index(usize::from(b));
+        Ok(())
+    }
 }

@@ -19,13 +19,13 @@
 //! A CQ with a completion handler is in its HCA's table from creation to
 //! destroy. The dispatcher takes a reference (`Arc`) under the HCA's table
 //! lock (`core/events.rs`), sets the CQ's `busy` flag under that lock,
-//! calls the handler with the lock released, then clears `busy`. Destroy
-//! removes the CQ from the table and clears its pending bit under the
-//! lock, so no dispatch can start
-//! afterwards, then waits for `busy` to clear: once destroy returns, the
-//! handler is not running and never will again, and the ULP may free its
-//! context. Memory is freed when the last `Arc` goes, which may be the
-//! dispatcher's (in BH context; only `kfree`s happen then).
+//! calls the handler with the lock released, drops its reference, then
+//! clears `busy`. Destroy removes the CQ from the table and clears its
+//! pending bit under the lock, so no dispatch can start afterwards, then
+//! waits for `busy` to clear: once destroy returns, the handler is not
+//! running and never will again, and the ULP may free its context. While
+//! `busy` is set the table or the destroyer holds a reference, so the
+//! dispatcher's is never the last: memory is freed in process context.
 //!
 //! # Budget
 //!
@@ -62,6 +62,20 @@ use super::{
 pub(crate) const DISPATCH_BUDGET: u32 = 64;
 /// Time budget of one dispatch run, in microseconds.
 pub(crate) const DISPATCH_TIME_US: i64 = 1000;
+
+/// Drops the dispatcher's reference to an object it marked busy, then
+/// clears the flag with `clear`. While the flag is set another reference
+/// exists (the table's, or that of the destroy waiting for the flag), so
+/// ours is never the last one: an object's memory, a PCI function's
+/// coherent DMA memory among it, is never freed here in BH context.
+fn release<T: ?Sized>(t: Arc<T>, clear: impl FnOnce(&T)) {
+    let p = Arc::as_ptr(&t);
+    drop(t);
+    // SAFETY: `p` stays valid: the object is busy, so another `Arc` to it
+    // lives until `clear` has run (see above and the CQ lifetime rule in
+    // the module documentation).
+    clear(unsafe { &*p });
+}
 
 impl Device {
     fn deliver_event(&self, ev: AsyncEvent) {
@@ -106,20 +120,19 @@ impl WorkItem for Device {
                 Pending::Event(ev) => this.deliver_event(ev),
                 Pending::CqEvent(cq, ty) => {
                     cq.async_event(ty);
-                    cq.set_busy(false);
+                    release(cq, |c| c.set_busy(false));
                 }
                 Pending::QpEvent(qp, ty) => {
                     qp.async_event(ty);
-                    qp.set_busy(false);
+                    release(qp, |q| q.set_busy(false));
                 }
                 Pending::Cq(cq) => {
                     let t = perf.now();
                     cq.complete();
                     perf.cq_handler.add(perf.now().saturating_sub(t));
                     this.handler_calls.fetch_add(1, Ordering::Relaxed);
-                    // After this store destroy may return; `cq` itself
-                    // stays valid through our reference.
-                    cq.set_busy(false);
+                    // After this store destroy may return.
+                    release(cq, |c| c.set_busy(false));
                 }
             }
             calls += 1;

@@ -143,11 +143,11 @@ fn nones<T: ?Sized>(n: usize) -> Result<KVVec<Option<Arc<T>>>> {
     Ok(v)
 }
 
-/// Puts `v` in `slot` (if the index was in range).
-fn put<T: ?Sized>(slot: Option<&mut Option<Arc<T>>>, v: Arc<T>) {
-    if let Some(slot) = slot {
-        *slot = Some(v);
-    }
+/// Puts `v` in `slot`: `EINVAL` if the number had no slot (the device
+/// numbers its objects beyond what the tables were sized for).
+fn put<T: ?Sized>(slot: Option<&mut Option<Arc<T>>>, v: Arc<T>) -> Result {
+    *slot.ok_or(EINVAL)? = Some(v);
+    Ok(())
 }
 
 /// Empties `slot` if it holds the object at `who`; returns whether it did.
@@ -186,8 +186,8 @@ impl EventTables {
     }
 
     /// Enters CQ `cqn` for completion events.
-    pub(crate) fn add_cq(&mut self, cqn: u32, cq: Arc<dyn CompTarget>) {
-        put(self.cqs.get_mut(cqn as usize), cq);
+    pub(crate) fn add_cq(&mut self, cqn: u32, cq: Arc<dyn CompTarget>) -> Result {
+        put(self.cqs.get_mut(cqn as usize), cq)
     }
 
     /// Removes CQ `cqn` if it is `who`, with its pending bit: no dispatch
@@ -200,10 +200,9 @@ impl EventTables {
     }
 
     /// Enters kernel QP `qpn` for the poller.
-    pub(crate) fn add_qp(&mut self, qpn: u32, qp: Arc<dyn WrIds>) {
-        if let Some(s) = self.qp_slot(qpn) {
-            put(self.qps.get_mut(s), qp);
-        }
+    pub(crate) fn add_qp(&mut self, qpn: u32, qp: Arc<dyn WrIds>) -> Result {
+        let s = self.qp_slot(qpn).ok_or(EINVAL)?;
+        put(self.qps.get_mut(s), qp)
     }
 
     /// Removes kernel QP `qpn` if it is `who`.
@@ -219,10 +218,9 @@ impl EventTables {
     }
 
     /// Enters QP `qpn` for its own async events.
-    pub(crate) fn add_qp_events(&mut self, qpn: u32, qp: Arc<dyn QpEvents>) {
-        if let Some(s) = self.qp_slot(qpn) {
-            put(self.qp_events.get_mut(s), qp);
-        }
+    pub(crate) fn add_qp_events(&mut self, qpn: u32, qp: Arc<dyn QpEvents>) -> Result {
+        let s = self.qp_slot(qpn).ok_or(EINVAL)?;
+        put(self.qp_events.get_mut(s), qp)
     }
 
     /// Removes QP `qpn` from the async event table if it is `who`.

@@ -18,7 +18,7 @@
 //! The backend is an `Arc` that verbs objects hold for as long as they
 //! live, which may be past the unbind of the function. It reaches the
 //! bound function through two links that unbind revokes
-//! ([`CxBackend::revoke`]) before the function's state goes:
+//! ([`CxBackend::revoke_after`]) before the function's state goes:
 //!
 //! - `ctl` (a mutex, process context): the function's state mutex, for
 //!   commands; commands sleep, so they run one at a time per function,
@@ -26,9 +26,13 @@
 //! - `db` (an irq-safe spinlock, any context): the BAR, for doorbells,
 //!   which are rung from the post path and the EQ's hard-IRQ handler.
 //!
-//! Once revoked, creating fails with `ENODEV`, doorbells are dropped and
-//! destroying succeeds at once: the function was torn down, so the device
-//! holds nothing any more, and the memory may go.
+//! Unbind revokes them with `ctl` held across the function's teardown
+//! ([`CxBackend::revoke_after`]), so no command of the backend runs while
+//! it is taken down. Once revoked, creating fails with `ENODEV`, doorbells
+//! are dropped, and destroying succeeds at once if the teardown succeeded
+//! (TEARDOWN_HCA leaves the device holding nothing, so the memory may go);
+//! if it failed, destroying fails with `EIO` and the memory stays with its
+//! owner.
 
 use core::ptr::NonNull;
 use kernel::{
@@ -112,7 +116,8 @@ use crate::mlx5_prm::{
         DestroyMkey,
         DestroyMkeyIn,
         Mkc,
-        ACCESS_MODE_MTT, //
+        ACCESS_MODE_MTT,
+        ACCESS_MODE_PA, //
     },
     command::Command,
     doorbell::{
@@ -197,6 +202,9 @@ struct Mapping {
 /// What commands need, under `ctl`.
 struct Ctl {
     state: Option<StateLink>,
+    /// Once `state` is gone: whether the function was taken down without
+    /// error, so that the device holds nothing any more.
+    quiesced: bool,
     /// The state of each QP as the driver last moved it.
     qps: KVec<(u32, QpState)>,
     /// The DMA mappings of the kernel MRs.
@@ -212,7 +220,7 @@ struct Ctl {
 /// While `ctl.state` is `Some`, it points at the function's live state
 /// mutex; while `db` is `Some`, at its live BAR0 mapping. Both are set by
 /// [`CxBackend::new`] from the bound function and cleared by
-/// [`CxBackend::revoke`] before that function's driver data is dropped.
+/// [`CxBackend::revoke_after`] before that function's driver data is dropped.
 #[pin_data]
 pub(crate) struct CxBackend {
     #[pin]
@@ -270,7 +278,7 @@ impl CxBackend {
     ///
     /// # Safety
     ///
-    /// `state` and `bar` must stay valid until [`CxBackend::revoke`] has
+    /// `state` and `bar` must stay valid until [`CxBackend::revoke_after`] has
     /// returned, which the caller guarantees to call before they go.
     pub(super) unsafe fn new(
         pdev: &pci::Device<device::Bound>,
@@ -287,6 +295,7 @@ impl CxBackend {
                 ctl <- new_mutex!(
                     Ctl {
                         state: Some(state),
+                        quiesced: false,
                         qps: KVec::new(),
                         mrs: KVec::new(),
                         next_key: 0,
@@ -302,11 +311,33 @@ impl CxBackend {
         )
     }
 
-    /// Cuts the backend from the function (unbind): waits for a command in
-    /// flight, then drops both links. Later calls fail or do nothing.
-    pub(super) fn revoke(&self) {
-        self.ctl.lock().state = None;
+    /// Cuts the backend from the function (unbind, or a probe failing
+    /// after [`CxBackend::new`]): with `ctl` held, so that no command of
+    /// the backend runs meanwhile, `take_down` takes the function down and
+    /// returns whether it went quiet (every object gone from the device);
+    /// then both links are dropped. Later calls fail with `ENODEV` or do
+    /// nothing; destroys succeed at once if the function went quiet, else
+    /// fail with `EIO` so that the memory stays with its owner (the device
+    /// may still write it).
+    pub(super) fn revoke_after(&self, take_down: impl FnOnce() -> bool) {
+        let mut ctl = self.ctl.lock();
+        ctl.quiesced = take_down();
+        ctl.state = None;
         *self.db.lock() = None;
+    }
+
+    /// Destroys an object with command `C`: one section of `ctl`, so that
+    /// a revoke cannot come between the check and the command.
+    fn destroy_cmd<C: Command>(&self, input: &C::In) -> Result {
+        let ctl = self.ctl.lock();
+        let Some(link) = &ctl.state else {
+            return if ctl.quiesced { Ok(()) } else { Err(EIO) };
+        };
+        let m = link.0.as_ptr();
+        // SAFETY: By the type invariant the link points at the live state
+        // mutex while it is in `ctl`, which we hold.
+        let mut st = unsafe { &*m }.lock();
+        exec_on::<C>(&mut st, input, &[]).map(drop)
     }
 
     /// Runs `f` with the function's state and the command bookkeeping.
@@ -326,11 +357,6 @@ impl CxBackend {
     /// status and syndrome.
     fn exec<C: Command>(&self, input: &C::In, pas: &[u64]) -> Result<C::Out> {
         self.with_state(|_, st| exec_on::<C>(st, input, pas))
-    }
-
-    /// Whether the backend was revoked (unbind).
-    fn revoked(&self) -> bool {
-        self.ctl.lock().state.is_none()
     }
 
     /// Stores to BAR0 offset `off` of the UAR page: 8 bytes with one
@@ -365,6 +391,35 @@ impl CxBackend {
         core::ptr::from_ref::<device::Device>(&self.dev)
             .cast::<c_void>()
             .cast_mut()
+    }
+
+    /// A DMA MR (ib_core's `get_dma_mr`): a PA key over the whole bus
+    /// address space, as mlx5_ib's, so that the addresses `ib_dma_map_*`
+    /// give through the function are their own IOVAs.
+    fn create_pa_mr(&self, attr: &MrAttr) -> Result<u32> {
+        self.with_state(|ctl, st| {
+            ctl.next_key = ctl.next_key.wrapping_add(1);
+            let key_7_0 = ctl.next_key;
+            let mut mkc = Mkc {
+                lr: true,
+                lw: attr.access.contains(Access::LOCAL_WRITE),
+                rr: attr.access.contains(Access::REMOTE_READ),
+                rw: attr.access.contains(Access::REMOTE_WRITE),
+                a: attr.access.contains(Access::REMOTE_ATOMIC),
+                qpn: 0xff_ffff,
+                mkey_7_0: key_7_0,
+                length64: true,
+                pd: attr.pdn,
+                ..Mkc::default()
+            };
+            mkc.set_access_mode(ACCESS_MODE_PA);
+            let input = CreateMkeyIn {
+                pg_access: false,
+                memory_key_mkey_entry: mkc,
+                translations_octword_actual_size: 0,
+            };
+            exec_on::<CreateMkey>(st, &input, &[]).map(|o| mkey(o.mkey_index, key_7_0))
+        })
     }
 
     /// The MSI-X vector of EQ position `position`.
@@ -409,6 +464,8 @@ impl Backend for CxBackend {
                 max_cqe: pow(c.log_max_cq_sz),
                 max_qp_rd_atom: pow(c.log_max_ra_res_qp),
                 lid: PORT_LID,
+                // No UMR yet (`create_fast_mr`).
+                max_fast_reg_pages: 0,
             })
         })
     }
@@ -432,22 +489,25 @@ impl Backend for CxBackend {
     }
 
     fn dealloc_pd(&self, pdn: u32) -> Result {
-        if self.revoked() {
-            return Ok(());
-        }
-        self.exec::<DeallocPd>(&DeallocPdIn { pd: pdn }, &[])
-            .map(drop)
+        self.destroy_cmd::<DeallocPd>(&DeallocPdIn { pd: pdn })
     }
 
     fn create_mr(&self, attr: &MrAttr, region: MrRegion) -> Result<u32> {
-        let MrRegion::Kernel { addr, len } = region else {
+        let (addr, len) = match region {
+            MrRegion::Kernel { addr, len } => (addr, len),
+            MrRegion::DirectMap { .. } => return self.create_pa_mr(attr),
             // User MRs come through uverbs, which PCI functions do not
-            // offer yet; a DMA MR needs a PA key over all memory.
-            return Err(EOPNOTSUPP);
+            // offer yet.
+            MrRegion::User { .. } => return Err(EOPNOTSUPP),
         };
         let len = usize::try_from(len)?;
         let raw = self.raw_dev();
+        let npages = (addr % PAGE as u64 + len as u64).div_ceil(PAGE as u64);
+        let octwords = mtt_octwords(u32::try_from(npages)?);
+        // Everything that can fail for want of memory, before the mapping.
+        let mut mtt = KVec::with_capacity(usize::try_from(npages)?, GFP_KERNEL)?;
         self.with_state(|ctl, st| {
+            ctl.mrs.reserve(1, GFP_KERNEL)?;
             let mut dma = 0u64;
             // SAFETY: `raw` is the function's device, kept alive by
             // `self.dev`; the shim checks that the range is in the direct
@@ -455,7 +515,8 @@ impl Backend for CxBackend {
             let r = unsafe { rmlx5_shim_dma_map(raw, addr as *mut c_void, len, &mut dma) };
             kernel::error::to_result(r)?;
             let unmap = || {
-                // SAFETY: `dma` was mapped just above for `len` bytes.
+                // SAFETY: `dma` was mapped just above for `len` bytes and
+                // no key uses it.
                 unsafe { rmlx5_shim_dma_unmap(raw, dma, len) }
             };
             // The device adds the key's start within its first page, so
@@ -465,13 +526,18 @@ impl Backend for CxBackend {
                 return Err(EINVAL);
             }
             let first = dma - dma % PAGE as u64;
-            let npages = (addr % PAGE as u64 + len as u64).div_ceil(PAGE as u64);
-            let mut mtt = KVec::with_capacity(npages as usize, GFP_KERNEL)?;
             for k in 0..npages {
-                mtt.push(
-                    (first + k * PAGE as u64) | MTT_EN_RD | MTT_EN_WR,
-                    GFP_KERNEL,
-                )?;
+                // Within the capacity reserved above: no allocation.
+                if mtt
+                    .push(
+                        (first + k * PAGE as u64) | MTT_EN_RD | MTT_EN_WR,
+                        GFP_KERNEL,
+                    )
+                    .is_err()
+                {
+                    unmap();
+                    return Err(ENOMEM);
+                }
             }
             ctl.next_key = ctl.next_key.wrapping_add(1);
             let key_7_0 = ctl.next_key;
@@ -486,7 +552,7 @@ impl Backend for CxBackend {
                 pd: attr.pdn,
                 start_addr: attr.iova,
                 len: attr.length,
-                translations_octword_size: mtt_octwords(u32::try_from(npages)?),
+                translations_octword_size: octwords,
                 log_page_size: 12,
                 ..Mkc::default()
             };
@@ -494,40 +560,41 @@ impl Backend for CxBackend {
             let input = CreateMkeyIn {
                 pg_access: false,
                 memory_key_mkey_entry: mkc,
-                translations_octword_actual_size: mkc.translations_octword_size,
+                translations_octword_actual_size: octwords,
             };
-            let r = exec_on::<CreateMkey>(st, &input, &mtt)
-                .map(|o| mkey(o.mkey_index, key_7_0))
-                .and_then(|key| {
-                    ctl.mrs.push(Mapping { key, dma, len }, GFP_KERNEL)?;
-                    Ok(key)
-                });
-            if r.is_err() {
+            let key = match exec_on::<CreateMkey>(st, &input, &mtt) {
+                Ok(o) => mkey(o.mkey_index, key_7_0),
+                Err(e) => {
+                    unmap();
+                    return Err(e);
+                }
+            };
+            // Within the capacity reserved above: no allocation.
+            if ctl.mrs.push(Mapping { key, dma, len }, GFP_KERNEL).is_err() {
+                let _ = exec_on::<DestroyMkey>(
+                    st,
+                    &DestroyMkeyIn {
+                        mkey_index: key >> 8,
+                    },
+                    &[],
+                );
                 unmap();
+                return Err(ENOMEM);
             }
-            r
+            Ok(key)
         })
     }
 
     fn destroy_mr(&self, key: u32, _region: MrRegion) -> Result {
+        self.destroy_cmd::<DestroyMkey>(&DestroyMkeyIn {
+            mkey_index: key >> 8,
+        })?;
         let mut ctl = self.ctl.lock();
-        if let Some(link) = &ctl.state {
-            let m = link.0.as_ptr();
-            // SAFETY: As in `with_state`: the link is live while in `ctl`.
-            let mut st = unsafe { &*m }.lock();
-            exec_on::<DestroyMkey>(
-                &mut st,
-                &DestroyMkeyIn {
-                    mkey_index: key >> 8,
-                },
-                &[],
-            )?;
-        }
         if let Some(i) = ctl.mrs.iter().position(|m| m.key == key) {
             let m = ctl.mrs.remove(i)?;
             // SAFETY: `m` is a mapping made by `create_mr` on this device
             // and not unmapped since (it was in `mrs`); the key that used
-            // it is destroyed (or the function is down).
+            // it is destroyed, or the function went quiet.
             unsafe { rmlx5_shim_dma_unmap(self.raw_dev(), m.dma, m.len) };
         }
         Ok(())
@@ -558,10 +625,7 @@ impl Backend for CxBackend {
     }
 
     fn destroy_cq(&self, cqn: u32, _mem: [&DmaBuf; 2]) -> Result {
-        if self.revoked() {
-            return Ok(());
-        }
-        self.exec::<DestroyCq>(&DestroyCqIn { cqn }, &[]).map(drop)
+        self.destroy_cmd::<DestroyCq>(&DestroyCqIn { cqn })
     }
 
     fn arm_cq(&self, cqn: u32, arm: CqArm) -> Result {
@@ -592,11 +656,7 @@ impl Backend for CxBackend {
     }
 
     fn destroy_eq(&self, eqn: u8, _ring: &DmaBuf) -> Result {
-        if self.revoked() {
-            return Ok(());
-        }
-        self.exec::<DestroyEq>(&DestroyEqIn { eq_number: eqn }, &[])
-            .map(drop)
+        self.destroy_cmd::<DestroyEq>(&DestroyEqIn { eq_number: eqn })
     }
 
     fn ring_eq(&self, eqn: u8, ci: u32) -> Result {
@@ -734,14 +794,8 @@ impl Backend for CxBackend {
     }
 
     fn destroy_qp(&self, qpn: u32, _mem: [&DmaBuf; 2]) -> Result {
-        let mut ctl = self.ctl.lock();
-        if let Some(link) = &ctl.state {
-            let m = link.0.as_ptr();
-            // SAFETY: As in `with_state`: the link is live while in `ctl`.
-            let mut st = unsafe { &*m }.lock();
-            exec_on::<DestroyQp>(&mut st, &DestroyQpIn { qpn }, &[])?;
-        }
-        ctl.qps.retain(|(q, _)| *q != qpn);
+        self.destroy_cmd::<DestroyQp>(&DestroyQpIn { qpn })?;
+        self.ctl.lock().qps.retain(|(q, _)| *q != qpn);
         Ok(())
     }
 

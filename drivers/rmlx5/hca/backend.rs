@@ -159,6 +159,7 @@ impl Backend for SoftDevice {
             // The fabric names instance `n` by its index in an address
             // vector (the ULP API's LID).
             lid: self.hca,
+            max_fast_reg_pages: crate::ib::mr::MAX_FAST_PAGES,
         })
     }
 

@@ -287,7 +287,13 @@ impl Cq {
             Err(never) => match never {},
         };
         if r.handler.is_some() {
-            dev.events.lock().add_cq(cqn, r.clone());
+            let added = dev.events.lock().add_cq(cqn, r.clone());
+            if let Err(e) = added {
+                // A CQN the tables cannot hold: its events could not reach
+                // it, so the CQ is not kept.
+                r.destroy()?;
+                return Err(e);
+            }
         }
         Ok(r)
     }
@@ -305,13 +311,21 @@ impl Cq {
         self.uar_addr
     }
 
-    /// A kernel QP started (`true`) or stopped using the CQ.
-    pub(crate) fn use_by_qp(&self, start: bool) {
-        if start {
-            self.qps.fetch_add(1, Ordering::AcqRel);
-        } else {
-            self.qps.fetch_sub(1, Ordering::AcqRel);
+    /// Counts a kernel QP about to be created on the CQ, under the destroy
+    /// lock, so that a racing destroy either sees it or has already
+    /// destroyed the CQ (`EINVAL`).
+    pub(crate) fn hold_for_qp(&self) -> Result {
+        let _g = self.destroy_lock.lock();
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(EINVAL);
         }
+        self.qps.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// A kernel QP counted by [`Cq::hold_for_qp`] no longer uses the CQ.
+    pub(crate) fn release_for_qp(&self) {
+        self.qps.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Whether [`Cq::destroy`] succeeded.

@@ -295,7 +295,24 @@ impl Qp {
         // Allocated first, so that nothing can fail between the device's
         // QP and the `Qp` that owns its memory.
         let slot = UniqueArc::<Self>::new_uninit(GFP_KERNEL)?;
-        let qpn = dev.be.create_qp(&attr, [&buf, &dbr])?;
+        // The CQs count the QP before it exists, so that neither can be
+        // destroyed under it.
+        send_cq.hold_for_qp()?;
+        if let Err(e) = recv_cq.hold_for_qp() {
+            send_cq.release_for_qp();
+            return Err(e);
+        }
+        let release = || {
+            send_cq.release_for_qp();
+            recv_cq.release_for_qp();
+        };
+        let qpn = match dev.be.create_qp(&attr, [&buf, &dbr]) {
+            Ok(q) => q,
+            Err(e) => {
+                release();
+                return Err(e);
+            }
+        };
         let qp = slot.write_pin_init(pin_init!(Self {
             dev: dev.clone(),
             qpn,
@@ -315,9 +332,12 @@ impl Qp {
             Ok(qp) => qp.into(),
             Err(never) => match never {},
         };
-        dev.events.lock().add_qp(qpn, qp.clone());
-        send_cq.use_by_qp(true);
-        recv_cq.use_by_qp(true);
+        let added = dev.events.lock().add_qp(qpn, qp.clone());
+        if let Err(e) = added {
+            // A QPN the tables cannot hold: its CQEs could not be matched.
+            qp.destroy()?;
+            return Err(e);
+        }
         Ok(qp)
     }
 
@@ -326,8 +346,8 @@ impl Qp {
     pub(crate) fn destroy(&self) -> Result {
         self.dev.be.destroy_qp(self.qpn, [&self.buf, &self.dbr])?;
         if !self.gone.swap(true, Ordering::AcqRel) {
-            self.send_cq.use_by_qp(false);
-            self.recv_cq.use_by_qp(false);
+            self.send_cq.release_for_qp();
+            self.recv_cq.release_for_qp();
         }
         {
             let dev = &self.dev;

@@ -196,7 +196,11 @@ impl UserQp {
         );
         match r {
             Ok(qp) => {
-                pd.dev.events.lock().add_qp_events(qpn, qp.clone());
+                let added = pd.dev.events.lock().add_qp_events(qpn, qp.clone());
+                if let Err(e) = added {
+                    qp.destroy()?;
+                    return Err(e);
+                }
                 Ok(qp)
             }
             Err(e) => {

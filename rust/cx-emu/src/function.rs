@@ -94,6 +94,9 @@ impl Settings {
     }
 }
 
+/// How often the receive doorbell records of QPs in ERR are looked at.
+const ERR_WATCH_NS: u64 = 1_000_000;
+
 /// What the function counted besides the model's own statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FnStats {
@@ -129,6 +132,10 @@ pub(crate) struct Function {
     start: Instant,
     /// `Fabric::run` left work that can run now.
     more: bool,
+    /// When to look at the receive doorbell records of QPs in ERR next
+    /// (`Function::tick`); armed after anything ran, disarmed when no QP
+    /// is in ERR.
+    err_watch_at: Option<u64>,
     /// Firmware log entries already reported.
     fw_seen: u64,
     state: HcaState,
@@ -158,6 +165,7 @@ impl Function {
             bf: BlueFlame::default(),
             start: Instant::now(),
             more: false,
+            err_watch_at: None,
             fw_seen: 0,
             state: HcaState::Disabled,
             stats: FnStats::default(),
@@ -455,6 +463,14 @@ impl Function {
         self.sync_clock();
         let r = self.fabric.run(&mut self.bus, RUN_BUDGET);
         self.more = r.more;
+        self.arm_err_watch();
+    }
+
+    /// Arms the watch of QPs in ERR (a QP may have entered ERR).
+    fn arm_err_watch(&mut self) {
+        if self.err_watch_at.is_none() {
+            self.err_watch_at = Some(self.now().saturating_add(ERR_WATCH_NS));
+        }
     }
 
     /// Reports refusals the firmware logged since the last call, and
@@ -525,7 +541,15 @@ impl Function {
             self.flush_blueflame();
         }
         let due = self.fabric.next_deadline().is_some_and(|d| d <= now);
-        if self.more || due {
+        let watch = self.err_watch_at.is_some_and(|d| d <= now);
+        if watch {
+            // A ConnectX flushes receives posted to a QP in ERR without a
+            // doorbell (mlx5 has no receive doorbell register): look at
+            // the records of QPs in ERR, every ERR_WATCH while there are.
+            let n = self.fabric.hca(0).map_or(0, |h| h.watch_err_receives());
+            self.err_watch_at = (n != 0).then(|| now.saturating_add(ERR_WATCH_NS));
+        }
+        if self.more || due || watch {
             self.run_fabric();
         }
     }
@@ -543,7 +567,7 @@ impl Function {
         let now = self.now();
         let bf = self.bf.deadline(self.bf_idle_ns());
         let retry = self.fabric.next_deadline();
-        let at = [bf, retry].into_iter().flatten().min()?;
+        let at = [bf, retry, self.err_watch_at].into_iter().flatten().min()?;
         Some(Duration::from_nanos(at.saturating_sub(now)))
     }
 

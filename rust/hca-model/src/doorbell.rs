@@ -222,6 +222,33 @@ impl<S: Storage> Hca<S> {
         }
         Ok(())
     }
+
+    /// What a device behind posted writes does instead of
+    /// [`Hca::recv_doorbell`]: it watches the receive doorbell records of
+    /// its QPs in ERR, so that receives posted after the error are flushed
+    /// (`ib_drain_rq` waits for one). Schedules every QP in ERR for a flush
+    /// pass, which finds nothing to do where nothing was posted; returns
+    /// how many there are.
+    pub fn watch_err_receives(&mut self) -> usize {
+        let dev = self.dev();
+        let mut n = 0;
+        for slot in 0..dev.t.qps.len() {
+            let Ok(s) = u32::try_from(slot) else {
+                break;
+            };
+            let in_err = dev
+                .t
+                .qps
+                .get(slot)
+                .and_then(|q| q.obj.as_ref())
+                .is_some_and(|q| q.state == QpState::Err);
+            if in_err {
+                dev.sched.activate(dev.t.qps, s);
+                n += 1;
+            }
+        }
+        n
+    }
 }
 
 /// Reads the 8 bytes of an 8-byte record or register.

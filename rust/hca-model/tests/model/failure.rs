@@ -34,6 +34,15 @@ fn modify_to_error_flushes_and_later_posts_flush_too() {
     p.w.hca(1).recv_doorbell(p.b.qpn).unwrap();
     p.w.run();
     assert_eq!(p.bpoll().iter().map(|w| w.wr_id).collect::<Vec<_>>(), [3]);
+    // Without the kick, as a device behind posted writes watches the
+    // records of its QPs in ERR: the same flush.
+    p.recv_b(5, &[p.bsge(0, 8)]);
+    p.w.run();
+    assert!(p.bpoll().is_empty(), "nothing without a kick or a watch");
+    assert_eq!(p.w.hca(1).watch_err_receives(), 1);
+    assert_eq!(p.w.hca(0).watch_err_receives(), 0);
+    p.w.run();
+    assert_eq!(p.bpoll().iter().map(|w| w.wr_id).collect::<Vec<_>>(), [5]);
     // Sends posted in ERR are flushed; the requester sending to it times out.
     p.w.post_send(&mut p.b, &Wr::new(4, WrOp::Send, &[]))
         .unwrap();
