@@ -556,9 +556,11 @@ fn detach<'bound>(
     device: &Mutex<Option<Attached>>,
 ) -> Option<Arc<CxBackend>> {
     let a = device.lock().take()?;
-    // ib_core's clients destroy their objects while the device still runs.
+    // ib_core's clients destroy their objects while the device still
+    // runs, and the layers above release what their users still hold.
     #[cfg(CONFIG_INFINIBAND)]
     crate::ibdev::remove_pci(a.index);
+    crate::mlx5_core::device::run_remove_hooks(a.index);
     registry::set_verbs(pdev, None);
     // No new user; the table's reference goes.
     let _ = crate::mlx5_core::device::take(usize::from(a.index));

@@ -225,6 +225,7 @@ impl kernel::Module for Rmlx5Module {
         unsafe { cx::registry::CX_FUNCTIONS.init() };
         // SAFETY: Called once, before any device is registered.
         unsafe { mlx5_core::device::DEVICES.init() };
+        mlx5_core::device::add_remove_hook(ulp::objects::release_device)?;
         let soft = hca::SoftHca::new(count, comp)?;
         SOFT.store(Arc::into_raw(soft).cast_mut(), Ordering::Release);
         let r = (|| -> Result<Self> {

@@ -296,7 +296,21 @@ if [ -f /lib/modules/rmlx5.ko ]; then
                 fail cx_ib_hold_load "insmod rmlx5_ibtest hold=1 exited $?"
             fi
         fi
+        # And a ULP of rmlx5's own API leaves a connected pair on the
+        # function (2 PDs, MRs, CQs and QPs) and unloads: at the unbind
+        # below rmlx5 destroys them on the device first (the handles stay,
+        # dead), so the function goes down cleanly; rmmod frees them later.
+        released=
+        if [ -n "$n" ] && insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_ulp_held leak=1; then
+            rmmod rmlx5_ulp && released=1
+        fi
         echo "$bdf" > $sysdrv/unbind
+        if [ -n "$released" ] && ! bound &&
+            dmesg | grep -q "rmlx5: rmlx5_$n: released 8 object(s) kernel ULPs still hold (0 could not be)"; then
+            pass cx_unbind_releases_objects_ulps_hold
+        else
+            fail cx_unbind_releases_objects_ulps_hold "leak-mode ULP not loaded, or no 'released 8 object(s)' line for rmlx5_$n"
+        fi
         if [ -n "$held" ]; then
             if dmesg | grep -q "rmlx5-test: PASS ib_remove_rmlx5_$n"; then
                 pass cx_ib_unbind_removes_held_objects
@@ -344,10 +358,13 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_unload_tears_down "rmmod or teardown: $(downs) teardown lines, expected 2"
         fi
-        if [ -n "$leaked" ] && dmesg | grep -q 'rmlx5: reclaimed 8 object(s) left by kernel ULPs (0 could not'; then
+        # 8 live objects on the function, and the 8 dead handles of the
+        # ULP whose objects the unbind released.
+        if [ -n "$leaked" ] && [ -n "$released" ] &&
+            dmesg | grep -q 'rmlx5: reclaimed 16 object(s) left by kernel ULPs (0 could not'; then
             pass cx_rmmod_reclaims_objects_left_on_the_function
         else
-            fail cx_rmmod_reclaims_objects_left_on_the_function "leak-mode ULP on rmlx5_${n:-?} not loaded, or no 'reclaimed 8 object(s)' line"
+            fail cx_rmmod_reclaims_objects_left_on_the_function "leak-mode ULPs on rmlx5_${n:-?} not loaded, or no 'reclaimed 16 object(s)' line"
         fi
         if insmod /lib/modules/rmlx5.ko pci=0; then
             if ! bound && [ "$(ups)" = 2 ]; then

@@ -214,11 +214,21 @@ impl Device {
     }
 }
 
+/// What a layer above does with a device that goes while its objects may
+/// still be held (the ULP API destroys them on the device and leaves their
+/// handles dead). Called with the device's number, in process context,
+/// while the device still runs.
+pub(crate) type RemoveHook = fn(u16);
+
+/// Most [`RemoveHook`]s.
+const MAX_HOOKS: usize = 2;
+
 /// The table of devices, by instance number.
 pub(crate) struct Table {
     devs: [Option<Arc<Device>>; MAX_DEVICES],
     /// Numbers handed out by [`reserve_index`] and not released yet.
     reserved: [bool; MAX_DEVICES],
+    hooks: [Option<RemoveHook>; MAX_HOOKS],
 }
 
 impl Table {
@@ -227,7 +237,29 @@ impl Table {
         Self {
             devs: [const { None }; MAX_DEVICES],
             reserved: [false; MAX_DEVICES],
+            hooks: [None; MAX_HOOKS],
         }
+    }
+}
+
+/// Adds a hook run for every device that goes while the module stays (a
+/// ConnectX function's unbind).
+///
+/// # Errors
+///
+/// `ENOSPC` if [`MAX_HOOKS`] are set.
+pub(crate) fn add_remove_hook(f: RemoveHook) -> Result {
+    let mut t = DEVICES.lock();
+    let slot = t.hooks.iter_mut().find(|h| h.is_none()).ok_or(ENOSPC)?;
+    *slot = Some(f);
+    Ok(())
+}
+
+/// Runs the [`RemoveHook`]s for `rmlx5_<index>`, which is going.
+pub(crate) fn run_remove_hooks(index: u16) {
+    let hooks = DEVICES.lock().hooks;
+    for f in hooks.iter().flatten() {
+        f(index);
     }
 }
 

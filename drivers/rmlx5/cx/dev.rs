@@ -253,6 +253,22 @@ fn pages(buf: &DmaBuf) -> Result<KVec<u64>> {
     Ok(v)
 }
 
+/// The memory key context of `attr`'s PD and rights, with key byte
+/// `key_7_0`, not bound to a QP (what every key of the driver shares).
+fn mkc_of(attr: &MrAttr, key_7_0: u8) -> Mkc {
+    Mkc {
+        lr: true,
+        lw: attr.access.contains(Access::LOCAL_WRITE),
+        rr: attr.access.contains(Access::REMOTE_READ),
+        rw: attr.access.contains(Access::REMOTE_WRITE),
+        a: attr.access.contains(Access::REMOTE_ATOMIC),
+        qpn: 0xff_ffff,
+        mkey_7_0: key_7_0,
+        pd: attr.pdn,
+        ..Mkc::default()
+    }
+}
+
 /// log2 of `n` rounded up (0 for 0 and 1), as mlx5 encodes the
 /// outstanding RDMA READ and atomic limits.
 fn log2_up(n: u8) -> u8 {
@@ -401,16 +417,8 @@ impl CxBackend {
             ctl.next_key = ctl.next_key.wrapping_add(1);
             let key_7_0 = ctl.next_key;
             let mut mkc = Mkc {
-                lr: true,
-                lw: attr.access.contains(Access::LOCAL_WRITE),
-                rr: attr.access.contains(Access::REMOTE_READ),
-                rw: attr.access.contains(Access::REMOTE_WRITE),
-                a: attr.access.contains(Access::REMOTE_ATOMIC),
-                qpn: 0xff_ffff,
-                mkey_7_0: key_7_0,
                 length64: true,
-                pd: attr.pdn,
-                ..Mkc::default()
+                ..mkc_of(attr, key_7_0)
             };
             mkc.set_access_mode(ACCESS_MODE_PA);
             let input = CreateMkeyIn {
@@ -542,19 +550,11 @@ impl Backend for CxBackend {
             ctl.next_key = ctl.next_key.wrapping_add(1);
             let key_7_0 = ctl.next_key;
             let mut mkc = Mkc {
-                lr: true,
-                lw: attr.access.contains(Access::LOCAL_WRITE),
-                rr: attr.access.contains(Access::REMOTE_READ),
-                rw: attr.access.contains(Access::REMOTE_WRITE),
-                a: attr.access.contains(Access::REMOTE_ATOMIC),
-                qpn: 0xff_ffff,
-                mkey_7_0: key_7_0,
-                pd: attr.pdn,
                 start_addr: attr.iova,
                 len: attr.length,
                 translations_octword_size: octwords,
                 log_page_size: 12,
-                ..Mkc::default()
+                ..mkc_of(attr, key_7_0)
             };
             mkc.set_access_mode(ACCESS_MODE_MTT);
             let input = CreateMkeyIn {

@@ -3,6 +3,7 @@
 //! Protection domains and memory regions over kernel memory.
 
 use core::sync::atomic::{
+    AtomicBool,
     AtomicU32,
     AtomicU64,
     Ordering, //
@@ -38,6 +39,8 @@ pub struct Pd {
     /// The device the PD and everything created on it live on.
     pub(crate) dev: Arc<Device>,
     pub(crate) pdn: u32,
+    /// Destroyed: a second destroy does nothing.
+    gone: AtomicBool,
 }
 
 impl Pd {
@@ -47,6 +50,7 @@ impl Pd {
         Ok(Self {
             dev: dev.clone(),
             pdn,
+            gone: AtomicBool::new(false),
         })
     }
 
@@ -55,9 +59,17 @@ impl Pd {
         self.dev.index
     }
 
-    /// Frees the PD; `EBUSY` while MRs or QPs use it (the PD is kept).
+    /// Frees the PD; `EBUSY` while MRs or QPs use it (the PD is kept). A
+    /// second destroy (after the device released it, see
+    /// `ulp::objects::release_device`) succeeds and does nothing. Callers
+    /// serialise destroys of one PD.
     pub(crate) fn destroy(&self) -> Result {
-        self.dev.be.dealloc_pd(self.pdn)
+        if self.gone.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.dev.be.dealloc_pd(self.pdn)?;
+        self.gone.store(true, Ordering::Release);
+        Ok(())
     }
 }
 
@@ -74,6 +86,8 @@ pub struct Mr {
     region: Option<MrRegion>,
     /// A fast-registration MR: its page list and current mapping.
     pub(crate) fast: Option<FastList>,
+    /// Destroyed: a second destroy does nothing.
+    gone: AtomicBool,
 }
 
 /// The page list of a fast-registration MR, in module memory under a
@@ -149,6 +163,7 @@ impl Mr {
             dev: pd.dev.clone(),
             key: keys.key,
             region: None,
+            gone: AtomicBool::new(false),
             fast: Some(FastList {
                 buf,
                 keys,
@@ -243,6 +258,7 @@ impl Mr {
             key,
             region: Some(region),
             fast: None,
+            gone: AtomicBool::new(false),
         })
     }
 
@@ -253,11 +269,18 @@ impl Mr {
 
     /// Deregisters the MR: later WQEs naming its key fail their key check,
     /// and the device can no longer reach the memory.
+    /// A second destroy (after the device released it) succeeds and does
+    /// nothing; callers serialise destroys of one MR.
     pub(crate) fn destroy(&self) -> Result {
+        if self.gone.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match (&self.fast, self.region) {
             (Some(f), _) => self.dev.be.destroy_fast_mr(f.keys, &f.buf),
             (None, Some(region)) => self.dev.be.destroy_mr(self.key, region),
             (None, None) => Err(EINVAL),
-        }
+        }?;
+        self.gone.store(true, Ordering::Release);
+        Ok(())
     }
 }

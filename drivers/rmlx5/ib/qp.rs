@@ -342,18 +342,25 @@ impl Qp {
     }
 
     /// Destroys the QP: it leaves the device at once (no further CQE), and
-    /// the poll lookup table. Polling its CQ afterwards skips its CQEs.
+    /// the poll lookup table. Polling its CQ afterwards skips its CQEs. A
+    /// second destroy (after the device released it, see
+    /// `ulp::objects::release_device`) succeeds and does nothing; callers
+    /// serialise destroys of one QP.
     pub(crate) fn destroy(&self) -> Result {
+        if self.gone.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.dev.be.destroy_qp(self.qpn, [&self.buf, &self.dbr])?;
-        if !self.gone.swap(true, Ordering::AcqRel) {
-            self.send_cq.release_for_qp();
-            self.recv_cq.release_for_qp();
-        }
-        {
-            let dev = &self.dev;
-            dev.events.lock().remove_qp(self.qpn, self);
-        }
+        self.gone.store(true, Ordering::Release);
+        self.send_cq.release_for_qp();
+        self.recv_cq.release_for_qp();
+        self.dev.events.lock().remove_qp(self.qpn, self);
         Ok(())
+    }
+
+    /// Index of the device (`rmlx5_<n>`).
+    pub(crate) fn hca(&self) -> u16 {
+        self.dev.index
     }
 
     /// The QP's state as the HCA has it (`enum ib_qp_state`): it moves to
@@ -662,6 +669,9 @@ impl Qp {
     /// Posts send work requests; on error returns the index of the first
     /// one not posted.
     pub(crate) fn post_send(&self, wrs: &[SendReq<'_>]) -> Result<(), (usize, Error)> {
+        if self.gone.load(Ordering::Acquire) {
+            return Err((0, EINVAL));
+        }
         let mut sq = self.sq.lock();
         let mut last = None;
         let mut err = None;
@@ -698,6 +708,9 @@ impl Qp {
 
     /// Posts receive work requests (`(wr_id, sges)`).
     pub(crate) fn post_recv(&self, wrs: &[(u64, &[Sge])]) -> Result<(), (usize, Error)> {
+        if self.gone.load(Ordering::Acquire) {
+            return Err((0, EINVAL));
+        }
         let mut rq = self.rq.lock();
         let mut err = None;
         let mut posted = false;

@@ -164,6 +164,80 @@ unsafe fn reclaim_one(h: Handle) -> bool {
     }
 }
 
+impl Handle {
+    /// The device the object is on.
+    ///
+    /// # Safety
+    ///
+    /// `self` is recorded in [`ULP_OBJECTS`], whose lock the caller holds:
+    /// its pointer is live.
+    unsafe fn device(self) -> u16 {
+        // SAFETY: Recorded pointers point at live objects of their kind
+        // (the caller's contract).
+        unsafe {
+            match self {
+                Handle::Pd(p) => (*(p as *const Pd)).hca(),
+                Handle::Mr(p) => (*(p as *const Mr)).hca(),
+                Handle::Cq(p) => (*(p as *const Cq)).hca() as u16,
+                Handle::Qp(p) => (*(p as *const Qp)).hca(),
+            }
+        }
+    }
+
+    /// Destroys the object on its device, leaving it allocated and
+    /// recorded: the ULP still holds it, and its own destroy then succeeds
+    /// at once and frees it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Handle::device`].
+    unsafe fn release(self) -> Result {
+        // SAFETY: As above.
+        unsafe {
+            match self {
+                Handle::Pd(p) => (*(p as *const Pd)).destroy(),
+                Handle::Mr(p) => (*(p as *const Mr)).destroy(),
+                Handle::Cq(p) => (*(p as *const Cq)).destroy(),
+                Handle::Qp(p) => (*(p as *const Qp)).destroy(),
+            }
+        }
+    }
+}
+
+/// The ULP layer's [`crate::mlx5_core::device::RemoveHook`]: device
+/// `rmlx5_<index>` goes (a ConnectX function unbinds) while ULPs may still
+/// hold objects on it. They are destroyed on the device now, in dependency
+/// order, so that the function can be taken down cleanly; the ULPs' handles
+/// stay valid, their posts fail with `EINVAL`, and their destroys succeed
+/// at once and free them (ib_core's disassociation, for this API).
+pub(crate) fn release_device(index: u16) {
+    let reg = ULP_OBJECTS.lock();
+    let mut on: KVec<Handle> = KVec::new();
+    for h in reg.live.iter().copied() {
+        // SAFETY: `h` is recorded and we hold the registry's lock.
+        if unsafe { h.device() } == index && on.push(h, GFP_KERNEL).is_err() {
+            pr_err!("rmlx5_{}: out of memory releasing ULP objects\n", index);
+            return;
+        }
+    }
+    on.sort_unstable_by_key(|h| h.rank());
+    let mut failed = 0usize;
+    for h in on.iter().copied() {
+        // SAFETY: As above.
+        if unsafe { h.release() }.is_err() {
+            failed += 1;
+        }
+    }
+    if !on.is_empty() {
+        pr_info!(
+            "rmlx5_{}: released {} object(s) kernel ULPs still hold ({} could not be)\n",
+            index,
+            on.len() - failed,
+            failed
+        );
+    }
+}
+
 /// Destroys every object a ULP left behind (module unload, process
 /// context, with interrupts and dispatch still running). Returns how many
 /// were reclaimed.
