@@ -557,13 +557,13 @@ fn detach<'bound>(
 ) -> Option<Arc<CxBackend>> {
     let a = device.lock().take()?;
     // ib_core's clients destroy their objects while the device still
-    // runs, and the layers above release what their users still hold.
+    // runs; then no new user finds the device, and the layers above
+    // release what their users still hold on it.
     #[cfg(CONFIG_INFINIBAND)]
     crate::ibdev::remove_pci(a.index);
-    crate::mlx5_core::device::run_remove_hooks(a.index);
     registry::set_verbs(pdev, None);
-    // No new user; the table's reference goes.
     let _ = crate::mlx5_core::device::take(usize::from(a.index));
+    crate::mlx5_core::device::run_remove_hooks(a.index);
     // free_irq waits for running handlers; vector 0's hard handler
     // finishes with the device under its lock.
     comp.lock().clear();

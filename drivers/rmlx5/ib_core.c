@@ -726,9 +726,11 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		u16 dlid = rdma_ah_get_dlid(&attr->ah_attr);
 		bool pci = to_dev(ibqp->device)->pci;
 
-		/* Software HCA rmlx5_<n> has LID n + 1; a function its own. */
+		/* Software HCA rmlx5_<n> has LID n + 1; a function its own, a
+		 * unicast LID (below the multicast range). */
 		if (attr->ah_attr.type != RDMA_AH_ATTR_TYPE_IB || !dlid ||
-		    (!pci && dlid > RMLX5_IBC_MAX_DEVS))
+		    (!pci && dlid > RMLX5_IBC_MAX_DEVS) ||
+		    (pci && dlid >= be16_to_cpu(IB_MULTICAST_LID_BASE)))
 			return -EINVAL;
 		a.dlid = pci ? dlid : dlid - 1;
 	}
@@ -1254,9 +1256,14 @@ void rmlx5_ibc_unregister(void)
 
 	/* The software HCAs; a function leaves through rmlx5_ibc_remove_pci. */
 	while (i--) {
-		struct rmlx5_ibc_dev *d = rmlx5_ibc_devs[i];
+		struct rmlx5_ibc_dev *d;
 
-		if (!d || d->pci)
+		mutex_lock(&rmlx5_ibc_lock);
+		d = rmlx5_ibc_devs[i];
+		if (d && d->pci)
+			d = NULL;
+		mutex_unlock(&rmlx5_ibc_lock);
+		if (!d)
 			continue;
 		rmlx5_ibc_forget(d);
 		rmlx5_ibc_remove_one(d);

@@ -187,19 +187,21 @@ pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
     Ok(unsafe { ArcBorrow::from_raw(p) }.into())
 }
 
-/// The loaded module. Fields drop in order: the ib_core devices (whose
-/// clients destroy their objects through the ops as they are removed),
-/// objects kernel ULPs left behind are reclaimed while everything still
-/// runs, the ConnectX PCI driver (unbinding its functions, each of them a
-/// device then without objects), the platform driver
+/// The loaded module. Fields drop in order: the software HCAs' ib_core
+/// devices (whose clients destroy their objects through the ops as they
+/// are removed), the ConnectX PCI driver (unbinding its functions: their
+/// ib_core devices go the same way, and the objects kernel ULPs still hold
+/// on them are released on the device, their handles left dead), then the
+/// objects kernel ULPs left behind are reclaimed (destroyed where still
+/// live, and freed) while the software HCAs still run, the platform driver
 /// (its unbind frees the EQ interrupts), the works are stopped, then the
 /// interrupt controller and the platform devices, the HCAs' device nodes,
 /// debugfs, and last the software HCA itself.
 struct Rmlx5Module {
     #[cfg(CONFIG_INFINIBAND)]
     _ib: Option<ibdev::IbDevices>,
-    _reclaim: ReclaimUlpObjects,
     _cx: Option<Pin<KBox<driver::Registration<pci::Adapter<cx::CxDriver>>>>>,
+    _reclaim: ReclaimUlpObjects,
     _driver: Pin<KBox<driver::Registration<platform::Adapter<device::EqDriver>>>>,
     _devices: SoftDevices,
     _quiesce: Quiesce,

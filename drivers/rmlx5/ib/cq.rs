@@ -291,7 +291,10 @@ impl Cq {
             if let Err(e) = added {
                 // A CQN the tables cannot hold: its events could not reach
                 // it, so the CQ is not kept.
-                r.destroy()?;
+                if r.destroy().is_err() {
+                    // The device keeps the CQ: its memory stays with it.
+                    core::mem::forget(r);
+                }
                 return Err(e);
             }
         }
@@ -512,7 +515,7 @@ impl Cq {
     /// `CQ_REPORT_MISSED_EVENTS`). Returns 1 if missed events were asked
     /// for and a completion is already waiting, else 0.
     pub(crate) fn req_notify(&self, flags: u32) -> Result<i32> {
-        if !matches!(self.handler, Some(Handler::Ulp(_))) {
+        if !matches!(self.handler, Some(Handler::Ulp(_))) || self.is_destroyed() {
             return Err(EINVAL);
         }
         let cmd = match flags & (CQ_SOLICITED | CQ_NEXT_COMP) {

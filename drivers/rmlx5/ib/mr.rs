@@ -59,6 +59,20 @@ impl Pd {
         self.dev.index
     }
 
+    /// Whether the PD is destroyed.
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// `EINVAL` once the PD is destroyed (released with its device): no
+    /// object is created on it any more.
+    pub(crate) fn check_live(&self) -> Result {
+        if self.gone.load(Ordering::Acquire) {
+            return Err(EINVAL);
+        }
+        Ok(())
+    }
+
     /// Frees the PD; `EBUSY` while MRs or QPs use it (the PD is kept). A
     /// second destroy (after the device released it, see
     /// `ulp::objects::release_device`) succeeds and does nothing. Callers
@@ -157,6 +171,7 @@ impl Mr {
         }
         // Whole 64-byte units, as a UMR's translation size is.
         let bytes = (max_pages as usize * MTT_SIZE).next_multiple_of(64);
+        pd.check_live()?;
         let buf = pd.dev.be.alloc_queue(bytes)?;
         let keys = pd.dev.be.create_fast_mr(pd.pdn, max_pages, &buf)?;
         Ok(Self {
@@ -252,6 +267,7 @@ impl Mr {
             dma_addr,
             access,
         };
+        pd.check_live()?;
         let key = pd.dev.be.create_mr(&attr, region)?;
         Ok(Self {
             dev: pd.dev.clone(),
@@ -269,6 +285,11 @@ impl Mr {
 
     /// Deregisters the MR: later WQEs naming its key fail their key check,
     /// and the device can no longer reach the memory.
+    /// Whether the MR is destroyed.
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
     /// A second destroy (after the device released it) succeeds and does
     /// nothing; callers serialise destroys of one MR.
     pub(crate) fn destroy(&self) -> Result {

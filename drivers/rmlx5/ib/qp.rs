@@ -295,6 +295,7 @@ impl Qp {
         // Allocated first, so that nothing can fail between the device's
         // QP and the `Qp` that owns its memory.
         let slot = UniqueArc::<Self>::new_uninit(GFP_KERNEL)?;
+        pd.check_live()?;
         // The CQs count the QP before it exists, so that neither can be
         // destroyed under it.
         send_cq.hold_for_qp()?;
@@ -335,7 +336,10 @@ impl Qp {
         let added = dev.events.lock().add_qp(qpn, qp.clone());
         if let Err(e) = added {
             // A QPN the tables cannot hold: its CQEs could not be matched.
-            qp.destroy()?;
+            if qp.destroy().is_err() {
+                // The device keeps the QP: its memory stays with it.
+                core::mem::forget(qp);
+            }
             return Err(e);
         }
         Ok(qp)
@@ -363,14 +367,26 @@ impl Qp {
         self.dev.index
     }
 
+    /// Whether the QP is destroyed.
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
     /// The QP's state as the HCA has it (`enum ib_qp_state`): it moves to
-    /// ERR by itself on a completion error.
+    /// ERR by itself on a completion error. `EINVAL` once destroyed.
     pub(crate) fn state(&self) -> Result<u32> {
+        if self.gone.load(Ordering::Acquire) {
+            return Err(EINVAL);
+        }
         Ok(self.dev.be.qp_state(self.qpn)? as u32)
     }
 
-    /// Modifies the QP (IB modify-QP semantics, `IB_QP_*` mask bits).
+    /// Modifies the QP (IB modify-QP semantics, `IB_QP_*` mask bits);
+    /// `EINVAL` once destroyed.
     pub(crate) fn modify(&self, a: &QpAttrC, mask: u32) -> Result {
+        if self.gone.load(Ordering::Acquire) {
+            return Err(EINVAL);
+        }
         let state = QpState::from_raw(a.qp_state).ok_or(EINVAL)?;
         let cur_state = QpState::from_raw(a.cur_qp_state).unwrap_or_default();
         let m = QpModify {

@@ -198,7 +198,10 @@ impl UserQp {
             Ok(qp) => {
                 let added = pd.dev.events.lock().add_qp_events(qpn, qp.clone());
                 if let Err(e) = added {
-                    qp.destroy()?;
+                    if qp.destroy().is_err() {
+                        // The device keeps the QP: its memory stays with it.
+                        core::mem::forget(qp);
+                    }
                     return Err(e);
                 }
                 Ok(qp)

@@ -184,6 +184,23 @@ impl Handle {
         }
     }
 
+    /// Whether the object is destroyed already (released before).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Handle::device`].
+    unsafe fn is_destroyed(self) -> bool {
+        // SAFETY: As above.
+        unsafe {
+            match self {
+                Handle::Pd(p) => (*(p as *const Pd)).is_destroyed(),
+                Handle::Mr(p) => (*(p as *const Mr)).is_destroyed(),
+                Handle::Cq(p) => (*(p as *const Cq)).is_destroyed(),
+                Handle::Qp(p) => (*(p as *const Qp)).is_destroyed(),
+            }
+        }
+    }
+
     /// Destroys the object on its device, leaving it allocated and
     /// recorded: the ULP still holds it, and its own destroy then succeeds
     /// at once and frees it.
@@ -212,27 +229,26 @@ impl Handle {
 /// at once and free them (ib_core's disassociation, for this API).
 pub(crate) fn release_device(index: u16) {
     let reg = ULP_OBJECTS.lock();
-    let mut on: KVec<Handle> = KVec::new();
-    for h in reg.live.iter().copied() {
-        // SAFETY: `h` is recorded and we hold the registry's lock.
-        if unsafe { h.device() } == index && on.push(h, GFP_KERNEL).is_err() {
-            pr_err!("rmlx5_{}: out of memory releasing ULP objects\n", index);
-            return;
+    let (mut released, mut failed) = (0usize, 0usize);
+    // Rank by rank (QPs, CQs, MRs, PDs), walking the record in place.
+    for rank in 0..=3 {
+        for h in reg.live.iter().copied().filter(|h| h.rank() == rank) {
+            // SAFETY: `h` is recorded and we hold the registry's lock.
+            if unsafe { h.device() } != index || unsafe { h.is_destroyed() } {
+                continue;
+            }
+            // SAFETY: As above.
+            match unsafe { h.release() } {
+                Ok(()) => released += 1,
+                Err(_) => failed += 1,
+            }
         }
     }
-    on.sort_unstable_by_key(|h| h.rank());
-    let mut failed = 0usize;
-    for h in on.iter().copied() {
-        // SAFETY: As above.
-        if unsafe { h.release() }.is_err() {
-            failed += 1;
-        }
-    }
-    if !on.is_empty() {
+    if released + failed != 0 {
         pr_info!(
             "rmlx5_{}: released {} object(s) kernel ULPs still hold ({} could not be)\n",
             index,
-            on.len() - failed,
+            released,
             failed
         );
     }

@@ -541,15 +541,17 @@ impl Function {
             self.flush_blueflame();
         }
         let due = self.fabric.next_deadline().is_some_and(|d| d <= now);
-        let watch = self.err_watch_at.is_some_and(|d| d <= now);
-        if watch {
+        let mut in_err = 0;
+        if self.err_watch_at.is_some_and(|d| d <= now) {
             // A ConnectX flushes receives posted to a QP in ERR without a
             // doorbell (mlx5 has no receive doorbell register): look at
             // the records of QPs in ERR, every ERR_WATCH while there are.
-            let n = self.fabric.hca(0).map_or(0, |h| h.watch_err_receives());
-            self.err_watch_at = (n != 0).then(|| now.saturating_add(ERR_WATCH_NS));
+            in_err = self.fabric.hca(0).map_or(0, |h| h.watch_err_receives());
+            self.err_watch_at = (in_err != 0).then(|| now.saturating_add(ERR_WATCH_NS));
         }
-        if self.more || due || watch {
+        // A watch that found no QP in ERR runs nothing (and so does not arm
+        // itself again): an idle function does not wake.
+        if self.more || due || in_err != 0 {
             self.run_fabric();
         }
     }
@@ -705,6 +707,23 @@ mod tests {
         // No QP 0x42: the model refuses it.
         assert_eq!(f.stats.doorbell_errors, 1);
         assert_eq!(f.next_timeout(), None);
+    }
+
+    #[test]
+    fn the_err_watch_stops_when_no_qp_is_in_err() {
+        let mut f = Function::new(Settings::DEFAULT);
+        f.run_fabric();
+        let t = f
+            .next_timeout()
+            .expect("the ERR watch is armed after a run");
+        assert!(t <= Duration::from_millis(1));
+        std::thread::sleep(t);
+        f.tick();
+        assert_eq!(
+            f.next_timeout(),
+            None,
+            "no QP in ERR: an idle function sleeps"
+        );
     }
 
     #[test]
