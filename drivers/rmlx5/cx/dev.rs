@@ -121,15 +121,14 @@ use crate::mlx5_prm::{
     },
     command::Command,
     doorbell::{
-        bf_reg_offset,
+        bf_half_offset,
         send_doorbell,
+        uar_reg_offset,
         CqArm,
         EqDoorbell,
         UarCqDoorbell,
-        BF_BUF_SIZE,
         UAR_CQ_DOORBELL_OFFSET,
-        UAR_EQ_ARM_OFFSET,
-        UAR_PAGE_SIZE, //
+        UAR_EQ_ARM_OFFSET, //
     },
     opcode::EventType,
     qpc::{
@@ -378,10 +377,7 @@ impl CxBackend {
     /// Stores to BAR0 offset `off` of the UAR page: 8 bytes with one
     /// 64-bit store, or 4 with one 32-bit store. Dropped once revoked.
     fn doorbell(&self, reg: usize, bytes: &[u8]) -> Result {
-        let off = (self.uar as usize)
-            .checked_mul(UAR_PAGE_SIZE)
-            .and_then(|b| b.checked_add(reg))
-            .ok_or(EINVAL)?;
+        let off = uar_reg_offset(self.uar, reg).ok_or(EINVAL)?;
         let db = self.db.lock();
         let Some(link) = &*db else {
             return Err(ENODEV);
@@ -489,7 +485,7 @@ impl Backend for CxBackend {
 
     fn kernel_uar(&self) -> Result<u64> {
         // Where the UAR page is in BAR0: the commands name it by index.
-        Ok(u64::from(self.uar) * UAR_PAGE_SIZE as u64)
+        Ok(uar_reg_offset(self.uar, 0).ok_or(EINVAL)? as u64)
     }
 
     fn alloc_pd(&self) -> Result<u32> {
@@ -800,7 +796,7 @@ impl Backend for CxBackend {
     }
 
     fn ring_send(&self, _qpn: u32, ctrl: &[u8; 16], half: u8) -> Result {
-        let reg = bf_reg_offset(0).map_err(|_| EINVAL)? + usize::from(half) * BF_BUF_SIZE;
+        let reg = bf_half_offset(0, half).map_err(|_| EINVAL)?;
         self.doorbell(reg, &send_doorbell(ctrl))
     }
 

@@ -32,9 +32,9 @@ use crate::mlx5_prm::{
         Eqc, //
     },
     doorbell::{
+        uar_reg_offset,
         EqDoorbell,
-        UAR_EQ_ARM_OFFSET,
-        UAR_PAGE_SIZE, //
+        UAR_EQ_ARM_OFFSET, //
     },
     eqe::{
         Eqe,
@@ -127,9 +127,8 @@ impl PageEq {
             ci: self.ci,
         }
         .encode(&mut word);
-        let off = (self.uar as usize)
-            .saturating_mul(UAR_PAGE_SIZE)
-            .saturating_add(UAR_EQ_ARM_OFFSET);
+        // An offset past BAR0 is reported by the bus, like any bad store.
+        let off = uar_reg_offset(self.uar, UAR_EQ_ARM_OFFSET).unwrap_or(usize::MAX);
         bus.write32(off, u32::from_be_bytes(word));
     }
 

@@ -91,12 +91,12 @@ use crate::mlx5_prm::{
     },
     command::Command,
     doorbell::{
+        uar_reg_offset,
         ArmCmd,
         CqArm,
         UarCqDoorbell,
         CQ_DBR_ARM_OFFSET,
-        UAR_CQ_DOORBELL_OFFSET,
-        UAR_PAGE_SIZE, //
+        UAR_CQ_DOORBELL_OFFSET, //
     },
     qpc::{
         Ads,
@@ -253,9 +253,8 @@ impl Ctx<'_, '_> {
 
     /// The BAR0 offset of register `reg` of the driver's UAR page.
     fn uar_reg(&self, reg: usize) -> usize {
-        (self.uar as usize)
-            .saturating_mul(UAR_PAGE_SIZE)
-            .saturating_add(reg)
+        // Past BAR0 on overflow: the bus reports the store.
+        uar_reg_offset(self.uar, reg).unwrap_or(usize::MAX)
     }
 
     /// Creates the objects into `o` and runs the traffic.

@@ -38,12 +38,11 @@ use crate::hca_model::{
     qp_modify::QpModify,
 };
 use crate::mlx5_prm::doorbell::{
-    bf_reg_offset,
+    bf_half_offset,
     send_doorbell,
     CqArm,
     EqDoorbell,
     UarCqDoorbell,
-    BF_BUF_SIZE,
     UAR_CQ_DOORBELL_OFFSET,
     UAR_EQ_ARM_OFFSET, //
 };
@@ -321,7 +320,7 @@ impl Backend for SoftDevice {
 
     fn ring_send(&self, qpn: u32, ctrl: &[u8; 16], half: u8) -> Result {
         let uar = self.uar()?;
-        let off = bf_reg_offset(0).map_err(|_| EINVAL)? + usize::from(half) * BF_BUF_SIZE;
+        let off = bf_half_offset(0, half).map_err(|_| EINVAL)?;
         let mut st = self.soft.state.lock();
         uar.write(off, &send_doorbell(ctrl))?;
         let (fabric, mut p) = st.split();

@@ -29,7 +29,7 @@ use hca_model::fw::{Firmware, FwConfig, HcaState, Readiness};
 use hca_model::hca::Hca;
 use mlx5_prm::command::opcode_name;
 use mlx5_prm::doorbell::{
-    bf_reg_offset, SendDoorbellWord, BF_BUF_SIZE, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET,
+    bf_half_offset, SendDoorbellWord, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET,
     UAR_EQ_UPDATE_OFFSET, UAR_PAGE_SIZE,
 };
 use mlx5_prm::ring;
@@ -406,11 +406,8 @@ impl Function {
     /// driver rang twice, which a ConnectX ignores as well); `None`: not
     /// overtaken, the model checks it.
     fn overtaken(&mut self, r: &Ring) -> Option<bool> {
-        let reg = bf_reg_offset(usize::from(r.reg)).ok()?;
-        let addr = self
-            .fw
-            .uar_addr(r.uar)
-            .checked_add((reg + usize::from(r.half) * BF_BUF_SIZE) as u64)?;
+        let reg = bf_half_offset(usize::from(r.reg), r.half).ok()?;
+        let addr = self.fw.uar_addr(r.uar).checked_add(reg as u64)?;
         let mut bytes = [0u8; 8];
         hca_model::mem::DmaMemory::read(&mut self.bus, addr, &mut bytes).ok()?;
         let word = SendDoorbellWord::decode(&bytes);

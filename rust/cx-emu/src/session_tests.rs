@@ -49,6 +49,7 @@ fn new_fd(fd: libc::c_int) -> OwnedFd {
 /// SET_IRQS.
 pub(crate) fn send_with_fds(s: &UnixStream, bytes: &[u8], fds: &[libc::c_int]) {
     if fds.is_empty() {
+        // PANIC: host test harness: a failed write to the test socket fails the test.
         (&*s).write_all(bytes).unwrap();
         return;
     }
@@ -102,11 +103,13 @@ impl Client {
         let m = self.message(command, payload, false);
         send_with_fds(&self.stream, &m, fds);
         let mut head = [0u8; HEADER_SIZE];
+        // PANIC: host test harness: a short read from the emulator fails the test.
         self.stream.read_exact(&mut head).unwrap();
         let h = Header::decode(&head);
         assert_eq!((h.msg_id, h.command), (self.next_id, command));
         assert_eq!(h.flags & flags::TYPE_MASK, flags::TYPE_REPLY);
         let mut p = vec![0u8; h.size as usize - HEADER_SIZE];
+        // PANIC: host test harness: a short read from the emulator fails the test.
         self.stream.read_exact(&mut p).unwrap();
         (h.error, p)
     }
@@ -135,6 +138,7 @@ impl Client {
     fn post32be(&mut self, offset: usize, v: u32) {
         let p = Self::access(0, offset as u64, 4, &v.to_be_bytes());
         let m = self.message(cmd::REGION_WRITE, &p, true);
+        // PANIC: host test harness: a failed write to the test socket fails the test.
         (&self.stream).write_all(&m).unwrap();
     }
 
@@ -149,22 +153,27 @@ impl Client {
                 token,
                 ..MailboxHeader::default()
             };
+            // PANIC: host test harness: a fixed, valid mailbox block; failing to encode it is a test bug.
             head.encode(&[], &mut blk).unwrap();
+            // PANIC: host test harness: the mailbox lies inside the test's RAM file.
             self.ram.write_all_at(&blk, OUT_MAILBOX - RAM).unwrap();
         }
         let mut entry = [0u8; 64];
         CmdLayout::request(input, 0, outlen as u32, out_ptr, token).encode(&mut entry);
         sign_layout(&mut entry);
+        // PANIC: host test harness: the queue entry lies inside the test's RAM file.
         self.ram.write_all_at(&entry, CMDQ - RAM).unwrap();
         self.post32be(CMD_DBELL_OFFSET, 1);
         // Replies come in order: once this read is answered, the doorbell
         // was handled.
         self.read32be(INITIALIZING_OFFSET);
+        // PANIC: host test harness: the queue entry lies inside the test's RAM file.
         self.ram.read_exact_at(&mut entry, CMDQ - RAM).unwrap();
         let layout = CmdLayout::decode(&entry);
         let mut out = layout.out_data.to_vec();
         if out_ptr != 0 {
             let mut blk = [0u8; MAILBOX_SIZE];
+            // PANIC: host test harness: the mailbox lies inside the test's RAM file.
             self.ram.read_exact_at(&mut blk, OUT_MAILBOX - RAM).unwrap();
             out.extend_from_slice(&blk[..outlen - 16]);
         }
@@ -175,9 +184,11 @@ impl Client {
 type Outcome = (bool, u64, FnStats, u64);
 
 fn start() -> (Client, JoinHandle<Outcome>) {
+    // PANIC: host test harness: no socket pair means the test cannot run.
     let (a, b) = UnixStream::pair().unwrap();
     let server = std::thread::spawn(move || {
         let mut s = Server::new(Connection::new(b), Function::new(Settings::DEFAULT));
+        // PANIC: host test harness: the emulator's session error fails the test.
         s.run().unwrap();
         s.function.finish();
         let interrupts = s.function.bus.stats.interrupts;
@@ -191,6 +202,7 @@ fn start() -> (Client, JoinHandle<Outcome>) {
     // SAFETY: the name is a NUL-terminated literal.
     let ram = new_fd(unsafe { libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC) });
     let ram = File::from(ram);
+    // PANIC: host test harness: no RAM file means the test cannot run.
     ram.set_len(RAM_SIZE).unwrap();
     let client = Client {
         stream: a,

@@ -44,7 +44,7 @@ use super::dev::Dev;
 use super::hca::Hca;
 use super::mem::{DmaMemory, Platform};
 use super::prm::doorbell::{
-    bf_reg_offset, send_doorbell, CqDbRec, EqDoorbell, QpDbRec, SendDoorbellWord, UarCqDoorbell,
+    bf_half_offset, send_doorbell, CqDbRec, EqDoorbell, QpDbRec, SendDoorbellWord, UarCqDoorbell,
     BF_BUF_SIZE, CQ_DBR_SIZE, QP_DBR_SIZE, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET,
     UAR_EQ_UPDATE_OFFSET,
 };
@@ -295,15 +295,9 @@ fn send<M: DmaMemory>(
     if posted == 0 {
         return Err(DoorbellError::NothingPosted);
     }
-    if db.half > 1 {
-        return Err(DoorbellError::BadRegister);
-    }
-    let reg = bf_reg_offset(usize::from(qp.attr.bfreg)).map_err(|_| DoorbellError::BadRegister)?;
-    let reg_addr = qp
-        .attr
-        .uar_addr
-        .wrapping_add(reg as u64)
-        .wrapping_add(u64::from(db.half) * BF_BUF_SIZE as u64);
+    let reg = bf_half_offset(usize::from(qp.attr.bfreg), db.half)
+        .map_err(|_| DoorbellError::BadRegister)?;
+    let reg_addr = qp.attr.uar_addr.wrapping_add(reg as u64);
     let bytes = read8(mem, reg_addr)?;
     let bbs = find_rung_wqe(mem, &sq, counter, posted, &bytes).ok_or(DoorbellError::WqeMismatch)?;
     if db.blueflame_len != 0 {

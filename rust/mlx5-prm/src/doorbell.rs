@@ -320,6 +320,30 @@ pub fn bf_reg_offset(index: usize) -> Result<usize, Error> {
     Ok(UAR_BF_OFFSET + index * BF_REG_SIZE)
 }
 
+/// Offset in the UAR page of half `half` (0 or 1) of BlueFlame register
+/// `index`: where a send doorbell (or a BlueFlame copy) is stored.
+///
+/// # Errors
+///
+/// [`Error::OutOfRange`] for a register past [`BFREGS_PER_UAR`] or a half
+/// other than 0 and 1.
+pub fn bf_half_offset(index: usize, half: u8) -> Result<usize, Error> {
+    if half > 1 {
+        return Err(Error::OutOfRange);
+    }
+    Ok(bf_reg_offset(index)? + usize::from(half) * BF_BUF_SIZE)
+}
+
+/// Offset in BAR0 of register `reg` (an offset in a UAR page) of UAR page
+/// `uar`: UAR pages follow each other from the start of BAR0, one
+/// [`UAR_PAGE_SIZE`] each (`log_uar_page_sz` 0). `None` if it overflows.
+pub fn uar_reg_offset(uar: u32, reg: usize) -> Option<usize> {
+    usize::try_from(uar)
+        .ok()?
+        .checked_mul(UAR_PAGE_SIZE)?
+        .checked_add(reg)
+}
+
 /// The half of a BlueFlame register to use after the one at `offset`
 /// (relative to the register, so 0 or [`BF_BUF_SIZE`]): the halves
 /// alternate after every send doorbell, `offset ^ buf_size`.
@@ -490,6 +514,12 @@ mod tests {
         assert_eq!(bf_reg_offset(4), Err(Error::OutOfRange));
         assert_eq!(bf_next_offset(0), 256);
         assert_eq!(bf_next_offset(256), 0);
+        assert_eq!(bf_half_offset(0, 0), Ok(0x800));
+        assert_eq!(bf_half_offset(1, 1), Ok(0xb00));
+        assert_eq!(bf_half_offset(0, 2), Err(Error::OutOfRange));
+        assert_eq!(bf_half_offset(4, 0), Err(Error::OutOfRange));
+        assert_eq!(uar_reg_offset(3, UAR_EQ_ARM_OFFSET), Some(3 * 4096 + 0x40));
+        assert_eq!(uar_reg_offset(u32::MAX, usize::MAX), None);
         let ctrl: [u8; 16] = core::array::from_fn(|i| i as u8);
         assert_eq!(send_doorbell(&ctrl), [0, 1, 2, 3, 4, 5, 6, 7]);
     }
