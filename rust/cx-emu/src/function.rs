@@ -22,15 +22,15 @@
 use std::time::{Duration, Instant};
 
 use hca_model::caps::Caps;
-use hca_model::doorbell::SendDoorbell;
+use hca_model::doorbell::{DoorbellError, SendDoorbell};
 use hca_model::fabric::Fabric;
 use hca_model::fw::reject::Reject;
 use hca_model::fw::{Firmware, FwConfig, HcaState, Readiness};
 use hca_model::hca::Hca;
 use mlx5_prm::command::opcode_name;
 use mlx5_prm::doorbell::{
-    bf_half_offset, SendDoorbellWord, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET,
-    UAR_EQ_UPDATE_OFFSET, UAR_PAGE_SIZE,
+    bf_half_offset, CqDbRec, SendDoorbellWord, UarCqDoorbell, CQ_DBR_SIZE, UAR_CQ_DOORBELL_OFFSET,
+    UAR_EQ_ARM_OFFSET, UAR_EQ_UPDATE_OFFSET, UAR_PAGE_SIZE,
 };
 use mlx5_prm::ring;
 
@@ -40,8 +40,19 @@ use crate::bus::{Bus, UAR_BASE};
 use crate::log::{debug, error, info, trace};
 use crate::storage::VecStorage;
 
-/// Pages the device can hold (boot + init + one per queue, with room).
+/// Pages the device can hold (boot + init + one per queue, with room;
+/// a page holding a translation table takes a second slot).
 const PAGE_SLOTS: usize = 16384;
+/// Pages the firmware keeps free for the translation tables of user
+/// memory keys (`FwConfig::mtt_reserve`), asked for with the init pages
+/// and then a reserve at a time. A 1 MiB MR spans at most 257 pages, whose
+/// table fits one page (512 entries), so 64 of them take 64 pages: 128
+/// leaves room for twice that (or for larger MRs: 8 MiB takes 5 pages)
+/// before the driver answers a single page request, on top of the 24 boot
+/// and init pages the model leaves unused. It costs the guest 512 KiB, and
+/// at most one PAGE_REQUEST EQE per 128 table pages reaches its page EQ
+/// (64 entries in rmlx5), so a burst of registrations cannot overrun it.
+const MTT_RESERVE: u32 = 128;
 /// Budget of one engine run (WQEs, 4 KiB moved) between two messages.
 const RUN_BUDGET: u32 = 256;
 
@@ -82,6 +93,7 @@ impl Settings {
             uars: self.uars,
             uar_base: UAR_BASE,
             msix_vectors: self.msix_vectors,
+            mtt_reserve: MTT_RESERVE,
             fail_opcode: self.fail_opcode,
             fail_count: self.fail_count,
             ready: if self.never_ready {
@@ -320,6 +332,11 @@ impl Function {
                         return;
                     };
                     let r = hca.cq_doorbell(&mut self.bus, uar_addr);
+                    if r == Err(DoorbellError::ArmMismatch) && self.arm_overtaken(uar_addr) {
+                        self.stats.overtaken += 1;
+                        debug!("CQ arm overtaken by the next arm: the next doorbell arms the CQ");
+                        return;
+                    }
                     self.count_doorbell("CQ arm", index, r);
                 }
             }
@@ -361,22 +378,22 @@ impl Function {
                 r.qpn
             );
         }
-        if r.blueflame_len == 0 {
-            if let Some(take) = self.overtaken(&r) {
-                self.stats.overtaken += 1;
-                debug!(
-                    "send doorbell of QP {:#x} overtaken by the next post: the record is walked",
-                    r.qpn
-                );
-                if take {
-                    let Some(hca) = self.fabric.hca(0) else {
-                        return;
-                    };
-                    let res = hca.send_doorbell_record(&mut self.bus, r.qpn).map(drop);
-                    self.count_doorbell("send (record)", r.uar, res);
-                }
-                return;
+        // A BlueFlame copy is a posted write too: overtaken, its WQE is in
+        // the SQ like the others, and the record is walked for it.
+        if let Some(take) = self.overtaken(&r) {
+            self.stats.overtaken += 1;
+            debug!(
+                "send doorbell of QP {:#x} overtaken by the next post: the record is walked",
+                r.qpn
+            );
+            if take {
+                let Some(hca) = self.fabric.hca(0) else {
+                    return;
+                };
+                let res = hca.send_doorbell_record(&mut self.bus, r.qpn).map(drop);
+                self.count_doorbell("send (record)", r.uar, res);
             }
+            return;
         }
         let Some(hca) = self.fabric.hca(0) else {
             return;
@@ -386,54 +403,140 @@ impl Function {
             half: r.half,
             blueflame_len: r.blueflame_len,
         };
-        let res = hca.send_doorbell(&mut self.bus, &db);
+        // The register the store landed in: a process's QPs each use one
+        // of their UAR page's registers.
+        let res = hca.send_doorbell_at(&mut self.bus, &db, r.reg);
+        if res.is_err() {
+            self.describe_refused(&r);
+        }
         self.count_doorbell("send", r.uar, res);
     }
 
-    /// Whether plain send doorbell `r` was overtaken: the driver posted
-    /// again, moving the doorbell record on, before this doorbell's store
-    /// (a posted write) reached the device. A ConnectX takes WQEs up to the
-    /// record's counter whatever index the doorbell names; the model is
-    /// stricter (the doorbell must name the last WQE the record announces),
-    /// which a synchronous software HCA can ask of its providers but a
-    /// device behind posted writes cannot. The doorbell must still name a
-    /// WQE of the ring no further back than the last ring's worth, else it
-    /// goes to the model and is refused there.
+    /// Logs what a refused send doorbell named against what the QP has.
+    fn describe_refused(&mut self, r: &Ring) {
+        let Ok(reg) = bf_half_offset(usize::from(r.reg), r.half) else {
+            return;
+        };
+        let mut bytes = [0u8; 8];
+        let at = self.fw.uar_addr(r.uar).saturating_add(reg as u64);
+        if hca_model::mem::DmaMemory::read(&mut self.bus, at, &mut bytes).is_err() {
+            return;
+        }
+        let word = SendDoorbellWord::decode(&bytes);
+        let Some(hca) = self.fabric.hca(0) else {
+            return;
+        };
+        let Some(info) = hca.query_qp(r.qpn) else {
+            return;
+        };
+        let posted = hca.send_posted(&mut self.bus, r.qpn);
+        let mut rec = [0u8; 8];
+        let _ = hca_model::mem::DmaMemory::read(&mut self.bus, info.dbr_addr, &mut rec);
+        let slot = u64::from(word.wqe_index) % u64::from(info.sq_wqebbs.max(1)) * 64;
+        let mut sq = [0u8; 8];
+        let _ = hca_model::mem::DmaMemory::read(&mut self.bus, info.sq_buf_addr + slot, &mut sq);
+        error!(
+            "  record at {:#x}: {rec:02x?}; SQ at {:#x}, the named slot: {sq:02x?}; executed up to {}",
+            info.dbr_addr, info.sq_buf_addr, info.sq_ci
+        );
+        error!(
+            "send doorbell of QP {:#x} (register {} half {}, BlueFlame {} bytes): WQE {} ds {} opcode {:#x}; QP {:?}, SQ of {} WQEBBs, accepted up to {}, record {:?} ahead",
+            r.qpn,
+            r.reg,
+            r.half,
+            r.blueflame_len,
+            word.wqe_index,
+            word.ds,
+            word.opcode,
+            info.state,
+            info.sq_wqebbs,
+            info.sq_pi,
+            posted
+        );
+    }
+
+    /// Whether send doorbell `r` (plain, or a BlueFlame copy, which starts
+    /// with the same 8 bytes) was overtaken: the driver posted again,
+    /// moving the doorbell record on, before this doorbell's store reached
+    /// the device. Stores to the BAR are posted writes, which QEMU queues
+    /// on the vfio-user socket: under load a doorbell may arrive many
+    /// posts late, even more than a ring's worth (the device meanwhile
+    /// works from the records). A ConnectX takes WQEs up to the record's
+    /// counter whatever index the doorbell names, and ignores a producer
+    /// index it is already past; the model is stricter (the doorbell must
+    /// name the last WQE the record announces), which a synchronous
+    /// software HCA can ask of its providers but a device behind posted
+    /// writes cannot.
     ///
-    /// `Some(true)`: new WQEs wait, take them by walking the record (each
-    /// control segment checked); `Some(false)`: nothing new, the walk for
-    /// an earlier overtaken doorbell took this one's WQE too (or the
-    /// driver rang twice, which a ConnectX ignores as well); `None`: not
-    /// overtaken, the model checks it.
+    /// `Some(true)`: new WQEs wait and the doorbell does not name the last
+    /// of them (it names an earlier one, or one already taken): take them
+    /// all by walking the record (each control segment checked).
+    /// `Some(false)`: nothing new waits (a walk for an earlier doorbell
+    /// took its WQE); a ConnectX ignores it as well. `None`: it names the
+    /// last WQE the record announces (a plain ring), or is malformed: the
+    /// model checks it.
     fn overtaken(&mut self, r: &Ring) -> Option<bool> {
         let reg = bf_half_offset(usize::from(r.reg), r.half).ok()?;
         let addr = self.fw.uar_addr(r.uar).checked_add(reg as u64)?;
         let mut bytes = [0u8; 8];
         hca_model::mem::DmaMemory::read(&mut self.bus, addr, &mut bytes).ok()?;
         let word = SendDoorbellWord::decode(&bytes);
+        if word.ds == 0 {
+            return None;
+        }
         let end = word
             .wqe_index
             .wrapping_add(u16::from(ring::wqebb_count(word.ds)));
         let hca = self.fabric.hca(0)?;
         let info = hca.query_qp(r.qpn)?;
-        let sq_size = info.sq_wqebbs;
         let posted = hca.send_posted(&mut self.bus, r.qpn)?;
         let counter = info.sq_pi.wrapping_add(posted);
-        // The doorbell's WQE must end within the last ring's worth before
-        // the counter, else the model refuses it.
-        let behind = counter.wrapping_sub(end);
-        if word.ds == 0 || u32::from(behind) >= sq_size {
-            return None;
-        }
+        // How far past the accepted counter the doorbell's WQE ends, in the
+        // 16-bit counters: within what the record announces, or not new.
+        let ahead = end.wrapping_sub(info.sq_pi);
         if posted == 0 {
-            // Its WQE was taken by an earlier doorbell's walk of the record.
             return Some(false);
         }
-        if behind == 0 {
+        if ahead == 0 || ahead > posted {
+            // Older than what was taken; later posts wait, and their own
+            // doorbells are queued behind this one: take them now.
+            return Some(true);
+        }
+        if end == counter {
             // It names the last WQE the record announces: a plain ring.
             return None;
         }
         Some(true)
+    }
+
+    /// Whether the CQ arm doorbell on the UAR page at `uar_addr` was
+    /// overtaken: its CQ's doorbell record already holds another arm,
+    /// written by the driver after this doorbell's store, which as a posted
+    /// write reached the device late. The later arm's own doorbell follows.
+    fn arm_overtaken(&mut self, uar_addr: u64) -> bool {
+        let mut db = [0u8; 8];
+        let at = uar_addr + UAR_CQ_DOORBELL_OFFSET as u64;
+        if hca_model::mem::DmaMemory::read(&mut self.bus, at, &mut db).is_err() {
+            return false;
+        }
+        let Ok(db) = UarCqDoorbell::decode(&db) else {
+            return false;
+        };
+        let Some(info) = self.fabric.hca(0).and_then(|h| h.query_cq(db.cqn)) else {
+            return false;
+        };
+        let mut rec = [0u8; CQ_DBR_SIZE];
+        if hca_model::mem::DmaMemory::read(&mut self.bus, info.dbr_addr, &mut rec).is_err() {
+            return false;
+        }
+        let Ok(rec) = CqDbRec::decode(&rec) else {
+            return false;
+        };
+        // Any other arm in the record is a later one: the record is
+        // rewritten before every arm doorbell, so it holds the last arm.
+        // (A driver that rang without writing the record would leave an
+        // arm there that never fires: its CQ's events would not come.)
+        rec.arm != db.arm
     }
 
     fn count_doorbell<E: std::fmt::Debug>(&mut self, what: &str, uar: u32, r: Result<(), E>) {
@@ -642,6 +745,17 @@ mod tests {
         let mut b = [0u8; 4];
         f.bar0_read(offset, &mut b);
         u32::from_be_bytes(b)
+    }
+
+    /// The firmware asks for the reserve of table pages with its init
+    /// pages: 64 one-page tables (user MRs of up to 1 MiB) fit it alone.
+    #[test]
+    fn table_pages_are_reserved() {
+        let f = Function::new(Settings::DEFAULT);
+        let cfg = f.fw.config();
+        assert_eq!(cfg.mtt_reserve, MTT_RESERVE);
+        assert!(cfg.mtt_reserve >= 64);
+        assert!(PAGE_SLOTS as u32 > 2 * (cfg.boot_pages + cfg.init_pages + cfg.mtt_reserve));
     }
 
     #[test]

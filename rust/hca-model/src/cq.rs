@@ -70,6 +70,8 @@ pub struct CqInfo {
     pub error: bool,
     /// Completion events generated.
     pub events: u32,
+    /// DMA address of the doorbell record.
+    pub dbr_addr: u64,
 }
 
 /// The body of a CQE to write; the CQ fills in the owner bit.
@@ -143,6 +145,7 @@ impl Cq {
             arm_sn: self.sn(),
             error: self.error,
             events: self.events,
+            dbr_addr: self.attr.dbr_addr,
         }
     }
 

@@ -110,8 +110,35 @@ impl<S: Storage> Hca<S> {
         mem: &mut M,
         db: &SendDoorbell,
     ) -> Result<(), DoorbellError> {
+        self.send_doorbell_on(mem, db, None)
+    }
+
+    /// Handles a send doorbell rung on BlueFlame register `reg` of the
+    /// QP's UAR page: a ConnectX takes a QP's doorbell on any register of
+    /// the page its QP context names (a provider gives each QP one of the
+    /// page's registers), so a device that sees where the store landed
+    /// passes it here; [`Hca::send_doorbell`] reads the QP's own register.
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::send_doorbell`].
+    pub fn send_doorbell_at<M: DmaMemory>(
+        &mut self,
+        mem: &mut M,
+        db: &SendDoorbell,
+        reg: u8,
+    ) -> Result<(), DoorbellError> {
+        self.send_doorbell_on(mem, db, Some(reg))
+    }
+
+    fn send_doorbell_on<M: DmaMemory>(
+        &mut self,
+        mem: &mut M,
+        db: &SendDoorbell,
+        reg: Option<u8>,
+    ) -> Result<(), DoorbellError> {
         let mut dev = self.dev();
-        let r = send(&mut dev, mem, db);
+        let r = send(&mut dev, mem, db, reg);
         match r {
             Ok(()) => bump(&mut dev.stats.doorbells),
             Err(e) => dev.stats.doorbell_error(e),
@@ -284,6 +311,7 @@ fn send<M: DmaMemory>(
     dev: &mut Dev<'_>,
     mem: &mut M,
     db: &SendDoorbell,
+    reg: Option<u8>,
 ) -> Result<(), DoorbellError> {
     let (slot, qp) = dev.qp(db.qpn).ok_or(DoorbellError::NoSuchObject)?;
     let sq = qp.sq.ok_or(DoorbellError::NotAccepting)?;
@@ -295,7 +323,7 @@ fn send<M: DmaMemory>(
     if posted == 0 {
         return Err(DoorbellError::NothingPosted);
     }
-    let reg = bf_half_offset(usize::from(qp.attr.bfreg), db.half)
+    let reg = bf_half_offset(usize::from(reg.unwrap_or(qp.attr.bfreg)), db.half)
         .map_err(|_| DoorbellError::BadRegister)?;
     let reg_addr = qp.attr.uar_addr.wrapping_add(reg as u64);
     let bytes = read8(mem, reg_addr)?;

@@ -26,10 +26,14 @@
 //! 2. ENABLE_HCA; QUERY_ISSI; SET_ISSI(1).
 //! 3. QUERY_PAGES(boot) and MANAGE_PAGES(give) of the boot pages.
 //! 4. QUERY_HCA_CAP, SET_HCA_CAP (optional).
-//! 5. QUERY_PAGES(init) and MANAGE_PAGES(give) of the init pages.
+//! 5. QUERY_PAGES(init) and MANAGE_PAGES(give) of the init pages (and of
+//!    the [`FwConfig::mtt_reserve`]).
 //! 6. INIT_HCA; then UARs, PDs, memory keys, EQs, CQs, QPs and the QP
 //!    transitions, each queue costing [`FwConfig::pages_per_queue`] more
-//!    pages, asked for with a PAGE_REQUEST EQE.
+//!    pages, asked for with a PAGE_REQUEST EQE. A memory key whose pages
+//!    are scattered keeps its translation table in held pages (see
+//!    [`pages`]); the pages tables take are asked for again the same way
+//!    (a reserve at a time, see [`FwConfig::mtt_reserve`]).
 //! 7. TEARDOWN_HCA (every object freed first); MANAGE_PAGES(take) of every
 //!    page; DISABLE_HCA (refused while the device holds a page).
 //!
@@ -91,6 +95,20 @@ pub struct FwConfig {
     /// Pages each live EQ, CQ and QP costs after INIT_HCA (asked for with
     /// a PAGE_REQUEST EQE when the device has too few).
     pub pages_per_queue: u32,
+    /// Pages for the translation tables of memory keys with scattered
+    /// pages, kept free beyond the others: asked for with the init pages
+    /// (QUERY_PAGES init), and after INIT_HCA the table pages in use are
+    /// added to the need rounded up to a multiple of this many, so the
+    /// device asks for more a reserve at a time (one PAGE_REQUEST EQE per
+    /// `mtt_reserve` table pages, not one per memory key) and, once the
+    /// driver answers, holds at least this many free pages besides its
+    /// boot, init and queue pages. 0: each table page is asked for on its
+    /// own. The model keeps nothing else in the pages it holds, so a table
+    /// takes any held page not in use; a CREATE_MKEY that finds too few
+    /// fails ([`Reject::MttNoPages`]). One page holds the table of up to
+    /// 2 MiB of 4 KiB pages; a longer list takes one page per 2 MiB and a
+    /// directory page.
+    pub mtt_reserve: u32,
     /// UAR pages in the BAR; index 0 is never handed out (so that an unset
     /// `uar_page` field is caught), so at most `uars - 1` are allocated.
     /// At most 128.
@@ -122,9 +140,12 @@ pub struct FwConfig {
 
 impl FwConfig {
     /// A ConnectX-5-like function: firmware 16.35.1012, ready at once, 32
-    /// entries of 64 bytes, 8 boot and 16 init pages, 1 page per queue,
-    /// 16 UARs from DMA address 0, 64 vectors, BlueFlame register 0, pages
-    /// stamped, entry signatures checked, a health tick per millisecond.
+    /// entries of 64 bytes, 8 boot and 16 init pages, 1 page per queue, no
+    /// reserve for translation tables (they take from the boot and init
+    /// pages, which the model leaves unused, and each is asked for again
+    /// by page request), 16 UARs from DMA address 0, 64 vectors,
+    /// BlueFlame register 0, pages stamped, entry signatures checked, a
+    /// health tick per millisecond.
     pub const DEFAULT: FwConfig = FwConfig {
         fw_rev: FwRev {
             major: 16,
@@ -137,6 +158,7 @@ impl FwConfig {
         boot_pages: 8,
         init_pages: 16,
         pages_per_queue: 1,
+        mtt_reserve: 0,
         uars: 16,
         uar_base: 0,
         msix_vectors: 64,
@@ -175,6 +197,9 @@ pub struct PageCounts {
     pub held: u32,
     /// Pages it must keep now (what it would not give back).
     pub need: u32,
+    /// Held pages in use as translation tables (part of the need; never
+    /// given back).
+    pub in_use: u32,
     /// Pages asked for with PAGE_REQUEST EQEs and not given yet.
     pub requested: u32,
     /// Pages asked back with PAGE_REQUEST EQEs and not taken yet.
@@ -383,6 +408,7 @@ impl<B: PageStore> Firmware<B> {
         PageCounts {
             held: self.held(),
             need: self.need(),
+            in_use: self.in_use(),
             ..self.counts
         }
     }
@@ -392,8 +418,14 @@ impl<B: PageStore> Firmware<B> {
         self.pages.held()
     }
 
+    /// The held pages in use as translation tables, ascending.
+    pub fn table_pages(&self) -> &[u64] {
+        self.pages.in_use()
+    }
+
     /// The device decides it can do with `n` fewer pages (never fewer than
-    /// its boot pages) and asks the driver to take back what it now holds
+    /// its boot pages, and never any its translation tables account for)
+    /// and asks the driver to take back what it now holds
     /// beyond its need, up to `n`, with a PAGE_REQUEST EQE carrying the
     /// negative count. Returns the number asked back (0 if it holds no
     /// surplus, is not initialised, or no EQ receives page requests).
@@ -406,7 +438,10 @@ impl<B: PageStore> Firmware<B> {
         if self.state != HcaState::Initialized || self.page_eqn.is_none() {
             return 0;
         }
-        let spare = self.need().saturating_sub(self.cfg.boot_pages);
+        let spare = self
+            .need()
+            .saturating_sub(self.table_need())
+            .saturating_sub(self.cfg.boot_pages);
         self.trim = self.trim.saturating_add(n.min(spare));
         let surplus = self
             .held()
@@ -439,10 +474,34 @@ impl<B: PageStore> Firmware<B> {
         u32::try_from(self.pages.count()).unwrap_or(u32::MAX)
     }
 
+    fn in_use(&self) -> u32 {
+        u32::try_from(self.pages.in_use().len()).unwrap_or(u32::MAX)
+    }
+
+    /// What QUERY_PAGES(init) asks to hold: the boot and init pages and
+    /// the reserve for translation tables.
+    fn init_need(&self) -> u32 {
+        self.cfg
+            .boot_pages
+            .saturating_add(self.cfg.init_pages)
+            .saturating_add(self.cfg.mtt_reserve)
+    }
+
+    /// The pages translation tables account for: the reserve, plus the
+    /// pages in use rounded up to a multiple of it (see
+    /// [`FwConfig::mtt_reserve`]). Never less than the pages in use.
+    fn table_need(&self) -> u32 {
+        let reserve = self.cfg.mtt_reserve;
+        let unit = reserve.max(1);
+        let used = self.in_use().div_ceil(unit).saturating_mul(unit);
+        reserve.saturating_add(used)
+    }
+
     /// The pages the device must keep in its state: after INIT_HCA its
-    /// boot and init pages plus the queues' (less what it gave up);
-    /// otherwise none (before INIT_HCA it can hand everything back, as
-    /// mlx5_core's error path expects).
+    /// boot and init pages and the queues' (less what it gave up, never
+    /// below the boot pages), plus what its translation tables account
+    /// for; otherwise none (before INIT_HCA it can hand everything back,
+    /// as mlx5_core's error path expects; no table exists then).
     fn need(&self) -> u32 {
         match self.state {
             HcaState::Initialized => {
@@ -451,7 +510,9 @@ impl<B: PageStore> Firmware<B> {
                     .boot_pages
                     .saturating_add(self.cfg.init_pages)
                     .saturating_add(self.queues.saturating_mul(self.cfg.pages_per_queue));
-                base.saturating_sub(self.trim).max(self.cfg.boot_pages)
+                base.saturating_sub(self.trim)
+                    .max(self.cfg.boot_pages)
+                    .saturating_add(self.table_need())
             }
             _ => 0,
         }

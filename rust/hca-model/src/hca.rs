@@ -193,7 +193,7 @@ impl<S: Storage> Hca<S> {
         slot.obj = Some(Mr {
             attr: *attr,
             key,
-            fast: None,
+            pages: None,
         });
         if let Some(pd) = get_mut(t.pds, attr.pdn) {
             inc(&mut pd.users);
@@ -235,11 +235,13 @@ impl<S: Storage> Hca<S> {
             .get_mut(mr::key_index(key) as usize)
             .and_then(|s| s.obj.as_mut())
         {
-            m.fast = Some(mr::Fast {
+            m.pages = Some(mr::PageList {
                 max_pages,
                 valid: false,
                 mtt: 0,
                 log_page: 12,
+                umr: true,
+                indirect: false,
             });
         }
         Ok(key)
@@ -248,7 +250,9 @@ impl<S: Storage> Hca<S> {
     /// Registers a memory region whose key ends in the byte `variant`
     /// chosen by the caller, as CREATE_MKEY's `mkey_7_0` is, and returns
     /// the key (`index << 8 | variant`). Slots whose key would be 0 or
-    /// `MLX5_INVALID_LKEY` (0x100) are skipped.
+    /// `MLX5_INVALID_LKEY` (0x100) are skipped. With `pages`, the MR
+    /// translates through that table instead of linearly from
+    /// `attr.dma_addr` (the firmware's page-list MR).
     ///
     /// # Errors
     ///
@@ -257,6 +261,7 @@ impl<S: Storage> Hca<S> {
         &mut self,
         attr: &MrAttr,
         variant: u8,
+        pages: Option<mr::PageList>,
     ) -> Result<u32, Error> {
         if !mr::attr_valid(attr) {
             return Err(Error::Invalid);
@@ -278,7 +283,7 @@ impl<S: Storage> Hca<S> {
             slot.obj = Some(Mr {
                 attr: *attr,
                 key,
-                fast: None,
+                pages,
             });
             if let Some(pd) = get_mut(t.pds, attr.pdn) {
                 inc(&mut pd.users);

@@ -14,18 +14,32 @@
 //!
 //! # Translation
 //!
-//! An MR covers `length` bytes of I/O virtual address space from `iova`,
-//! mapped linearly onto DMA addresses from `dma_addr`. The kernel, whose
-//! pinned pages are not contiguous, gives each MR its own window of "DMA
-//! addresses" and resolves them to pages in its [`super::mem::DmaMemory`].
+//! An MR covers `length` bytes of I/O virtual address space from `iova`.
+//! A linear MR maps them onto DMA addresses from `dma_addr`. The kernel,
+//! whose pinned pages are not contiguous, gives each MR its own window of
+//! "DMA addresses" and resolves them to pages in its
+//! [`super::mem::DmaMemory`].
 //!
-//! A fast-registration MR (created with [`Hca::create_fast_mr`], mlx5's
-//! `umr_en` mkey created free) has no translation until a UMR WQE
-//! registers it (`umr`): then its pages are a list of page addresses
-//! (mlx5's MTT), one big-endian entry per page of `1 << log_page` bytes,
-//! read from DMA memory where the UMR's data segment pointed, and an access
-//! may map onto several DMA ranges (adjacent pages are merged into one). A
-//! local invalidation UMR makes it free again; a free MR matches no key.
+//! A page-list MR maps them page by page instead, through a table of page
+//! addresses in DMA memory (mlx5's MTT): entry `i`, big-endian, holds the
+//! address of the `i`-th page of `1 << log_page` bytes from the page that
+//! holds `iova` (its low bits, mlx5's `MTT_EN_RD` / `MTT_EN_WR`, are
+//! ignored), and an access may map onto several DMA ranges (adjacent pages
+//! are merged into one). The table is read on every access (the model
+//! caches no translation). There are two kinds:
+//!
+//! - A fast-registration MR (created with [`Hca::create_fast_mr`], mlx5's
+//!   `umr_en` mkey created free) has no translation until a UMR WQE
+//!   registers it (`umr`): then its table is the page list where the UMR's
+//!   data segment pointed. A local invalidation UMR makes it free again; a
+//!   free MR matches no key.
+//! - The firmware's MR for a CREATE_MKEY whose pages are scattered
+//!   ([`super::fw`]) is valid from creation to destruction and no UMR may
+//!   touch it (mlx5: an mkey without `umr_en`). Its table is a copy of the
+//!   command's list in pages the driver lent the device: one page of
+//!   [`MTT_PER_PAGE`] entries, or, for a longer list, a directory page
+//!   whose entry `j` (big-endian) is the address of the page holding
+//!   entries `512 j` to `512 j + 511`.
 //!
 //! [`Hca::create_fast_mr`]: super::hca::Hca::create_fast_mr
 
@@ -100,25 +114,43 @@ pub struct MrAttr {
 pub struct Mr {
     pub(super) attr: MrAttr,
     pub(super) key: u32,
-    /// Fast-registration state, for MRs UMR WQEs may modify.
-    pub(super) fast: Option<Fast>,
+    /// The page-list translation (see the module documentation); `None`
+    /// for a linear MR.
+    pub(super) pages: Option<PageList>,
 }
 
-/// The UMR-managed part of a fast-registration MR.
+/// How a page-list MR translates (a fast-registration MR's UMR-managed
+/// state, or the firmware's table of a scattered CREATE_MKEY).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Fast {
+pub(super) struct PageList {
     /// Most translation entries the MR may hold (its size at creation).
     pub(super) max_pages: u32,
-    /// Registered by a UMR (else free: no key matches it).
+    /// Translating (else free: no key matches it). A fast-registration MR
+    /// is valid between a registration and an invalidation; the
+    /// firmware's page-list MR always.
     pub(super) valid: bool,
-    /// DMA address of the page list the last registration named.
+    /// DMA address of the table: the page list the last registration
+    /// named, or the firmware's copy (its directory if `indirect`).
     pub(super) mtt: u64,
     /// log2 of the page size of that list.
     pub(super) log_page: u8,
+    /// UMR WQEs may register and invalidate the MR (mlx5's `umr_en`): set
+    /// for a fast-registration MR, clear for the firmware's.
+    pub(super) umr: bool,
+    /// `mtt` is a directory of table pages, [`MTT_PER_PAGE`] entries each.
+    pub(super) indirect: bool,
 }
 
 /// Smallest and largest page size of a fast registration (4 KiB, 1 GiB).
 pub(super) const FAST_PAGE_SHIFTS: core::ops::RangeInclusive<u8> = 12..=30;
+
+/// Translation entries in one 4 KiB page of a table, and page addresses in
+/// one directory page.
+pub const MTT_PER_PAGE: u64 = 4096 / MTT_SIZE as u64;
+
+/// Most entries a two-level table holds (a full directory of full pages:
+/// 1 GiB of 4 KiB pages).
+pub const MTT_MAX_ENTRIES: u64 = MTT_PER_PAGE * MTT_PER_PAGE;
 
 impl Mr {
     /// The attributes the MR was created with.
@@ -134,7 +166,13 @@ impl Mr {
     /// Whether the MR is a fast-registration MR, and if so whether a UMR
     /// registered it (`Some(true)`) or it is free (`Some(false)`).
     pub fn fast_valid(&self) -> Option<bool> {
-        self.fast.map(|f| f.valid)
+        self.pages.filter(|l| l.umr).map(|l| l.valid)
+    }
+
+    /// Whether the MR translates through a table the firmware keeps in
+    /// device pages (a CREATE_MKEY whose pages are scattered).
+    pub fn in_device_table(&self) -> bool {
+        self.pages.is_some_and(|l| !l.umr)
     }
 }
 
@@ -179,8 +217,8 @@ pub(super) fn next_variant(v: u8) -> u8 {
 /// Resolves `len` bytes at I/O virtual address `addr` through the MR named
 /// by `key`, for a QP in PD `pdn`, requiring the rights in `need`, and
 /// hands the DMA ranges they map onto, in order, to `sink` (one range for
-/// a linear MR; one per run of adjacent pages for a fast-registration MR,
-/// whose page list is read through `mem`). `sink` returns `false` to stop
+/// a linear MR; one per run of adjacent pages for a page-list MR, whose
+/// table is read through `mem`). `sink` returns `false` to stop
 /// ([`KeyError::Fragmented`]).
 ///
 /// A zero-length range is checked like any other (the caller skips the
@@ -202,7 +240,7 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
         .and_then(|i| mrs.get(i))
         .ok_or(KeyError::BadKey)?;
     let mr = match &slot.obj {
-        Some(mr) if mr.key == key && mr.fast.is_none_or(|f| f.valid) => mr,
+        Some(mr) if mr.key == key && mr.pages.is_none_or(|l| l.valid) => mr,
         _ => return Err(KeyError::BadKey),
     };
     if mr.attr.pdn != pdn {
@@ -218,7 +256,7 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
     if !mr.attr.access.contains(need) {
         return Err(KeyError::AccessDenied);
     }
-    let Some(fast) = mr.fast else {
+    let Some(list) = mr.pages else {
         // Cannot overflow: creation checked that dma_addr + length fits.
         let at = mr
             .attr
@@ -232,14 +270,16 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
         };
     };
     // Page list: entry i maps the i-th page from the page holding `iova`.
-    let page = 1u64 << fast.log_page;
+    let page = 1u64 << list.log_page;
     let mut pos = (mr.attr.iova & (page - 1)) + offset;
     let stop = pos + len;
     let mut run: Option<(u64, u64)> = None;
+    let mut leaf = None;
     while pos < stop {
-        let index = pos >> fast.log_page;
+        let index = pos >> list.log_page;
         let mut entry = [0u8; MTT_SIZE];
-        mem.read(fast.mtt + index * MTT_SIZE as u64, &mut entry)
+        let at = entry_addr(mem, &list, index, &mut leaf)?;
+        mem.read(at, &mut entry)
             .map_err(|_| KeyError::BadTranslation)?;
         let base = u64::from_be_bytes(entry) & !(page - 1);
         let within = pos & (page - 1);
@@ -263,6 +303,42 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
     }
 }
 
+/// The DMA address of translation entry `index` of `list`. For a
+/// two-level table the directory entry is read, once per table page:
+/// `leaf` keeps the last one read (directory index, page address).
+fn entry_addr<M: DmaMemory + ?Sized>(
+    mem: &mut M,
+    list: &PageList,
+    index: u64,
+    leaf: &mut Option<(u64, u64)>,
+) -> Result<u64, KeyError> {
+    let entry = MTT_SIZE as u64;
+    if !list.indirect {
+        return index
+            .checked_mul(entry)
+            .and_then(|o| list.mtt.checked_add(o))
+            .ok_or(KeyError::BadTranslation);
+    }
+    let dir = index / MTT_PER_PAGE;
+    let table = match *leaf {
+        Some((d, at)) if d == dir => at,
+        _ => {
+            let mut e = [0u8; MTT_SIZE];
+            let at = list
+                .mtt
+                .checked_add(dir * entry)
+                .ok_or(KeyError::BadTranslation)?;
+            mem.read(at, &mut e).map_err(|_| KeyError::BadTranslation)?;
+            let at = u64::from_be_bytes(e);
+            *leaf = Some((dir, at));
+            at
+        }
+    };
+    table
+        .checked_add(index % MTT_PER_PAGE * entry)
+        .ok_or(KeyError::BadTranslation)
+}
+
 /// Executes a UMR WQE of a QP in PD `pdn` on the MR whose index `key`
 /// names (the control segment's `imm`): a fast registration (mask with
 /// FREE, status not free: the page list at `xlt`, the new start, length,
@@ -271,7 +347,9 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
 ///
 /// What the model does not take, as an mlx5 device would refuse it:
 /// inline translations, KLM or other access modes, signature or BSF
-/// fields, and a UMR on an MR created without UMR enabled.
+/// fields, and a UMR on an MR created without UMR enabled (a linear MR,
+/// or the firmware's page-list MR: its table is device memory only the
+/// firmware writes, and it must not be freed under DESTROY_MKEY's feet).
 pub(super) fn umr<M: DmaMemory + ?Sized>(
     mrs: &mut [Slot<Mr>],
     mem: &mut M,
@@ -297,7 +375,7 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
     let Some(mut mr) = found else {
         return Err(CqeSyndrome::LocalProt);
     };
-    let Some(mut fast) = mr.fast else {
+    let Some(mut fast) = mr.pages.filter(|l| l.umr) else {
         return Err(CqeSyndrome::LocalProt);
     };
     if mr.attr.pdn != pdn {
@@ -386,7 +464,7 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
         if new_key == 0 || new_key == 0x100 {
             return Err(CqeSyndrome::LocalProt);
         }
-        fast = Fast {
+        fast = PageList {
             valid: true,
             mtt: mtt.unwrap_or(0),
             log_page: mkey.log2_page_size,
@@ -395,7 +473,7 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
         mr.attr = attr;
         mr.key = new_key;
     }
-    mr.fast = Some(fast);
+    mr.pages = Some(fast);
     let slot = usize::try_from(index)
         .ok()
         .and_then(|i| mrs.get_mut(i))
@@ -433,7 +511,7 @@ mod tests {
                 access: Access::LOCAL_WRITE.union(Access::REMOTE_READ),
             },
             key: make_key(2, 7).unwrap(),
-            fast: None,
+            pages: None,
         });
         t
     }
@@ -443,9 +521,9 @@ mod tests {
     use super::super::prm::wqe::MTT_EN_RD;
     use std::{vec, vec::Vec};
 
-    /// Memory for page lists: 4 KiB at 0x10000.
+    /// Memory for page lists: 16 KiB at 0x10000.
     struct Mem {
-        bytes: [u8; 0x1000],
+        bytes: [u8; 0x4000],
     }
 
     impl DmaMemory for Mem {
@@ -460,7 +538,7 @@ mod tests {
     }
 
     fn mem() -> Mem {
-        Mem { bytes: [0; 0x1000] }
+        Mem { bytes: [0; 0x4000] }
     }
 
     /// Resolves to a single DMA address (linear MRs).
@@ -515,11 +593,13 @@ mod tests {
                 access: Access::NONE,
             },
             key: make_key(3, 1).unwrap(),
-            fast: Some(Fast {
+            pages: Some(PageList {
                 max_pages: 4,
                 valid: false,
                 mtt: 0,
                 log_page: 12,
+                umr: true,
+                indirect: false,
             }),
         });
         t
@@ -759,6 +839,164 @@ mod tests {
         assert_eq!(
             umr(&mut t, &mut m, 1, 0x101, &c0, &k0, Some(&x0)),
             Err(CqeSyndrome::LocalProt)
+        );
+    }
+
+    /// Slot 3 as the firmware's page-list MR of PD 1: `n` entries of 4
+    /// KiB pages from IOVA `iova`, its table at 0x10000 (a directory if
+    /// `indirect`), all rights.
+    fn device_table(n: u32, iova: u64, indirect: bool) -> [Slot<Mr>; 4] {
+        let mut t = table();
+        t[3].variant = 9;
+        t[3].obj = Some(Mr {
+            attr: MrAttr {
+                pdn: 1,
+                iova,
+                length: u64::from(n) * 0x1000 - (iova & 0xfff),
+                dma_addr: 0,
+                access: Access::ALL,
+            },
+            key: make_key(3, 9).unwrap(),
+            pages: Some(PageList {
+                max_pages: n,
+                valid: true,
+                mtt: 0x10000,
+                log_page: 12,
+                umr: false,
+                indirect,
+            }),
+        });
+        t
+    }
+
+    /// Writes big-endian 64-bit `value` at DMA address `at` of `m`.
+    fn put(m: &mut Mem, at: u64, value: u64) {
+        let i = usize::try_from(at - 0x10000).unwrap();
+        m.bytes[i..i + 8].copy_from_slice(&value.to_be_bytes());
+    }
+
+    /// The firmware's page-list MR: valid from the start, translated page
+    /// by page through its one-page table, and no UMR may register or
+    /// invalidate it.
+    #[test]
+    fn device_table_mr_translates_and_refuses_umr() {
+        let mut t = device_table(3, 0x7f00_0000_0800, false);
+        let mut m = mem();
+        let pages = [0x9_0000u64, 0x4_0000, 0x4_1000];
+        for (i, p) in pages.iter().enumerate() {
+            put(&mut m, 0x10000 + i as u64 * 8, p | MTT_EN_RD | 2);
+        }
+        let key = make_key(3, 9).unwrap();
+        let mr = t[3].obj.unwrap();
+        assert!(mr.in_device_table());
+        assert_eq!(mr.fast_valid(), None, "not a fast-registration MR");
+        assert!(!t[2].obj.unwrap().in_device_table());
+        // Across the first boundary (pages 0 and 1 are apart), and the
+        // adjacent pages 1 and 2 merged.
+        assert_eq!(
+            ranges(&t, &mut m, key, 0x7f00_0000_0ff0, 0x20, Access::NONE).unwrap(),
+            vec![(0x9_0ff0, 0x10), (0x4_0000, 0x10)]
+        );
+        assert_eq!(
+            ranges(&t, &mut m, key, 0x7f00_0000_0800, 0x2800, Access::ALL).unwrap(),
+            vec![(0x9_0800, 0x800), (0x4_0000, 0x2000)]
+        );
+        assert_eq!(
+            ranges(&t, &mut m, key, 0x7f00_0000_2fff, 2, Access::NONE),
+            Err(KeyError::OutOfBounds)
+        );
+        // Neither a registration nor an invalidation may touch it.
+        let (c, k, x) = reg_umr(0x1000, 0x1000, 9, mkey_flags::LOCAL_WRITE);
+        assert_eq!(
+            umr(&mut t, &mut m, 1, key, &c, &k, Some(&x)),
+            Err(CqeSyndrome::LocalProt)
+        );
+        let (ic, ik) = inval_umr();
+        assert_eq!(
+            umr(&mut t, &mut m, 1, key, &ic, &ik, None),
+            Err(CqeSyndrome::LocalProt)
+        );
+        let after = t[3].obj.unwrap();
+        assert_eq!(
+            (after.key, after.attr, after.pages),
+            (mr.key, mr.attr, mr.pages)
+        );
+        assert_eq!(
+            ranges(&t, &mut m, key, 0x7f00_0000_0800, 8, Access::NONE).unwrap(),
+            vec![(0x9_0800, 8)]
+        );
+    }
+
+    /// A two-level table: the directory at 0x10000 names the pages of
+    /// entries 0 to 511 (0x11000) and 512 to 599 (0x12000).
+    #[test]
+    fn two_level_table() {
+        let t = device_table(600, 0x5000_0000, true);
+        let mut m = mem();
+        put(&mut m, 0x10000, 0x11000);
+        put(&mut m, 0x10008, 0x12000);
+        let page = |k: u64| 0x4000_0000 + k * 0x2000;
+        for k in 0..600u64 {
+            let at = if k < 512 {
+                0x11000 + k * 8
+            } else {
+                0x12000 + (k - 512) * 8
+            };
+            put(&mut m, at, page(k) | MTT_EN_RD);
+        }
+        let key = make_key(3, 9).unwrap();
+        // Entries 510 to 513: across the directory's two pages.
+        let got = ranges(
+            &t,
+            &mut m,
+            key,
+            0x5000_0000 + 510 * 0x1000 + 0xff0,
+            0x2020,
+            Access::NONE,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (page(510) + 0xff0, 0x10),
+                (page(511), 0x1000),
+                (page(512), 0x1000),
+                (page(513), 0x10)
+            ]
+        );
+        assert_eq!(
+            ranges(
+                &t,
+                &mut m,
+                key,
+                0x5000_0000 + 599 * 0x1000 + 0xff8,
+                8,
+                Access::NONE
+            )
+            .unwrap(),
+            vec![(page(599) + 0xff8, 8)]
+        );
+        assert_eq!(
+            ranges(
+                &t,
+                &mut m,
+                key,
+                0x5000_0000 + 599 * 0x1000 + 0xff8,
+                9,
+                Access::NONE
+            ),
+            Err(KeyError::OutOfBounds)
+        );
+        // A directory entry naming unreachable memory is a bad translation.
+        put(&mut m, 0x10008, 0x9990_0000);
+        assert_eq!(
+            ranges(&t, &mut m, key, 0x5000_0000 + 512 * 0x1000, 8, Access::NONE),
+            Err(KeyError::BadTranslation)
+        );
+        put(&mut m, 0x10008, u64::MAX - 4);
+        assert_eq!(
+            ranges(&t, &mut m, key, 0x5000_0000 + 513 * 0x1000, 8, Access::NONE),
+            Err(KeyError::BadTranslation)
         );
     }
 

@@ -171,6 +171,10 @@ pub struct QpInfo {
     pub rq_ci: u16,
     /// The head send WQE is waiting for a retry: why, and until when.
     pub waiting: Option<(WaitKind, u64)>,
+    /// DMA address of the doorbell record.
+    pub dbr_addr: u64,
+    /// DMA address of the SQ.
+    pub sq_buf_addr: u64,
 }
 
 /// Which engine list a QP is on.
@@ -266,6 +270,8 @@ impl Qp {
             sq_wqebbs: self.attr.sq_wqebbs,
             rq_ci: self.rq.map_or(0, |r| r.ci),
             waiting: self.wait,
+            dbr_addr: self.attr.dbr_addr,
+            sq_buf_addr: self.attr.sq_buf_addr,
         }
     }
 

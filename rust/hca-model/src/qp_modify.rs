@@ -200,7 +200,7 @@ pub(super) fn check(cur: QpState, m: &QpModify, caps: &Caps) -> Result<QpState, 
 }
 
 /// Copies the attributes named by `m.mask` into `conn`.
-pub(super) fn apply(conn: &mut ConnAttrs, m: &QpModify) {
+pub fn apply(conn: &mut ConnAttrs, m: &QpModify) {
     let mask = m.mask;
     let a = &m.attrs;
     if mask.contains(AttrMask::ACCESS_FLAGS) {

@@ -11,8 +11,20 @@ use super::mem::DmaMemory;
 
 /// Most pieces one side of a transfer has: a 1008-byte WQE holds at most 62
 /// data segments after its control and remote address segments, and a
-/// receive WQE of the largest stride (1024 bytes) holds 64.
+/// receive WQE of the largest stride (1024 bytes) holds 64. An access
+/// through a page-list key takes one piece per run of adjacent pages, so
+/// this is also how scattered such an access may be: the software HCA's
+/// keys are one range each (its user MRs are a `vmap`), and its fabric is
+/// built on a kernel stack, so it keeps 64.
+#[cfg(not(feature = "wide-scatter"))]
 pub(super) const MAX_PIECES: usize = 64;
+
+/// With `wide-scatter` (the emulated ConnectX, whose driver registers user
+/// memory as scattered 4 KiB pages): 4096 runs, an access of 16 MiB over
+/// pages none of which are adjacent, about 200 KiB of scratch in the
+/// fabric.
+#[cfg(feature = "wide-scatter")]
+pub(super) const MAX_PIECES: usize = 4096;
 
 /// Bytes moved per read/write pair.
 const CHUNK: usize = 256;

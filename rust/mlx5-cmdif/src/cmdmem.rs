@@ -37,6 +37,9 @@ pub const CMD_MEM_MIN: usize = QUEUE_PAGE + 2 * MIN_BLOCKS * MAILBOX_ALIGN;
 /// A good [`CmdMem::len`]: 16 blocks per pool, so that one MANAGE_PAGES
 /// moves up to 1024 pages.
 pub const CMD_MEM_SIZE: usize = QUEUE_PAGE + 2 * 16 * MAILBOX_ALIGN;
+/// The largest useful [`CmdMem::len`]: two pools of [`MAX_BLOCKS`] blocks,
+/// for 32 KiB messages (a memory key's translation table of 4000 pages).
+pub const CMD_MEM_MAX: usize = QUEUE_PAGE + 2 * MAX_BLOCKS * MAILBOX_ALIGN;
 
 /// The region of the driver's DMA-coherent memory the command interface
 /// uses (see the module documentation). The embedder allocates it and

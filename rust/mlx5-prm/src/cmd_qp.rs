@@ -1,20 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Queue pair commands: CREATE_QP, the transitions RST2INIT, INIT2RTR,
-//! RTR2RTS, 2ERR and 2RST, and DESTROY_QP. The contexts they carry are in
-//! `qpc`.
+//! RTR2RTS, 2ERR and 2RST, QUERY_QP and DESTROY_QP. The contexts they
+//! carry are in `qpc`.
 //!
 //! CREATE_QP's input is followed by the bus addresses of the QP buffer's
 //! pages (receive queue first, then send queue, as one buffer). The three
 //! forward transitions take a full [`Qpc`] of which the device reads the
 //! fields the transition defines, plus the optional ones named in
 //! `opt_param_mask`; 2ERR, 2RST and DESTROY take only the QP number.
+//! QUERY_QP takes the QP number and returns the context as the device has
+//! it, `state` included (a QP the device moved to ERR after an error
+//! completion reads [`super::qpc::STATE_ERR`]).
 //!
 //! `ece` (enhanced connection establishment) is carried for completeness;
 //! a driver that does not negotiate it leaves it 0.
 
 use super::command::{command, OP_2ERR_QP, OP_2RST_QP, OP_CREATE_QP, OP_DESTROY_QP};
-use super::command::{OP_INIT2RTR_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP};
+use super::command::{OP_INIT2RTR_QP, OP_QUERY_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP};
 use super::ifc::ifc_layout;
 use super::qpc::Qpc;
 
@@ -134,6 +137,36 @@ ifc_layout! {
 }
 
 ifc_layout! {
+    /// QUERY_QP input. The `qpc_ext` bit (bit 0x40: also return the QPC
+    /// extension) is not modelled and is written 0.
+    pub struct QueryQpIn = "query_qp_in", bits 0x80, opcode OP_QUERY_QP {
+        /// The QP number, 24 bits.
+        qpn: u32 = [0x48, 0x18],
+    }
+}
+
+ifc_layout! {
+    /// QUERY_QP output: the header, `opt_param_mask`, `ece`, the QP
+    /// context and the 0x80 reserved bits after it, 272 bytes in all.
+    ///
+    /// mlx5_ifc.h's `query_qp_out` goes on with the union
+    /// `qp_pas_or_qpc_ext_and_pas` (the QPC extension, 0x600 bits, when
+    /// the input's `qpc_ext` is set, else the page list), which this
+    /// layout leaves out: [`Layout::SIZE`](super::ifc::Layout::SIZE) is
+    /// `MLX5_BYTE_OFF(query_qp_out, qp_pas_or_qpc_ext_and_pas)` = 272, not
+    /// `MLX5_ST_SZ_BYTES(query_qp_out)` = 464 (which mlx5_ib passes as
+    /// its output length; a longer output decodes the same).
+    pub struct QueryQpOut = "query_qp_out", bits 0x880 {
+        /// Optional parameters in force.
+        opt_param_mask: u32 = [0x80, 0x20],
+        /// ECE options in force.
+        ece: u32 = [0xa0, 0x20],
+        /// The context, with `state`.
+        qpc: Qpc = [0xc0, 0x740],
+    }
+}
+
+ifc_layout! {
     /// DESTROY_QP input.
     pub struct DestroyQpIn = "destroy_qp_in", bits 0x80, opcode OP_DESTROY_QP {
         /// The QP number, 24 bits.
@@ -178,6 +211,11 @@ command! {
 }
 
 command! {
+    /// QUERY_QP (`MLX5_CMD_OP_QUERY_QP`, 0x50b).
+    pub struct QueryQp: OP_QUERY_QP, "QUERY_QP", QueryQpIn => QueryQpOut;
+}
+
+command! {
     /// DESTROY_QP (`MLX5_CMD_OP_DESTROY_QP`, 0x501).
     pub struct DestroyQp: OP_DESTROY_QP, "DESTROY_QP", DestroyQpIn => DestroyQpOut;
 }
@@ -186,7 +224,7 @@ command! {
 mod tests {
     use super::super::command::{self, Command};
     use super::super::ifc::Layout;
-    use super::super::qpc::{OPTPAR_RRE, ST_RC};
+    use super::super::qpc::{Ads, OPTPAR_RRE, STATE_ERR, STATE_RTS, ST_RC};
     use super::*;
 
     #[test]
@@ -210,6 +248,49 @@ mod tests {
         assert_eq!(b[24 + 0x78..24 + 0x7c], [0, 0xab, 0xcd, 0xef]);
         assert_eq!(Rtr2RtsQpIn::decode(&b), Ok(input));
         assert_eq!(<Qp2Err as Command>::OPCODE, 0x507);
+    }
+
+    #[test]
+    fn query_known_bytes() {
+        let mut b = [0xffu8; 16];
+        let len = command::encode_in::<QueryQp>(&QueryQpIn { qpn: 0x12_3456 }, &[], &mut b);
+        assert_eq!(len, Ok(16));
+        assert_eq!(
+            b,
+            [5, 0x0b, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0x56, 0, 0, 0, 0]
+        );
+        assert_eq!(QueryQpOut::SIZE, 272);
+        // A reply as the device writes it: header, then the context at
+        // byte 0x18 (bit 0xc0).
+        let mut out = [0u8; 464];
+        out[0x18] = STATE_RTS << 4;
+        out[0x18 + 0x14..0x18 + 0x18].copy_from_slice(&[0, 0xab, 0xcd, 0xef]);
+        out[0x18 + 0x18 + 0x4..0x18 + 0x18 + 0x8].copy_from_slice(&[0, 0, 0x01, 0x02]);
+        out[0x18 + 0x78..0x18 + 0x7c].copy_from_slice(&[0, 0x11, 0x22, 0x33]);
+        let r = command::decode_out::<QueryQp>(&out).unwrap();
+        assert_eq!(r.qpc.state, STATE_RTS);
+        assert_eq!(r.qpc.remote_qpn, 0xab_cdef);
+        assert_eq!(r.qpc.primary_address_path.rlid, 0x102);
+        assert_eq!(r.qpc.next_send_psn, 0x11_2233);
+        // Our 272 bytes decode the same as mlx5_ib's 464.
+        assert_eq!(command::decode_out::<QueryQp>(&out[..272]), Ok(r));
+        assert!(command::decode_out::<QueryQp>(&out[..271]).is_err());
+        let back = QueryQpOut {
+            qpc: Qpc {
+                state: STATE_ERR,
+                primary_address_path: Ads {
+                    vhca_port_num: 1,
+                    ..Ads::default()
+                },
+                ..r.qpc
+            },
+            ..r
+        };
+        let mut enc = [0xffu8; QueryQpOut::SIZE];
+        back.encode(&mut enc).unwrap();
+        assert_eq!(enc[..0x18], [0; 0x18]);
+        assert_eq!(enc[0x18] >> 4, STATE_ERR);
+        assert_eq!(QueryQpOut::decode(&enc), Ok(back));
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub const OP_RTR2RTS_QP: u16 = 0x504;
 pub const OP_2ERR_QP: u16 = 0x507;
 /// `MLX5_CMD_OP_2RST_QP`.
 pub const OP_2RST_QP: u16 = 0x50a;
+/// `MLX5_CMD_OP_QUERY_QP`.
+pub const OP_QUERY_QP: u16 = 0x50b;
 /// `MLX5_CMD_OP_ALLOC_PD`.
 pub const OP_ALLOC_PD: u16 = 0x800;
 /// `MLX5_CMD_OP_DEALLOC_PD`.
@@ -122,6 +124,7 @@ pub const OPCODES: &[(u16, &str)] = &[
     (OP_RTR2RTS_QP, "RTR2RTS_QP"),
     (OP_2ERR_QP, "2ERR_QP"),
     (OP_2RST_QP, "2RST_QP"),
+    (OP_QUERY_QP, "QUERY_QP"),
     (OP_ALLOC_PD, "ALLOC_PD"),
     (OP_DEALLOC_PD, "DEALLOC_PD"),
     (OP_ALLOC_UAR, "ALLOC_UAR"),

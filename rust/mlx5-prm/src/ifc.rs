@@ -160,7 +160,9 @@ pub trait Layout: Sized {
     /// `struct mlx5_ifc_create_qp_in_bits`), for log messages and tests.
     const NAME: &'static str;
     /// Size in bytes: `MLX5_ST_SZ_BYTES(NAME)`. A trailing page-address
-    /// list, where the layout has one, is not included (as in the kernel).
+    /// list, where the layout has one, is not included (as in the kernel);
+    /// nor is the trailing union of `query_qp_out` (QPC extension or page
+    /// list), which `cmd_qp::QueryQpOut` stops before.
     const SIZE: usize;
 
     /// Writes the layout into the first [`Layout::SIZE`] bytes of `out`,

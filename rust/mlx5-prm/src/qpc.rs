@@ -17,8 +17,66 @@
 //! minus 4, `log_page_size` is log2 of the buffer's page size minus 12,
 //! `log_sra_max` / `log_rra_max` are log2 of the initiator depth and
 //! responder resources.
+//!
+//! `state` is written by the device only (QUERY_QP); the inputs leave it 0.
+//! Its values are `STATE_*`, which [`state_to_ib`] and [`state_from_ib`]
+//! convert to and from `enum ib_qp_state` as mlx5_ib does.
 
 use super::ifc::ifc_layout;
+
+/// `qpc.state`: reset (`MLX5_QP_STATE_RST`, `MLX5_QPC_STATE_RST`).
+pub const STATE_RST: u8 = 0x0;
+/// `qpc.state`: initialised (`MLX5_QP_STATE_INIT`).
+pub const STATE_INIT: u8 = 0x1;
+/// `qpc.state`: ready to receive (`MLX5_QP_STATE_RTR`).
+pub const STATE_RTR: u8 = 0x2;
+/// `qpc.state`: ready to send (`MLX5_QP_STATE_RTS`).
+pub const STATE_RTS: u8 = 0x3;
+/// `qpc.state`: send queue error (`MLX5_QP_STATE_SQER`).
+pub const STATE_SQER: u8 = 0x4;
+/// `qpc.state`: send queue drained (`MLX5_QP_STATE_SQD`, qp.h's value,
+/// which mlx5_ib reads and writes). mlx5_ifc.h's `MLX5_QPC_STATE_SQD` is
+/// 0x7, the value qp.h calls [`STATE_SQ_DRAINING`].
+pub const STATE_SQD: u8 = 0x5;
+/// `qpc.state`: error (`MLX5_QP_STATE_ERR`, `MLX5_QPC_STATE_ERR`).
+pub const STATE_ERR: u8 = 0x6;
+/// `qpc.state`: send queue draining, on the way to SQD
+/// (`MLX5_QP_STATE_SQ_DRAINING`; mlx5_ifc.h's `MLX5_QPC_STATE_SQD`).
+pub const STATE_SQ_DRAINING: u8 = 0x7;
+/// `qpc.state`: suspended (`MLX5_QP_STATE_SUSPENDED`).
+pub const STATE_SUSPENDED: u8 = 0x9;
+
+/// The `enum ib_qp_state` value of `qpc.state` `state` (`IB_QPS_RESET` 0,
+/// `INIT` 1, `RTR` 2, `RTS` 3, `SQD` 4, `SQE` 5, `ERR` 6), as mlx5_ib's
+/// `to_ib_qp_state`: SQ draining reads as SQD. `None` for a state IB
+/// verbs have no name for (suspended, or an undefined value).
+pub const fn state_to_ib(state: u8) -> Option<u8> {
+    match state {
+        STATE_RST => Some(0),
+        STATE_INIT => Some(1),
+        STATE_RTR => Some(2),
+        STATE_RTS => Some(3),
+        STATE_SQD | STATE_SQ_DRAINING => Some(4),
+        STATE_SQER => Some(5),
+        STATE_ERR => Some(6),
+        _ => None,
+    }
+}
+
+/// The `qpc.state` of the `enum ib_qp_state` value `ib`, as mlx5_ib's
+/// `to_mlx5_state`; `None` above `IB_QPS_ERR` (6).
+pub const fn state_from_ib(ib: u8) -> Option<u8> {
+    match ib {
+        0 => Some(STATE_RST),
+        1 => Some(STATE_INIT),
+        2 => Some(STATE_RTR),
+        3 => Some(STATE_RTS),
+        4 => Some(STATE_SQD),
+        5 => Some(STATE_SQER),
+        6 => Some(STATE_ERR),
+        _ => None,
+    }
+}
 
 /// `qpc.st`: reliable connected (`MLX5_QPC_ST_RC`).
 pub const ST_RC: u8 = 0x0;
@@ -144,10 +202,14 @@ ifc_layout! {
 
 ifc_layout! {
     /// The QP context (`qpc`): the fields of an RC/UC/UD QP on
-    /// InfiniBand. Not modelled: the state (QUERY_QP only), the secondary
-    /// path, DC, Ethernet offloads, counters, the PSN and WQE counters the
-    /// device reports, user-memory (DEVX) fields.
+    /// InfiniBand, and the state QUERY_QP reports. Not modelled: the
+    /// secondary path, DC, Ethernet offloads, counters, the PSN and WQE
+    /// counters the device reports (`last_acked_psn`, `ssn`, `rmsn`,
+    /// `hw_sq_wqebb_counter`, ...), user-memory (DEVX) fields.
     pub struct Qpc = "qpc", bits 0x740 {
+        /// The QP's state (`STATE_*`), 4 bits: written by QUERY_QP, left 0
+        /// in CREATE_QP and the transitions (the device ignores it there).
+        state: u8 = [0x0, 4],
         /// Service type (`ST_*`).
         st: u8 = [0x8, 8],
         /// Path migration state (`PM_STATE_*`).
@@ -277,5 +339,27 @@ mod tests {
         assert_eq!(b[0x94], 12);
         assert_eq!(b[0xa0..0xa8], [0, 0, 0, 0, 0xde, 0xad, 0xb0, 0]);
         assert_eq!(Qpc::decode(&b), Ok(q));
+        // The state is the top nibble of byte 0, beside `st`'s byte.
+        let q = Qpc {
+            state: STATE_ERR,
+            st: ST_UD,
+            ..Qpc::default()
+        };
+        q.encode(&mut b).unwrap();
+        assert_eq!(b[..2], [0x60, 0x02]);
+        assert_eq!(Qpc::decode(&b), Ok(q));
+    }
+
+    #[test]
+    fn states_convert_as_mlx5_ib() {
+        for ib in 0..=6u8 {
+            let state = state_from_ib(ib).unwrap();
+            assert_eq!(state_to_ib(state), Some(ib));
+        }
+        assert_eq!(state_from_ib(7), None);
+        assert_eq!(state_to_ib(STATE_SQ_DRAINING), Some(4));
+        assert_eq!(state_to_ib(STATE_SUSPENDED), None);
+        assert_eq!(state_to_ib(8), None);
+        assert_eq!(state_to_ib(0xf), None);
     }
 }

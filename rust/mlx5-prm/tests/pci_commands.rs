@@ -7,11 +7,12 @@
 //! At run time the test writes a C program: a stand-in header for kernel
 //! types (`tests/conformance/ifc_shim.h`), then the Linux tree's
 //! `include/linux/mlx5/mlx5_ifc.h` `#include`d as it is, then definitions
-//! lifted verbatim from `device.h`, `driver.h`, `qp.h` and mlx5_core's
-//! `cmd.c` / `pagealloc.c` (the `MLX5_SET` family of macros, the command
-//! queue, mailbox, initialization segment and EQE structs, status enums,
-//! and a few small static functions such as `calc_block_sig` and
-//! `fw_rev_maj`). The program
+//! lifted verbatim from `device.h`, `driver.h`, `qp.h`, `rdma/ib_verbs.h`,
+//! mlx5_core's `cmd.c` / `pagealloc.c` and mlx5_ib's `qp.c` (the
+//! `MLX5_SET` family of macros, the command queue, mailbox, initialization
+//! segment and EQE structs, status and QP state enums, and a few small
+//! static functions such as `calc_block_sig`, `fw_rev_maj` and
+//! `to_ib_qp_state`). The program
 //!
 //! - sets every field we model, one at a time, to all-ones and to a random
 //!   value with `MLX5_SET` / `MLX5_SET64` in a zeroed layout (with the
@@ -27,7 +28,7 @@
 //! - prints the opcodes, layout sizes and page-list offsets of every
 //!   command, the constants we define, and what the lifted kernel functions
 //!   compute (block signatures, mailbox counts, firmware version fields,
-//!   errno mapping, table sizes) on many inputs.
+//!   errno mapping, table sizes, QP state mapping) on many inputs.
 //!
 //! Facts that live only in mlx5_core's code (which bits of `cmdq_addr_l_sz`
 //! hold the queue geometry, which fields `handle_hca_cap` writes, ...) are
@@ -64,14 +65,14 @@ use mlx5_prm::cmd_status::CmdStatus;
 use mlx5_prm::command;
 use mlx5_prm::init_seg::{self, FwRev};
 use mlx5_prm::opcode::EventType;
-use mlx5_prm::{cmd_eq, hca_cap};
+use mlx5_prm::{cmd_eq, hca_cap, qpc};
 use program::program;
 
 const DEFAULT_KSRC: &str = "/var/cache/rmlx5/linux-source-7.3";
 const IFC_H: &str = "include/linux/mlx5/mlx5_ifc.h";
 
 /// Field facts of the mlx5_ifc layouts (see [`layouts_match_mlx5_ifc`]).
-const LAYOUT_FACTS: usize = 731;
+const LAYOUT_FACTS: usize = 803;
 /// Member facts of the device.h structs.
 const MEMBER_FACTS: usize = 42;
 
@@ -249,6 +250,23 @@ fn kernel_functions_agree() {
             "cmd_status_to_err({s:#x})"
         );
     }
+    for r in out.list("qpstate") {
+        let v: Vec<u64> = r.iter().map(|s| num(s)).collect();
+        let or_minus_one = |x: Option<u8>| x.map_or(0xffff_ffff, u64::from);
+        assert_eq!(
+            or_minus_one(qpc::state_to_ib(v[0] as u8)),
+            v[1],
+            "to_ib_qp_state({})",
+            v[0]
+        );
+        assert_eq!(
+            or_minus_one(qpc::state_from_ib(v[0] as u8)),
+            v[2],
+            "to_mlx5_state({})",
+            v[0]
+        );
+    }
+    assert_eq!(out.list("qpstate").len(), 16);
     for r in out.list("tables") {
         let v = num(&r[0]) as u16;
         assert_eq!(

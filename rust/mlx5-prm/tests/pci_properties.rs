@@ -147,6 +147,7 @@ fn every_layout_round_trips() {
         CreateQpIn, CreateQpOut, DestroyQpIn, DestroyQpOut,
         Rst2InitQpIn, Rst2InitQpOut, Init2RtrQpIn, Init2RtrQpOut,
         Rtr2RtsQpIn, Rtr2RtsQpOut, Qp2ErrIn, Qp2ErrOut, Qp2RstIn, Qp2RstOut,
+        QueryQpIn, QueryQpOut,
     );
     assert!(cases > 500_000, "only {cases} cases");
 }

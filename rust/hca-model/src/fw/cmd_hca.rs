@@ -101,7 +101,7 @@ pub(super) fn query_pages<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_,
     }
     let fw = &*cx.fw;
     let boot = fw.cfg.boot_pages;
-    let init = boot.saturating_add(fw.cfg.init_pages);
+    let init = fw.init_need();
     // What the device wants to hold after the driver answers.
     let target = match (fw.state, i.op_mod) {
         (_, op)
@@ -226,7 +226,8 @@ fn give_pages<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>, n
 }
 
 /// MANAGE_PAGES take: returns up to `n` of the pages the device does not
-/// need.
+/// need, the highest of those not in use (a page in use is part of the
+/// need, so there are always enough of them).
 fn take_pages<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>, n: u32) -> R {
     let room = (n as usize)
         .checked_mul(PAS_ENTRY_SIZE)
@@ -234,21 +235,17 @@ fn take_pages<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>, n
         .ok_or(Reject::OutputTooShort)?;
     cx.need_out(room)?;
     let fw = &*cx.fw;
-    let k = fw.held().saturating_sub(fw.need()).min(n);
+    let free = u32::try_from(fw.pages.free_count()).unwrap_or(u32::MAX);
+    let k = fw.held().saturating_sub(fw.need()).min(n).min(free);
     cx.reply(&ManagePagesOut {
         output_num_entries: k,
     })?;
     // The header is 16 bytes: the list starts in the first mailbox.
-    let mut at = 0;
-    while at < k as usize {
-        let Some(&addr) = cx.fw.pages.top(k as usize).get(at) else {
-            break;
-        };
+    for addr in cx.fw.pages.top_free(k as usize) {
         cx.out.put(cx.p, &addr.to_be_bytes())?;
-        at += 1;
     }
     let fw = &mut *cx.fw;
-    fw.pages.pop(k as usize);
+    fw.pages.pop_free(k as usize);
     fw.counts.returned_total = fw.counts.returned_total.wrapping_add(u64::from(k));
     fw.counts.asked_back = fw.counts.asked_back.saturating_sub(k);
     Ok(())
@@ -311,7 +308,7 @@ pub(super) fn init_hca<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B,
     cx.no_op_mod()?;
     let _: InitHcaIn = cx.read_in()?;
     let fw = &*cx.fw;
-    if fw.held() < fw.cfg.boot_pages.saturating_add(fw.cfg.init_pages) {
+    if fw.held() < fw.init_need() {
         return Err(Reject::InitPagesMissing);
     }
     cx.need_out(InitHcaOut::SIZE)?;
@@ -339,6 +336,9 @@ pub(super) fn teardown_hca<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_
         return Err(Reject::ObjectsAlive);
     }
     let fw = &mut *cx.fw;
+    // Every memory key is gone, so every table page is already free; a
+    // device forgets its tables with everything else all the same.
+    fw.pages.release_all();
     fw.state = HcaState::TornDown;
     fw.trim = 0;
     fw.queues = 0;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! QP commands: CREATE_QP, the transitions RST2INIT, INIT2RTR, RTR2RTS,
-//! 2ERR and 2RST mapped onto the model's modify-QP, and DESTROY_QP.
+//! 2ERR and 2RST mapped onto the model's modify-QP, QUERY_QP, and
+//! DESTROY_QP.
 //!
 //! Only RC QPs exist. The buffer holds the receive queue first and the send
 //! queue right after it, as mlx5 lays them out. Each transition takes the
@@ -11,24 +12,47 @@
 //! send PSN, initiator depth) plus the optional ones `opt_param_mask`
 //! names; the QP must be in the transition's source state. The path's LID
 //! names the peer instance of the fabric (`fabric::index_of_lid`).
+//!
+//! QUERY_QP encodes the QP as the model has it, state included (a QP the
+//! engine moved to ERR reads ERR), each field the inverse of how the
+//! transitions and CREATE_QP decode it, so that a driver reads back what
+//! it set, with these exceptions:
+//!
+//! - `log_rra_max` / `log_sra_max` are log2 of the outstanding
+//!   reads/atomics rounded up (what mlx5 writes): exact for the powers of
+//!   two the transitions store, but a count set through [`Hca::modify_qp`]
+//!   directly that is 0 reads as 0 (one), and 3 as 2 (four).
+//! - The PSNs are the ones the transitions set: the model does not count
+//!   PSNs, where a ConnectX reports the next ones.
+//! - The path (`rlid`) reads 0 until INIT2RTR has set it (the model keeps
+//!   a peer index, valid once `path_mtu` is set).
+//! - Not kept, so read 0: `log_page_size`, `page_offset` (the buffer is
+//!   kept as one address), `log_msg_max`, `ts_format`, `rlky`,
+//!   `user_index`, `atomic_mode`, `log_ack_req_freq`, `q_key`; with
+//!   `no_sq`, `log_sq_size` reads 0; with a zero-length RQ, so do
+//!   `log_rq_size` and `log_rq_stride`. `opt_param_mask` and `ece` are 0.
+//!
+//! [`Hca::modify_qp`]: super::super::hca::Hca::modify_qp
 
 use super::super::error::Error;
-use super::super::fabric::index_of_lid;
+use super::super::fabric::{index_of_lid, lid_of_index};
 use super::super::mem::Platform;
 use super::super::mr::Access;
 use super::super::prm::cmd_qp::{
     CreateQpIn, CreateQpOut, DestroyQpIn, DestroyQpOut, Init2RtrQpIn, Init2RtrQpOut, Qp2ErrIn,
-    Qp2ErrOut, Qp2RstIn, Qp2RstOut, Rst2InitQpIn, Rst2InitQpOut, Rtr2RtsQpIn, Rtr2RtsQpOut,
+    Qp2ErrOut, Qp2RstIn, Qp2RstOut, QueryQpIn, QueryQpOut, Rst2InitQpIn, Rst2InitQpOut,
+    Rtr2RtsQpIn, Rtr2RtsQpOut,
 };
 use super::super::prm::command::{
     OP_2ERR_QP, OP_2RST_QP, OP_INIT2RTR_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP,
 };
 use super::super::prm::ifc::Layout;
 use super::super::prm::qpc::{
-    Qpc, OPTPAR_PKEY_INDEX, OPTPAR_PRI_PORT, OPTPAR_RAE, OPTPAR_RNR_TIMEOUT, OPTPAR_RRE,
-    OPTPAR_RWE, PM_STATE_MIGRATED, RQ_TYPE_REGULAR, RQ_TYPE_ZERO_LEN, ST_RC,
+    Ads, Qpc, OPTPAR_PKEY_INDEX, OPTPAR_PRI_PORT, OPTPAR_RAE, OPTPAR_RNR_TIMEOUT, OPTPAR_RRE,
+    OPTPAR_RWE, PM_STATE_MIGRATED, RQ_TYPE_REGULAR, RQ_TYPE_ZERO_LEN, STATE_ERR, STATE_INIT,
+    STATE_RST, STATE_RTR, STATE_RTS, STATE_SQD, STATE_SQER, ST_RC,
 };
-use super::super::qp::{ConnAttrs, QpAttr, QpState, RemoteQp};
+use super::super::qp::{ConnAttrs, QpAttr, QpInfo, QpState, RemoteQp};
 use super::super::qp_modify::{AttrMask, QpModify};
 use super::super::table::{get, Storage};
 use super::cmd_queue::{doorbell_record, queue_buffer, uar, BufferDesc};
@@ -303,5 +327,143 @@ pub(super) fn modify_qp<B: PageStore, S: Storage, P: Platform>(
         OP_2ERR_QP => cx.reply(&Qp2ErrOut {}),
         OP_2RST_QP => cx.reply(&Qp2RstOut {}),
         _ => cx.reply(&Rst2InitQpOut { ece: 0 }),
+    }
+}
+
+/// `qpc.state` of a model state (the model's states are IB's, numbered as
+/// `enum ib_qp_state`; mlx5 swaps SQD and SQE).
+fn qpc_state(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => STATE_RST,
+        QpState::Init => STATE_INIT,
+        QpState::Rtr => STATE_RTR,
+        QpState::Rts => STATE_RTS,
+        QpState::Sqd => STATE_SQD,
+        QpState::Sqe => STATE_SQER,
+        QpState::Err => STATE_ERR,
+    }
+}
+
+/// `log_sra_max` / `log_rra_max` of an outstanding read/atomic count: log2
+/// rounded up (mlx5_ib's `fls(n - 1)`), 0 for 0 and 1, at most 7 (3 bits).
+/// The inverse of the transitions' `1 << log` for every count they store.
+fn log2_up(n: u8) -> u8 {
+    let bits = match n.checked_sub(1) {
+        Some(m) if m > 0 => u8::BITS - m.leading_zeros(),
+        _ => 0,
+    };
+    u8::try_from(bits).map_or(7, |b| b.min(7))
+}
+
+/// The QP context QUERY_QP reports for QP `info`, created with `attr` on
+/// UAR page `uar_page` (see the module documentation for what is lost).
+fn query_context(info: &QpInfo, attr: &QpAttr, uar_page: u32) -> Qpc {
+    let c = &info.conn;
+    let log2 = |n: u32| u8::try_from(n.trailing_zeros()).unwrap_or(0);
+    // INIT2RTR requires the MTU (1 to 5) and the path together, and a
+    // reset clears both: a set MTU says the path is set.
+    let rlid = if c.path_mtu != 0 {
+        lid_of_index(c.dest.hca)
+    } else {
+        0
+    };
+    Qpc {
+        state: qpc_state(info.state),
+        st: ST_RC,
+        pm_state: PM_STATE_MIGRATED,
+        pd: attr.pdn,
+        mtu: c.path_mtu,
+        log_rq_size: if attr.rq_wqes == 0 {
+            0
+        } else {
+            log2(attr.rq_wqes)
+        },
+        log_rq_stride: if attr.rq_wqes == 0 {
+            0
+        } else {
+            log2(attr.rq_stride).saturating_sub(4)
+        },
+        no_sq: attr.sq_wqebbs == 0,
+        log_sq_size: if attr.sq_wqebbs == 0 {
+            0
+        } else {
+            log2(attr.sq_wqebbs)
+        },
+        uar_page,
+        remote_qpn: c.dest.qpn,
+        primary_address_path: Ads {
+            pkey_index: c.pkey_index,
+            rlid,
+            ack_timeout: c.timeout,
+            sl: c.sl,
+            vhca_port_num: c.port,
+            ..Ads::default()
+        },
+        log_sra_max: log2_up(c.max_rd_atomic),
+        retry_count: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
+        next_send_psn: c.sq_psn,
+        cqn_snd: attr.send_cqn,
+        log_rra_max: log2_up(c.max_dest_rd_atomic),
+        rre: c.access.contains(Access::REMOTE_READ),
+        rwe: c.access.contains(Access::REMOTE_WRITE),
+        rae: c.access.contains(Access::REMOTE_ATOMIC),
+        min_rnr_nak: c.min_rnr_timer,
+        next_rcv_psn: c.rq_psn,
+        cqn_rcv: attr.recv_cqn,
+        dbr_addr: attr.dbr_addr,
+        rq_type: if attr.rq_wqes == 0 {
+            RQ_TYPE_ZERO_LEN
+        } else {
+            RQ_TYPE_REGULAR
+        },
+        ..Qpc::default()
+    }
+}
+
+pub(super) fn query_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>) -> R {
+    cx.no_op_mod()?;
+    let i: QueryQpIn = cx.read_in()?;
+    cx.need_out(QueryQpOut::SIZE)?;
+    let (info, attr) = {
+        let mut dev = cx.hca.dev();
+        let (_, qp) = dev.qp(i.qpn).ok_or(Reject::BadQp)?;
+        (qp.info(), *qp.attr())
+    };
+    // The inverse of `uar`: the QP's UAR page address back to its index.
+    let uar_page = attr.uar_addr.wrapping_sub(cx.fw.cfg.uar_base) / 4096;
+    let uar_page = u32::try_from(uar_page).unwrap_or(0);
+    cx.reply(&QueryQpOut {
+        opt_param_mask: 0,
+        ece: 0,
+        qpc: query_context(&info, &attr, uar_page),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::prm::qpc::state_from_ib;
+    use super::*;
+
+    #[test]
+    fn states_are_mlx5_numbers() {
+        for raw in 0..=6 {
+            let s = QpState::from_raw(raw).unwrap();
+            assert_eq!(Some(qpc_state(s)), state_from_ib(raw as u8), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn log2_up_inverts_the_transitions() {
+        // The transitions store `1 << log` (0 and 1 both mean one).
+        for log in 0..8u32 {
+            let n = 1u8.checked_shl(log).unwrap_or(u8::MAX);
+            assert_eq!(u32::from(log2_up(n)), log);
+        }
+        assert_eq!(log2_up(0), 0);
+        assert_eq!(log2_up(3), 2);
+        assert_eq!(log2_up(5), 3);
+        assert_eq!(log2_up(129), 7);
+        assert_eq!(log2_up(255), 7);
     }
 }

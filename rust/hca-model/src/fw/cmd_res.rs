@@ -7,11 +7,27 @@
 //! index (the page at `uar_base + index * 4 KiB` of the embedder's DMA
 //! space); index 0 is never handed out. A memory key becomes a model MR:
 //! PA keys map their range onto the same bus addresses, MTT keys onto
-//! their pages, which the model requires to be contiguous.
+//! their pages.
+//!
+//! An MTT key whose pages are contiguous (entry `k` is entry 0 plus `k`
+//! pages, as for the kernel's own buffers) becomes a linear MR and costs
+//! no device memory. Otherwise (a user MR: pinned pages, each mapped on
+//! its own) the firmware does what a ConnectX does with any list: it
+//! copies the entries, as the driver wrote them (big-endian, flag bits
+//! included), into pages the driver lent it and makes a page-list MR that
+//! the data path translates through page by page (see [`super::pages`]
+//! and the translation section of [`super::super::mr`]). Up to
+//! [`MTT_PER_PAGE`] entries (2 MiB of 4 KiB pages) take one page; a longer
+//! list takes a directory page and one page per 512 entries. The command
+//! message bounds a list to about 131000 entries (512 MiB of 4 KiB pages:
+//! 257 pages of table); a region spanning more than [`MTT_MAX_ENTRIES`]
+//! pages is refused whatever its list ([`Reject::MttTooLong`]), and a
+//! table that finds too few free pages fails with [`Reject::MttNoPages`].
+//! DESTROY_MKEY frees the table's pages.
 
 use super::super::error::Error;
 use super::super::mem::Platform;
-use super::super::mr::{Access, MrAttr};
+use super::super::mr::{Access, MrAttr, PageList, MTT_MAX_ENTRIES, MTT_PER_PAGE};
 use super::super::prm::cmd_res::{
     AllocPdOut, AllocUarOut, CreateMkeyIn, CreateMkeyOut, DeallocPdIn, DeallocPdOut, DeallocUarIn,
     DeallocUarOut, DestroyMkeyIn, DestroyMkeyOut, ACCESS_MODE_MTT, ACCESS_MODE_PA,
@@ -19,6 +35,7 @@ use super::super::prm::cmd_res::{
 use super::super::prm::ifc::Layout;
 use super::super::table::Storage;
 use super::exec::Cx;
+use super::mailbox::Input;
 use super::pages::PageStore;
 use super::reject::Reject;
 
@@ -96,12 +113,23 @@ pub(super) fn dealloc_pd<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, 
     cx.reply(&DeallocPdOut {})
 }
 
-/// The DMA address an MTT key's first byte maps to: the pages listed must
-/// be aligned and contiguous.
-fn mtt_dma_addr<B: PageStore, S: Storage, P: Platform>(
+/// How a memory key's range maps onto bus addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Translation {
+    /// Linearly (PA, or contiguous MTT pages): the DMA address of the
+    /// key's first byte.
+    Linear(u64),
+    /// Page by page (scattered MTT pages), through a table of this many
+    /// entries.
+    Pages(u64),
+}
+
+/// Checks an MTT key's page size, length and list (every entry aligned),
+/// and tells whether the pages are contiguous.
+fn check_mtt<B: PageStore, S: Storage, P: Platform>(
     cx: &mut Cx<'_, B, S, P>,
     i: &CreateMkeyIn,
-) -> Result<u64, Reject> {
+) -> Result<Translation, Reject> {
     let m = &i.memory_key_mkey_entry;
     if m.length64 {
         return Err(Reject::UnsupportedMkey);
@@ -114,6 +142,9 @@ fn mtt_dma_addr<B: PageStore, S: Storage, P: Platform>(
     let offset = m.start_addr & (pgsz - 1);
     let span = offset.checked_add(m.len).ok_or(Reject::BadMkeyAccess)?;
     let needed = span.div_ceil(pgsz);
+    if needed > MTT_MAX_ENTRIES {
+        return Err(Reject::MttTooLong);
+    }
     let given = u64::from(i.translations_octword_actual_size) * 2;
     if given < needed {
         return Err(Reject::MttTooShort);
@@ -123,9 +154,10 @@ fn mtt_dma_addr<B: PageStore, S: Storage, P: Platform>(
         return Err(Reject::InputTooShort);
     }
     if needed == 0 {
-        return Ok(0);
+        return Ok(Translation::Linear(0));
     }
     let mut first = 0;
+    let mut contiguous = true;
     for k in 0..needed {
         let entry = cx.input.pas(cx.p, CreateMkeyIn::SIZE, k as usize)? & !MTT_FLAGS;
         if entry & (pgsz - 1) != 0 {
@@ -134,10 +166,108 @@ fn mtt_dma_addr<B: PageStore, S: Storage, P: Platform>(
         if k == 0 {
             first = entry;
         } else if Some(entry) != k.checked_mul(pgsz).and_then(|o| first.checked_add(o)) {
-            return Err(Reject::MttNotContiguous);
+            contiguous = false;
         }
     }
-    Ok(first | offset)
+    Ok(if contiguous {
+        Translation::Linear(first | offset)
+    } else {
+        Translation::Pages(needed)
+    })
+}
+
+/// Copies entries `from..to` of CREATE_MKEY's list, as they are, to the
+/// page at `page` (entry `from` first).
+fn copy_entries<P: Platform>(
+    input: &mut Input,
+    p: &mut P,
+    from: u64,
+    to: u64,
+    page: u64,
+) -> Result<(), Reject> {
+    const CHUNK: usize = 32;
+    let mut buf = [0u8; CHUNK * 8];
+    let mut k = from;
+    while k < to {
+        let n = usize::try_from((to - k).min(CHUNK as u64)).unwrap_or(CHUNK);
+        let bytes = buf.get_mut(..n * 8).ok_or(Reject::InputTooShort)?;
+        let at = usize::try_from(k)
+            .ok()
+            .and_then(|k| k.checked_mul(8))
+            .and_then(|o| o.checked_add(CreateMkeyIn::SIZE))
+            .ok_or(Reject::InputTooShort)?;
+        input.read(p, at, bytes)?;
+        p.write(page.wrapping_add((k - from) * 8), bytes)
+            .map_err(|_| Reject::PageUnreachable)?;
+        k += n as u64;
+    }
+    Ok(())
+}
+
+/// Builds the translation table of `n` entries of CREATE_MKEY's list in
+/// the lowest free held pages and marks them in use: one page, or a
+/// directory page followed by one page per [`MTT_PER_PAGE`] entries.
+/// Nothing is marked if it fails: too few free pages, no slot in the page
+/// store to mark them ([`Reject::PageTableFull`]), a page or the input
+/// unreachable.
+fn build_table<B: PageStore, S: Storage, P: Platform>(
+    cx: &mut Cx<'_, B, S, P>,
+    n: u64,
+    log_page: u8,
+) -> Result<PageList, Reject> {
+    let leaves = n.div_ceil(MTT_PER_PAGE);
+    let indirect = leaves > 1;
+    let pages = usize::try_from(leaves + u64::from(indirect)).map_err(|_| Reject::MttTooLong)?;
+    let max_pages = u32::try_from(n).map_err(|_| Reject::MttTooLong)?;
+    if cx.fw.pages.free_count() < pages {
+        return Err(Reject::MttNoPages);
+    }
+    if cx.fw.pages.mark_room() < pages {
+        return Err(Reject::PageTableFull);
+    }
+    // Written before they are marked: the pages `mark_lowest_free` takes,
+    // in its order.
+    let top = {
+        let mut free = cx.fw.pages.free();
+        let top = free.next().ok_or(Reject::MttNoPages)?;
+        if indirect {
+            for j in 0..leaves {
+                let leaf = free.next().ok_or(Reject::MttNoPages)?;
+                cx.p.write(top.wrapping_add(j * 8), &leaf.to_be_bytes())
+                    .map_err(|_| Reject::PageUnreachable)?;
+                let from = j * MTT_PER_PAGE;
+                copy_entries(&mut cx.input, cx.p, from, n.min(from + MTT_PER_PAGE), leaf)?;
+            }
+        } else {
+            copy_entries(&mut cx.input, cx.p, 0, n, top)?;
+        }
+        top
+    };
+    if !cx.fw.pages.mark_lowest_free(pages) {
+        return Err(Reject::MttNoPages);
+    }
+    Ok(PageList {
+        max_pages,
+        valid: true,
+        mtt: top,
+        log_page,
+        umr: false,
+        indirect,
+    })
+}
+
+/// Marks the pages of a table [`build_table`] made free again (a
+/// directory's pages as it lists them).
+fn free_table<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>, list: &PageList) {
+    if list.indirect {
+        for j in 0..u64::from(list.max_pages).div_ceil(MTT_PER_PAGE) {
+            let mut e = [0u8; 8];
+            if cx.p.read(list.mtt.wrapping_add(j * 8), &mut e).is_ok() {
+                cx.fw.pages.release(u64::from_be_bytes(e));
+            }
+        }
+    }
+    cx.fw.pages.release(list.mtt);
 }
 
 pub(super) fn create_mkey<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>) -> R {
@@ -147,10 +277,14 @@ pub(super) fn create_mkey<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_,
     if m.free || m.qpn != 0xff_ffff || i.pg_access {
         return Err(Reject::UnsupportedMkey);
     }
-    let (iova, length, dma_addr) = match m.access_mode() {
-        ACCESS_MODE_PA if m.length64 => (m.start_addr, u64::MAX - m.start_addr, m.start_addr),
-        ACCESS_MODE_PA => (m.start_addr, m.len, m.start_addr),
-        ACCESS_MODE_MTT => (m.start_addr, m.len, mtt_dma_addr(cx, &i)?),
+    let (iova, length, map) = match m.access_mode() {
+        ACCESS_MODE_PA if m.length64 => (
+            m.start_addr,
+            u64::MAX - m.start_addr,
+            Translation::Linear(m.start_addr),
+        ),
+        ACCESS_MODE_PA => (m.start_addr, m.len, Translation::Linear(m.start_addr)),
+        ACCESS_MODE_MTT => (m.start_addr, m.len, check_mtt(cx, &i)?),
         _ => return Err(Reject::BadAccessMode),
     };
     let mut access = Access::NONE;
@@ -165,6 +299,10 @@ pub(super) fn create_mkey<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_,
         }
     }
     cx.need_out(CreateMkeyOut::SIZE)?;
+    let (dma_addr, pages) = match map {
+        Translation::Linear(at) => (at, None),
+        Translation::Pages(n) => (0, Some(build_table(cx, n, m.log_page_size)?)),
+    };
     let attr = MrAttr {
         pdn: m.pd,
         iova,
@@ -172,14 +310,19 @@ pub(super) fn create_mkey<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_,
         dma_addr,
         access,
     };
-    let key = cx
-        .hca
-        .create_mr_with_variant(&attr, m.mkey_7_0)
-        .map_err(|e| match e {
-            Error::NotFound => Reject::BadPd,
-            Error::NoSpace => Reject::TableFull,
-            _ => Reject::BadMkeyAccess,
-        })?;
+    let key = match cx.hca.create_mr_with_variant(&attr, m.mkey_7_0, pages) {
+        Ok(key) => key,
+        Err(e) => {
+            if let Some(list) = pages {
+                free_table(cx, &list);
+            }
+            return Err(match e {
+                Error::NotFound => Reject::BadPd,
+                Error::NoSpace => Reject::TableFull,
+                _ => Reject::BadMkeyAccess,
+            });
+        }
+    };
     cx.reply(&CreateMkeyOut {
         mkey_index: key >> 8,
     })
@@ -189,16 +332,19 @@ pub(super) fn destroy_mkey<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_
     cx.no_op_mod()?;
     let i: DestroyMkeyIn = cx.read_in()?;
     cx.need_out(DestroyMkeyOut::SIZE)?;
-    let key = usize::try_from(i.mkey_index)
+    let (key, table) = usize::try_from(i.mkey_index)
         .ok()
         .and_then(|index| {
             cx.hca
                 .tables()
                 .mrs
                 .get(index)
-                .and_then(|s| s.obj.as_ref().map(|m| m.key))
+                .and_then(|s| s.obj.as_ref().map(|m| (m.key, m.pages.filter(|l| !l.umr))))
         })
         .ok_or(Reject::BadMkey)?;
     cx.hca.destroy_mr(key).map_err(|_| Reject::BadMkey)?;
+    if let Some(list) = table {
+        free_table(cx, &list);
+    }
     cx.reply(&DestroyMkeyOut {})
 }

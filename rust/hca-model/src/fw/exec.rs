@@ -13,8 +13,8 @@ use super::super::prm::command::{
     InHeader, OutHeader, OP_2ERR_QP, OP_2RST_QP, OP_ALLOC_PD, OP_ALLOC_UAR, OP_CREATE_CQ,
     OP_CREATE_EQ, OP_CREATE_MKEY, OP_CREATE_QP, OP_DEALLOC_PD, OP_DEALLOC_UAR, OP_DESTROY_CQ,
     OP_DESTROY_EQ, OP_DESTROY_MKEY, OP_DESTROY_QP, OP_DISABLE_HCA, OP_ENABLE_HCA, OP_INIT2RTR_QP,
-    OP_INIT_HCA, OP_MANAGE_PAGES, OP_QUERY_HCA_CAP, OP_QUERY_ISSI, OP_QUERY_PAGES, OP_RST2INIT_QP,
-    OP_RTR2RTS_QP, OP_SET_HCA_CAP, OP_SET_ISSI, OP_TEARDOWN_HCA,
+    OP_INIT_HCA, OP_MANAGE_PAGES, OP_QUERY_HCA_CAP, OP_QUERY_ISSI, OP_QUERY_PAGES, OP_QUERY_QP,
+    OP_RST2INIT_QP, OP_RTR2RTS_QP, OP_SET_HCA_CAP, OP_SET_ISSI, OP_TEARDOWN_HCA,
 };
 use super::super::prm::eqe::{EqeData, DATA_SIZE};
 use super::super::prm::eqe_async::CmdEqe;
@@ -27,7 +27,7 @@ use super::reject::{Code, Reject};
 use super::{cmd_hca, cmd_qp, cmd_queue, cmd_res, Firmware, HcaState};
 
 /// The largest fixed input or output layout read or written whole (the
-/// 272-byte CREATE_* and QP transition inputs).
+/// 272-byte CREATE_* and QP transition inputs, QUERY_QP's output).
 const MAX_FIXED: usize = 272;
 
 /// Everything a command handler works with.
@@ -99,6 +99,7 @@ fn allowed(state: HcaState, issi: u16, opcode: u16) -> Result<(), Reject> {
             | OP_RTR2RTS_QP
             | OP_2ERR_QP
             | OP_2RST_QP
+            | OP_QUERY_QP
     );
     let needs_issi = matches!(
         opcode,
@@ -167,6 +168,7 @@ fn dispatch<B: PageStore, S: Storage, P: Platform>(
         OP_RST2INIT_QP | OP_INIT2RTR_QP | OP_RTR2RTS_QP | OP_2ERR_QP | OP_2RST_QP => {
             cmd_qp::modify_qp(cx, h.opcode)
         }
+        OP_QUERY_QP => cmd_qp::query_qp(cx),
         _ => Err(Reject::BadOpcode),
     }
 }
@@ -311,6 +313,11 @@ mod tests {
             Err(Reject::AlreadyEnabled)
         );
         assert_eq!(allowed(Initialized, 1, OP_CREATE_CQ), Ok(()));
+        assert_eq!(allowed(Initialized, 1, OP_QUERY_QP), Ok(()));
+        assert_eq!(
+            allowed(Enabled, 1, OP_QUERY_QP),
+            Err(Reject::NotInitialized)
+        );
         assert_eq!(
             allowed(Initialized, 1, OP_SET_HCA_CAP),
             Err(Reject::SettingsLocked)

@@ -131,7 +131,7 @@ rejects! {
         "mailbox not reachable by DMA";
 
     // Dispatch.
-    /// The opcode is not one of the 27 commands the device implements.
+    /// The opcode is not one of the 28 commands the device implements.
     BadOpcode = 0x0002_0001, Code::Status(S::BadOpErr),
         "unknown or unsupported opcode";
     /// The op_mod is not one the command defines.
@@ -271,13 +271,20 @@ rejects! {
     /// Fewer MTT entries than the region spans.
     MttTooShort = 0x0006_000c, Code::Status(S::BadParamErr),
         "fewer MTT entries than the region spans";
-    /// The MTT pages are not physically contiguous (the model maps a
-    /// region linearly).
-    MttNotContiguous = 0x0006_000d, Code::Status(S::BadParamErr),
-        "MTT pages not contiguous (model limitation)";
     /// The memory key does not exist.
     BadMkey = 0x0006_000e, Code::Status(S::BadResErr),
         "memory key does not exist";
+    /// The region spans more pages than a translation table holds
+    /// ([`super::super::mr::MTT_MAX_ENTRIES`]; checked before the list is
+    /// read, whether its pages are contiguous or not).
+    MttTooLong = 0x0006_000f, Code::Status(S::LimErr),
+        "MTT list longer than a translation table holds (2^18 entries)";
+    /// The pages are scattered and the device holds too few free pages
+    /// for their translation table (nothing is taken; the pages earlier
+    /// tables took are asked for again as they are taken, and
+    /// [`super::FwConfig::mtt_reserve`] sizes what the device keeps free).
+    MttNoPages = 0x0006_0010, Code::Status(S::NoResErr),
+        "too few free device pages for the MTT translation table";
 
     // EQs and CQs (and queue buffers in general).
     /// A queue size above the device limit.

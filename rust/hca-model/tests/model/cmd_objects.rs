@@ -6,6 +6,7 @@
 //! changing its page accounts.
 
 use hca_model::fw::reject::Reject;
+use hca_model::mr::MTT_MAX_ENTRIES;
 use mlx5_prm::cmd_cq::{Cqc, CreateCq, CreateCqIn, CQE_SZ_128};
 use mlx5_prm::cmd_eq::{event_mask, CreateEq, CreateEqIn, DestroyEq, DestroyEqIn, Eqc};
 use mlx5_prm::cmd_hca::{
@@ -281,7 +282,8 @@ fn bad_objects() {
         ..Default::default()
     };
     refused!(b, 0, Rst2InitQp, bad, &[], Reject::BadQp);
-    // Memory keys: KLM mode, non-contiguous MTT pages, unknown key; PD
+    // Memory keys: KLM mode, a region longer than a translation table,
+    // misaligned MTT entries (contiguous or scattered), unknown key; PD
     // and UAR busy.
     let mut mkc = Mkc {
         lr: true,
@@ -301,13 +303,18 @@ fn bad_objects() {
     };
     refused!(b, 0, CreateMkey, mk(mkc), &[0, 0], Reject::BadAccessMode);
     mkc.set_access_mode(ACCESS_MODE_MTT);
+    let long = Mkc {
+        len: (MTT_MAX_ENTRIES + 1) * 4096 - 0x1000,
+        start_addr: 0x10_0800,
+        ..mkc
+    };
     refused!(
         b,
         0,
         CreateMkey,
-        mk(mkc),
+        mk(long),
         &[buf, buf + 0x3000],
-        Reject::MttNotContiguous
+        Reject::MttTooLong
     );
     refused!(
         b,
@@ -317,6 +324,15 @@ fn bad_objects() {
         &[buf + 8, buf + 0x1008],
         Reject::MttMisaligned
     );
+    refused!(
+        b,
+        0,
+        CreateMkey,
+        mk(mkc),
+        &[buf, buf + 0x3008],
+        Reject::MttMisaligned
+    );
+    assert_eq!(b.devs[0].fw.page_counts().in_use, 0);
     mkc.rw = true;
     refused!(
         b,

@@ -97,6 +97,7 @@ fn sizes(opcode: u16) -> Option<(usize, usize)> {
         Rtr2RtsQp,
         Qp2Err,
         Qp2Rst,
+        QueryQp,
         AllocPd,
         DeallocPd,
         AllocUar,

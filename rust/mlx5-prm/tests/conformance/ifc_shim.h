@@ -5,10 +5,11 @@
  *
  * The test generates one C file: this header; then
  * include/linux/mlx5/mlx5_ifc.h of the Linux tree, #included as it is; then
- * definitions lifted verbatim from device.h, driver.h, qp.h and
- * mlx5_core's cmd.c / pagealloc.c (the MLX5_SET family of macros, the
- * command queue and initialization segment structs, status enums, and a
- * few small static functions); then the stand-ins that need those structs
+ * definitions lifted verbatim from device.h, driver.h, qp.h,
+ * rdma/ib_verbs.h, mlx5_core's cmd.c / pagealloc.c and mlx5_ib's qp.c (the
+ * MLX5_SET family of macros, the command queue and initialization segment
+ * structs, status and QP state enums, and a few small static functions);
+ * then the stand-ins that need those structs
  * (ifc_shim_post.h) and a main() that prints what the test compares.
  * Nothing from the kernel is stored in this repository.
  */

@@ -11,7 +11,7 @@ use mlx5_prm::init_seg::{self, HealthBuffer};
 use mlx5_prm::{cmd_cq, cmd_eq, cmd_hca, cmd_qp, cmd_res, eqe, hca_cap};
 
 use crate::facts::{self, array, facts, nest, Bits, Fact};
-use crate::harness::{byte, cmd, full, layout, Case, Rng, StructCase};
+use crate::harness::{byte, cmd, cmd_ending, full, layout, Case, Rng, StructCase};
 
 /// Every layout and command of the command layer.
 pub(crate) fn layout_cases() -> Vec<Box<dyn Case>> {
@@ -163,6 +163,21 @@ pub(crate) fn layout_cases() -> Vec<Box<dyn Case>> {
     transition!(Rtr2RtsQp, Rtr2RtsQpIn, Rtr2RtsQpOut);
     v.extend(cmd::<Qp2Err>(facts!(Qp2ErrIn; qpn), vec![], rng));
     v.extend(cmd::<Qp2Rst>(facts!(Qp2RstIn; qpn), vec![], rng));
+    // QUERY_QP's output stops before the trailing union (QPC extension or
+    // page list).
+    let mut query = facts!(QueryQpOut; opt_param_mask, ece);
+    query.extend(nest(
+        "qpc",
+        facts::qpc(),
+        |x: &mut QueryQpOut| &mut x.qpc,
+        |x: &QueryQpOut| &x.qpc,
+    ));
+    v.extend(cmd_ending::<QueryQp>(
+        facts!(QueryQpIn; qpn),
+        query,
+        Some("qp_pas_or_qpc_ext_and_pas"),
+        rng,
+    ));
     v.extend(cmd::<DestroyQp>(facts!(DestroyQpIn; qpn), vec![], rng));
     v
 }

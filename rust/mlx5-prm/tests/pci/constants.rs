@@ -189,6 +189,34 @@ pub(crate) fn constants() -> Vec<(String, u64)> {
         "MLX5_CQ_PERIOD_MODE_START_FROM_CQE",
         u(CQ_PERIOD_MODE_START_FROM_CQE),
     );
+    // QP states: qp.h's enum, which mlx5_ib uses for `qpc.state`, and
+    // mlx5_ifc.h's, which agrees except that it calls 0x7 SQD (qp.h:
+    // SQ_DRAINING) and has no 0x5.
+    for (name, ours) in [
+        ("RST", STATE_RST),
+        ("INIT", STATE_INIT),
+        ("RTR", STATE_RTR),
+        ("RTS", STATE_RTS),
+        ("SQER", STATE_SQER),
+        ("SQD", STATE_SQD),
+        ("ERR", STATE_ERR),
+        ("SQ_DRAINING", STATE_SQ_DRAINING),
+        ("SUSPENDED", STATE_SUSPENDED),
+    ] {
+        c(&format!("MLX5_QP_STATE_{name}"), u(ours));
+    }
+    for (name, ours) in [
+        ("RST", STATE_RST),
+        ("INIT", STATE_INIT),
+        ("RTR", STATE_RTR),
+        ("RTS", STATE_RTS),
+        ("SQER", STATE_SQER),
+        ("ERR", STATE_ERR),
+        ("SQD", STATE_SQ_DRAINING),
+        ("SUSPENDED", STATE_SUSPENDED),
+    ] {
+        c(&format!("MLX5_QPC_STATE_{name}"), u(ours));
+    }
     c("MLX5_QPC_ST_RC", u(ST_RC));
     c("MLX5_QPC_ST_UC", u(ST_UC));
     c("MLX5_QPC_ST_UD", u(ST_UD));

@@ -156,7 +156,7 @@ pub(crate) fn ads() -> Vec<Fact<Ads>> {
 
 pub(crate) fn qpc() -> Vec<Fact<Qpc>> {
     let mut v = facts!(Qpc;
-        st, pm_state, pd, mtu, log_msg_max, log_rq_size, log_rq_stride, no_sq,
+        state, st, pm_state, pd, mtu, log_msg_max, log_rq_size, log_rq_stride, no_sq,
         log_sq_size, ts_format, rlky, uar_page, user_index, log_page_size,
         remote_qpn, log_ack_req_freq, log_sra_max, retry_count, rnr_retry,
         next_send_psn, cqn_snd, log_rra_max, atomic_mode, rre, rwe, rae,

@@ -91,6 +91,7 @@ const LIFTS: &[Lift] = &[
         file: "include/linux/mlx5/qp.h",
         enums_declaring: &[
             "MLX5_QP_OPTPAR_RRE",
+            "MLX5_QP_STATE_RST",
             "MLX5_QP_PM_MIGRATED",
             "MLX5_NON_ZERO_RQ",
         ],
@@ -98,6 +99,22 @@ const LIFTS: &[Lift] = &[
         structs: &[],
         unions: &[],
         functions: &[],
+    },
+    Lift {
+        file: "include/rdma/ib_verbs.h",
+        enums_declaring: &["IB_QPS_RESET"],
+        defines: &[],
+        structs: &[],
+        unions: &[],
+        functions: &[],
+    },
+    Lift {
+        file: "drivers/infiniband/hw/mlx5/qp.c",
+        enums_declaring: &[],
+        defines: &[],
+        structs: &[],
+        unions: &[],
+        functions: &["to_mlx5_state", "to_ib_qp_state"],
     },
     Lift {
         file: "drivers/net/ethernet/mellanox/mlx5/core/pagealloc.c",
@@ -210,6 +227,10 @@ static void vectors(void)
 	for (int v = 0; v < 16; v++)
 		printf("tables %x %x %x\n", v, mlx5_to_sw_pkey_sz(v),
 		       mlx5_get_gid_table_len((u16)v));
+	for (int s = 0; s < 16; s++)
+		printf("qpstate %x %x %x\n", s,
+		       (unsigned int)to_ib_qp_state((enum mlx5_qp_state)s),
+		       (unsigned int)to_mlx5_state((enum ib_qp_state)s));
 }
 "#;
 
