@@ -54,7 +54,7 @@ struct rmlx5_query_device {
 	__u32 bf_reg_size;		/* out */
 	__u32 uar_size;			/* out */
 	__u32 device_index;		/* out */
-	__u32 reserved;
+	__u32 device_flags;		/* out, RMLX5_DEVICE_* */
 };
 
 struct rmlx5_query_port {
@@ -292,6 +292,14 @@ struct rmlx5_async_event {
 #define RMLX5_LINK_LAYER_INFINIBAND	1
 #define RMLX5_ATOMIC_HCA		1
 #define RMLX5_MTU_4096			5
+
+/*
+ * device_flags: the device sees the process's stores to its UAR page (a
+ * ConnectX PCI function): doorbells and BlueFlame copies need no KICK, and
+ * KICK fails with EOPNOTSUPP. Without it (the software HCA) every doorbell
+ * must be followed by KICK.
+ */
+#define RMLX5_DEVICE_UAR_DOORBELLS	(1U << 0)
 
 #define RMLX5_KICK_SEND			1
 #define RMLX5_KICK_SEND_BLUEFLAME	2

@@ -114,8 +114,8 @@ abi_struct! {
         pub uar_size: u32,
         /// out: instance number n of `rmlx5_<n>`.
         pub device_index: u32,
-        /// Must be zero.
-        pub reserved: u32,
+        /// out: device flags, `DEVICE_*` ([`DEVICE_UAR_DOORBELLS`]).
+        pub device_flags: u32,
     }
 }
 
@@ -423,7 +423,9 @@ abi_struct! {
 }
 
 abi_struct! {
-    /// `RMLX5_CMD_KICK`: the provider rang a doorbell of the software HCA.
+    /// `RMLX5_CMD_KICK`: the provider rang a doorbell of the software HCA
+    /// (a device without [`DEVICE_UAR_DOORBELLS`]; one with it refuses
+    /// `KICK`).
     pub struct Kick {
         /// in: header.
         pub hdr: CmdHdr,
@@ -572,6 +574,13 @@ pub const LINK_LAYER_INFINIBAND: u32 = 1;
 pub const ATOMIC_HCA: u32 = 1;
 /// `IBV_MTU_4096`.
 pub const MTU_4096: u32 = 5;
+
+/// `QUERY_DEVICE` `device_flags`: the device sees the process's stores to
+/// its UAR page itself (a ConnectX PCI function, whose UAR page is a page
+/// of its BAR): doorbells and BlueFlame copies need no `KICK`, and the
+/// kernel refuses `KICK` (`EOPNOTSUPP`). Without it (the software HCA)
+/// every doorbell must be followed by a `KICK`.
+pub const DEVICE_UAR_DOORBELLS: u32 = 1 << 0;
 
 /// `KICK` kind: a send doorbell (8 bytes of the control segment) was
 /// written to the UAR.

@@ -54,7 +54,7 @@ fn layouts() -> Vec<Layout> {
                 bf_reg_size,
                 uar_size,
                 device_index,
-                reserved
+                device_flags
             ]
         ),
         layout!(
@@ -302,6 +302,10 @@ fn numbers() -> Vec<(String, u64)> {
         ),
         ("RMLX5_ATOMIC_HCA", u64::from(ATOMIC_HCA)),
         ("RMLX5_MTU_4096", u64::from(MTU_4096)),
+        (
+            "RMLX5_DEVICE_UAR_DOORBELLS",
+            u64::from(DEVICE_UAR_DOORBELLS),
+        ),
         ("RMLX5_KICK_SEND", u64::from(KICK_SEND)),
         ("RMLX5_KICK_SEND_BLUEFLAME", u64::from(KICK_SEND_BLUEFLAME)),
         ("RMLX5_KICK_RECV", u64::from(KICK_RECV)),

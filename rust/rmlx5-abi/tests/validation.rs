@@ -391,6 +391,26 @@ fn reg_mr_ranges_and_access() {
     );
 }
 
+/// `device_flags` took the place of `QueryDevice`'s last reserved word:
+/// same offset, same size, and like every output field it must be zero on
+/// the way in.
+#[test]
+fn query_device_flags_are_an_output() {
+    assert_eq!(offset_of!(QueryDevice, device_flags), 124);
+    assert_eq!(QueryDevice::SIZE, 128);
+    assert_eq!(DEVICE_UAR_DOORBELLS, 1);
+    let q = QueryDevice {
+        hdr: hdr::<QueryDevice>(),
+        device_flags: DEVICE_UAR_DOORBELLS,
+        ..Default::default()
+    };
+    assert_eq!(q.check(), Err(Invalid::NotZero("output fields")));
+    let mut b = bytes(&q);
+    assert_eq!(b[124..128], DEVICE_UAR_DOORBELLS.to_ne_bytes());
+    b[124..128].fill(0);
+    assert_eq!(QueryDevice::read(&b).map(|v| v.check()), Some(Ok(())));
+}
+
 #[test]
 fn sizes_and_cq_rounding() {
     assert_eq!(arg_size(72, 72), Ok(72));

@@ -20,7 +20,7 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// Opens HCA `i`'s node.
+    /// Opens HCA `i`'s node, `/dev/rmlx5_uverbs<i>`.
     pub fn open(i: u32) -> Result<Ctx, String> {
         let path = format!("/dev/rmlx5_uverbs{i}");
         let c = CString::new(path.clone()).map_err(|e| e.to_string())?;
@@ -30,6 +30,24 @@ impl Ctx {
             return Err(format!("open {path}: errno {}", errno()));
         }
         Ok(Ctx { fd })
+    }
+
+    /// Opens the node of the `k`-th device the test uses
+    /// ([`crate::test_device`]: `rmlx5_k` unless `RMLX5_TEST_DEVICES`
+    /// says otherwise).
+    pub fn open_test(k: usize) -> Result<Ctx, String> {
+        Ctx::open(crate::test_device(k)?)
+    }
+
+    /// Whether the device sees this process's stores to its UAR page
+    /// itself (`QUERY_DEVICE` reports [`DEVICE_UAR_DOORBELLS`]: a ConnectX
+    /// PCI function, which refuses `KICK`, and where a store to the UAR
+    /// page is a doorbell); false for a software HCA.
+    pub fn uar_doorbells(&self) -> Result<bool, String> {
+        let mut d = QueryDevice::default();
+        self.call(Command::QueryDevice, &mut d)
+            .map_err(|e| format!("query_device: errno {e}"))?;
+        Ok(d.device_flags & DEVICE_UAR_DOORBELLS != 0)
     }
 
     /// Issues `cmd` with the argument address `arg`; `Err(errno)` on

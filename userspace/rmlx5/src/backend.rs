@@ -75,7 +75,12 @@ pub(crate) trait Backend: Send + Sync + Debug {
     /// Maps `len` bytes at the mmap `offset` a command returned.
     fn map(&self, offset: u64, len: usize) -> Result<DmaRegion>;
 
-    /// Whether doorbells must be followed by a kick (software HCA).
+    /// Whether doorbells must be followed by a kick: true for a software
+    /// HCA (in the module or in-process), which cannot see the process's
+    /// UAR stores; false for a device that sees them itself (a ConnectX
+    /// PCI function, whose `QUERY_DEVICE` reports
+    /// `uapi::DEVICE_UAR_DOORBELLS`, or the null device). Constant for a
+    /// context: the provider reads it once per CQ and QP.
     fn needs_kick(&self) -> bool;
 
     /// Takes ownership of a file descriptor a command returned.

@@ -365,7 +365,10 @@ impl PostedWqe {
 ///
 /// # Errors
 ///
-/// [`Error::Invalid`] if `qp` is not on a null device.
+/// [`Error::Invalid`] if `qp`'s doorbells need a kick (a software HCA,
+/// in-process or in the module): meant for a null device. (A device that
+/// sees its UAR stores itself, a ConnectX function, is not refused: it
+/// sees the same doorbell again.)
 pub fn ring_send_doorbell(qp: &Qp, wqe: &PostedWqe, blueflame: bool) -> Result<()> {
     if qp.inner.needs_kick {
         return Err(Error::Invalid("not a QP of a null device"));

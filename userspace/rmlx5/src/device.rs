@@ -74,7 +74,9 @@ impl Device {
         format!("rmlx5_{}", self.index)
     }
 
-    /// The device index N (its port's LID is N + 1).
+    /// The device index N. Peers address the device by its port's LID,
+    /// which [`Context::lid`] reports (N + 1 on a software HCA; a
+    /// ConnectX function's port has its own).
     pub fn index(&self) -> u32 {
         self.index
     }
@@ -91,7 +93,8 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// The errno of `open`, or of mapping the UAR page.
+    /// The errno of `open`, of `QUERY_DEVICE` (the kernel backend asks
+    /// whether doorbells need a kick) or of mapping the UAR page.
     pub fn open(&self) -> Result<Context> {
         let backend: Box<dyn Backend> = match &self.kind {
             Kind::Kernel(path) => Box::new(KernelBackend::open(path)?),

@@ -104,7 +104,8 @@ impl Default for QpInit {
     }
 }
 
-/// How to reach a peer QP: its port's LID (device index + 1) and QPN.
+/// How to reach a peer QP: its port's LID (as `QUERY_PORT` reports it) and
+/// QPN.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// The peer port's LID.

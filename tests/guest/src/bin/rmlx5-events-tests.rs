@@ -13,6 +13,10 @@
 //! Objects destroyed here through the raw ioctl are destroyed again by the
 //! provider when dropped; that second destroy fails with `EINVAL` and is
 //! ignored, and no object is created in a context after that.
+//!
+//! The loopback tests run on `rmlx5_0`, the pair tests on `rmlx5_0` and
+//! `rmlx5_1`, or on the devices `RMLX5_TEST_DEVICES` names
+//! (`rmlx5_guest_tests::test_device`).
 
 use std::collections::BTreeSet;
 use std::mem::ManuallyDrop;
@@ -24,7 +28,7 @@ use rmlx5::{Access, ConnectOpts, QpInit, RecvWr, RemoteAddr, SendOp, SendWr, Wc}
 use rmlx5_abi::ioctl::Command;
 use rmlx5_abi::uapi::{self, Destroy};
 use rmlx5_guest_tests::raw::{close, errno, poll_fd, read_fd, set_nonblock, Ctx};
-use rmlx5_guest_tests::{ensure, run_all, Test, TestResult};
+use rmlx5_guest_tests::{ensure, run_all, test_device, Test, TestResult};
 
 const SIZE: usize = 4096;
 /// How long a test waits for an event that must come.
@@ -52,10 +56,12 @@ fn device_fds() -> BTreeSet<RawFd> {
     out
 }
 
-/// Opens device `index` with the provider and finds the device file
+/// Opens the `k`-th test device (`rmlx5_k`, or entry `k` of
+/// `RMLX5_TEST_DEVICES`) with the provider and finds the device file
 /// descriptor it opened.
-fn open(index: u64) -> Result<(rmlx5::Context, RawFd), String> {
+fn open(k: usize) -> Result<(rmlx5::Context, RawFd), String> {
     let devs = rmlx5_tools::devices(false)?;
+    let index = u64::from(test_device(k)?);
     let before = device_fds();
     let ctx = rmlx5_tools::pick(&devs, index)?.open().map_err(s("open"))?;
     let new: Vec<RawFd> = device_fds().difference(&before).copied().collect();
@@ -516,7 +522,7 @@ fn channel_closed_under_cq() -> TestResult {
         "events reported from a closed channel"
     );
     // The context is still sound: a new context on the device works.
-    let c = Ctx::open(0)?;
+    let c = Ctx::open_test(0)?;
     let pd = c.alloc_pd().map_err(|e| format!("alloc_pd: errno {e}"))?;
     c.destroy(Command::DeallocPd, pd)
         .map_err(|e| format!("dealloc_pd: errno {e}"))?;
@@ -565,7 +571,8 @@ fn async_cq_overrun() -> TestResult {
     Ok(())
 }
 
-/// Requester on HCA 0, responder on HCA 1; returns both with the
+/// Requester on test device 0, responder on test device 1 (possibly the
+/// same device, see `RMLX5_TEST_DEVICES`); returns both with the
 /// responder's device fd. `responder_rts`: whether the responder goes on
 /// to RTS (else it stays in RTR, where its first packet raises COMM_EST).
 struct Pair {

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The kernel path end to end: the provider's kernel backend on
-//! `/dev/rmlx5_uverbs0` and `/dev/rmlx5_uverbs1`, SEND ping-pong and RDMA
-//! WRITE/READ between the two software HCAs of rmlx5.ko, polled and with
-//! completion events from the channel files. A smoke test of the
+//! `/dev/rmlx5_uverbs0` and `/dev/rmlx5_uverbs1` (or the two devices
+//! `RMLX5_TEST_DEVICES` names, possibly one twice), SEND ping-pong and
+//! RDMA WRITE/READ between the two software HCAs of rmlx5.ko, polled and
+//! with completion events from the channel files. A smoke test of the
 //! uverbs-to-verbs connection; the provider's full end-to-end suite lives
 //! with the provider.
 
 use rmlx5::{QpInit, RecvWr, SendOp, SendWr};
-use rmlx5_guest_tests::{run_all, Test, TestResult};
+use rmlx5_guest_tests::{run_all, test_device, Test, TestResult};
 use rmlx5_tools::{connect, end, pick, wait_one, End};
 
 const SIZE: usize = 4096;
@@ -22,8 +23,18 @@ fn pair(events: bool) -> Result<(End, End), String> {
         max_recv_sge: 1,
         ..QpInit::default()
     };
-    let a = end(&pick(&devs, 0)?, events, SIZE, &init)?;
-    let b = end(&pick(&devs, 1)?, events, SIZE, &init)?;
+    let a = end(
+        &pick(&devs, u64::from(test_device(0)?))?,
+        events,
+        SIZE,
+        &init,
+    )?;
+    let b = end(
+        &pick(&devs, u64::from(test_device(1)?))?,
+        events,
+        SIZE,
+        &init,
+    )?;
     connect(&a, &b)?;
     if events {
         a.cq.req_notify(false).map_err(|e| e.to_string())?;

@@ -19,6 +19,9 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub(crate) struct KernelBackend {
     fd: OwnedFd,
+    /// Whether doorbells need a `KICK`: the device's `QUERY_DEVICE`
+    /// answer, asked once at open (see [`Backend::needs_kick`]).
+    needs_kick: bool,
 }
 
 /// A shared mapping of the device file, unmapped when the last region
@@ -77,7 +80,13 @@ has_hdr!(
 );
 
 impl KernelBackend {
-    /// Opens `/dev/rmlx5_uverbs<index>`.
+    /// Opens `/dev/rmlx5_uverbs<index>` and asks the device, once, whether
+    /// it sees the process's UAR stores itself (`QUERY_DEVICE`'s
+    /// `device_flags`).
+    ///
+    /// # Errors
+    ///
+    /// The errno of `open`, or of `QUERY_DEVICE`.
     pub(crate) fn open(path: &str) -> Result<Self> {
         let c = CString::new(path).map_err(|_| Error::Invalid("device path"))?;
         // SAFETY: `c` is a valid NUL-terminated string; open has no other
@@ -88,7 +97,14 @@ impl KernelBackend {
         }
         // SAFETY: `fd` was just returned by open and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(KernelBackend { fd })
+        let mut b = KernelBackend {
+            fd,
+            needs_kick: true,
+        };
+        let mut d = uapi::QueryDevice::default();
+        b.command(Cmd::QueryDevice(&mut d))?;
+        b.needs_kick = kick_needed(d.device_flags);
+        Ok(b)
     }
 
     fn ioctl<T: HasHdr>(&self, name: &'static str, cmd: Command, arg: &mut T) -> Result<()> {
@@ -163,10 +179,7 @@ impl Backend for KernelBackend {
     }
 
     fn needs_kick(&self) -> bool {
-        // The software HCA in the module cannot see UAR stores; a ConnectX
-        // backend would say false here (decided by QUERY_DEVICE's
-        // vendor_part_id once a real device exists).
-        true
+        self.needs_kick
     }
 
     fn alloc_buffer(&self, len: usize) -> Result<DmaRegion> {
@@ -182,5 +195,28 @@ impl Backend for KernelBackend {
         // SAFETY: the kernel just installed `fd` for this process and the
         // ABI transfers its ownership to the caller.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+}
+
+/// Whether a device with `QUERY_DEVICE`'s `device_flags` needs a `KICK`
+/// after each doorbell: a software HCA in the module cannot see the
+/// process's UAR stores, a ConnectX PCI function
+/// ([`uapi::DEVICE_UAR_DOORBELLS`]) sees them (its UAR page is a page of
+/// its BAR) and refuses `KICK`.
+fn kick_needed(device_flags: u32) -> bool {
+    device_flags & uapi::DEVICE_UAR_DOORBELLS == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_device_without_uar_doorbells_is_kicked() {
+        assert!(kick_needed(0));
+        assert!(!kick_needed(uapi::DEVICE_UAR_DOORBELLS));
+        // Bits defined later do not change the answer.
+        assert!(kick_needed(!uapi::DEVICE_UAR_DOORBELLS));
+        assert!(!kick_needed(u32::MAX));
     }
 }

@@ -293,6 +293,8 @@ fn command(st: &mut NullState, cmd: Cmd<'_>) -> Result<()> {
                 phys_port_cnt: 1,
                 bf_reg_size: BF_REG_SIZE as u32,
                 uar_size: UAR_PAGE_SIZE as u32,
+                // As `needs_kick`: no doorbell is followed by a KICK.
+                device_flags: uapi::DEVICE_UAR_DOORBELLS,
                 ..Default::default()
             };
             Ok(())

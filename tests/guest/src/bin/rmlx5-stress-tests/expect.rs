@@ -175,7 +175,7 @@ pub(crate) fn out_fields(cmd: Command) -> Vec<usize> {
             offset_of!(QueryDevice, fw_ver),
             offset_of!(QueryDevice, max_qp),
             offset_of!(QueryDevice, device_index),
-            offset_of!(QueryDevice, reserved),
+            offset_of!(QueryDevice, device_flags),
         ],
         Command::QueryPort => vec![
             offset_of!(QueryPort, state),

@@ -262,7 +262,8 @@ fn run_command(st: &mut State, ctx: u64, cmd: Cmd<'_>) -> Result<()> {
                 bf_reg_size: u32::try_from(BF_REG_SIZE).unwrap_or(0),
                 uar_size: u32::try_from(UAR_PAGE_SIZE).unwrap_or(0),
                 device_index: d,
-                reserved: 0,
+                // A software HCA: it sees doorbells only through KICK.
+                device_flags: 0,
             };
             Ok(())
         }
