@@ -143,8 +143,15 @@ print(d["guest_passed"], d["guest_failed"])' "$res")
                 RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
                     --target x86_64-unknown-linux-gnu --target-dir "$top/target/guest" \
                     -p cx-emu --bin rmlx5-pci-peek; then
+                # User space on the function: the provider, events, ABI
+                # and kernel-path suites run on it too (pci-smoke.sh).
+                uprogs=()
+                for p in provider events abi kpath; do
+                    uprogs+=(--program "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-$p-tests")
+                done
                 pci_guest "guest with the emulated ConnectX (PCI backend)" \
-                    "PCI guest" pci-console.log --cx-emu-fail 0x102
+                    "PCI guest" pci-console.log --cx-emu-fail 0x102 "${uprogs[@]}" \
+                    "${guest_tools[@]}"
                 # Again with a firmware that never leaves its initialisation:
                 # probe must give up after cx_fw_wait_ms, cleanly.
                 pci_guest "guest with an emulated ConnectX whose firmware never becomes ready" \

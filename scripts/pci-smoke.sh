@@ -18,6 +18,11 @@
 #   CX_MSIX=1                 the function has one MSI-X vector: the driver
 #                             and its self-test fall back to vector 0
 #                             (make check's third PCI run)
+#   CX_USER=1                 with DRIVER=1: also the user-space suites
+#                             (provider, events, ABI, kernel path) on the
+#                             function, as make check's first PCI run
+#                             (needs `make guest-programs` first);
+#                             CX_FILTER=name runs only the cases matching it
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -55,6 +60,19 @@ if [ "${CX_NEVER_READY:-0}" = 1 ]; then
 fi
 if [ -n "${CX_MSIX:-}" ]; then
     driver+=(--cx-emu-msix "$CX_MSIX")
+fi
+if [ "${CX_USER:-0}" = 1 ]; then
+    gbin=$top/target/guest/x86_64-unknown-linux-gnu/release
+    for p in provider events abi kpath; do
+        driver+=(--program "$gbin/rmlx5-$p-tests")
+    done
+    for t in rmlx5-pingpong rmlx5-perf; do
+        driver+=(--tool "$gbin/$t")
+    done
+    # CX_FILTER=name: only the user-space cases matching it.
+    if [ -n "${CX_FILTER:-}" ]; then
+        driver+=(--filter "$CX_FILTER")
+    fi
 fi
 
 mkdir -p "$top/build"

@@ -106,6 +106,8 @@ class CxEmu:
             cmd += ["--never-ready"]
         if msix:
             cmd += ["--msix", str(msix)]
+        # Extra emulator arguments for debugging (e.g. -v -v for its trace).
+        cmd += os.environ.get("RMLX5_CX_EMU_ARGS", "").split()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.returncode = None

@@ -23,12 +23,26 @@
 //! backend as an `Arc<dyn Backend>` with the EQs, lookup tables and
 //! dispatcher every device has.
 
-use kernel::prelude::*;
+use core::sync::atomic::{
+    AtomicBool,
+    AtomicU64, //
+};
+use kernel::{
+    device,
+    mm::virt::VmaNew,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
+};
 
 use crate::hca_model::{
+    caps::Caps,
     cq::CqAttr,
     mr::MrAttr,
     qp::{
+        ConnAttrs,
         QpAttr,
         QpState, //
     },
@@ -75,14 +89,93 @@ pub(crate) struct DeviceInfo {
     pub(crate) max_fast_reg_pages: u32,
 }
 
+/// A user QP as a KICK names it (see [`UserUar::kick_send`]).
+pub(crate) struct KickQp<'a> {
+    /// The QP number.
+    pub(crate) qpn: u32,
+    /// Its BlueFlame register in the context's UAR page.
+    pub(crate) bfreg: u8,
+    /// When the QP last kicked a send doorbell (perf clock, ns).
+    pub(crate) last_kick: &'a AtomicU64,
+    /// Set once the QP is being destroyed: a kick then fails with `EINVAL`
+    /// (its QPN may already name another QP).
+    pub(crate) gone: &'a AtomicBool,
+}
+
+/// The UAR page of one user context: the doorbell page its process maps,
+/// and that its CQs and QPs are created on.
+pub(crate) trait UserUar: Send + Sync {
+    /// The address CQs and QPs name the page by ([`CqAttr::uar_addr`],
+    /// [`QpAttr::uar_addr`]).
+    fn addr(&self) -> u64;
+
+    /// Maps the page into `vma` (one page, shared, not executable: the
+    /// caller checked).
+    fn mmap(&self, vma: &VmaNew) -> Result;
+
+    /// Whether the device needs the process's doorbells reported (KICK):
+    /// the software HCA cannot see stores to a page; a PCI function's UAR
+    /// page is a device page and the stores reach it.
+    fn needs_kick(&self) -> bool {
+        false
+    }
+
+    /// A CQ arm the process wrote to the page (doorbell record, then the
+    /// CQ doorbell register).
+    fn kick_arm(&self) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// A send doorbell, or a BlueFlame copy if `blueflame`, the process
+    /// wrote at byte `offset` of the page for `qp`.
+    fn kick_send(&self, _qp: &KickQp<'_>, _offset: u32, _blueflame: bool) -> Result {
+        Err(EOPNOTSUPP)
+    }
+
+    /// Receive WQEs the process posted to QP `qpn` (the doorbell record
+    /// holds the counter).
+    fn kick_recv(&self, _qpn: u32, _gone: &AtomicBool) -> Result {
+        Err(EOPNOTSUPP)
+    }
+}
+
 /// A device the verbs objects run on: one `rmlx5_<n>`.
 pub(crate) trait Backend: Send + Sync {
     /// The device's limits and its port's LID.
     fn info(&self) -> Result<DeviceInfo>;
 
+    /// The limits of its queues and work requests.
+    fn caps(&self) -> Result<Caps>;
+
     /// Memory for a queue or a doorbell record, zeroed, that the device can
     /// reach once it is handed to a `create_*` call.
     fn alloc_queue(&self, len: usize) -> Result<DmaBuf>;
+
+    /// The device that memory shared with user space must be mapped for
+    /// (by bus address), or `None` if the device reaches kernel addresses
+    /// (the software HCA).
+    fn dma_device(&self) -> Option<ARef<device::Device>>;
+
+    /// A UAR page for a user context.
+    fn alloc_uar(self: Arc<Self>) -> Result<KBox<dyn UserUar>>;
+
+    /// The largest memory region user space may register (QUERY_DEVICE's
+    /// `max_mr_size`, at most the ABI's own limit).
+    fn max_user_mr(&self) -> u64 {
+        u64::MAX
+    }
+
+    /// The LID user space sees on the device's port (QUERY_PORT).
+    fn port_lid(&self) -> u16;
+
+    /// The peer an address vector with destination LID `dlid` names
+    /// ([`RemoteQp::hca`](crate::hca_model::qp::RemoteQp)), `None` if no
+    /// device of the fabric has that LID.
+    fn peer_of_dlid(&self, dlid: u16) -> Option<u16>;
+
+    /// The destination LID of peer `peer` (the inverse of
+    /// [`Backend::peer_of_dlid`]).
+    fn dlid_of_peer(&self, peer: u16) -> u16;
 
     /// The device address of the UAR page kernel objects ring on.
     fn kernel_uar(&self) -> Result<u64>;
@@ -96,6 +189,14 @@ pub(crate) trait Backend: Send + Sync {
     /// Registers `region` under `attr` (whose `dma_addr` is where the
     /// device finds `attr.iova`); returns the key.
     fn create_mr(&self, attr: &MrAttr, region: MrRegion) -> Result<u32>;
+
+    /// Registers user memory `region` (pinned pages) under `attr`;
+    /// `pages` are the bus addresses of its pages (empty for a device
+    /// without a [`Backend::dma_device`], which reaches `region` itself).
+    fn create_user_mr(&self, attr: &MrAttr, region: MrRegion, pages: &[u64]) -> Result<u32> {
+        let _ = pages;
+        self.create_mr(attr, region)
+    }
 
     /// Deregisters the MR `key` made over `region`.
     fn destroy_mr(&self, key: u32, region: MrRegion) -> Result;
@@ -147,6 +248,9 @@ pub(crate) trait Backend: Send + Sync {
 
     /// The QP's state as the device has it.
     fn qp_state(&self, qpn: u32) -> Result<QpState>;
+
+    /// The QP's state and connection attributes (QUERY_QP).
+    fn query_qp(&self, qpn: u32) -> Result<(QpState, ConnAttrs)>;
 
     /// Destroys a QP; the device no longer touches `mem` once this
     /// succeeds.

@@ -89,7 +89,7 @@ use crate::mlx5_cmdif::{
     cmdif::Timeouts,
     cmdmem::{
         CmdMem,
-        CMD_MEM_SIZE, //
+        CMD_MEM_MAX, //
     },
     function::{
         Config,
@@ -236,6 +236,8 @@ pub(crate) struct CxFunction<'bound> {
 struct Attached {
     index: u16,
     backend: Arc<CxBackend>,
+    /// `/dev/rmlx5_uverbs<index>`, once the device is in the table.
+    node: Option<Pin<KBox<crate::uverbs::node::Node>>>,
 }
 
 /// A value in its own allocation, so that other fields of the same driver
@@ -469,6 +471,7 @@ fn attach<'bound>(
     *device.lock() = Some(Attached {
         index,
         backend: backend.clone(),
+        node: None,
     });
     // Vector 0's handler takes the EQs that have no vector of their own:
     // the async EQ (position 0) and completion EQs past the last vector.
@@ -519,6 +522,21 @@ fn attach<'bound>(
     }
     crate::mlx5_core::device::register(&dev)?;
     registry::set_verbs(pdev, Some(index));
+    // For user space (uverbs); the device works without.
+    match crate::uverbs::node::Node::new(usize::from(index)) {
+        Ok(node) => {
+            if let Some(a) = &mut *device.lock() {
+                a.node = Some(node);
+            }
+            dev_info!(pdev, "rmlx5_{}: /dev/rmlx5_uverbs{}\n", index, index);
+        }
+        Err(e) => dev_warn!(
+            pdev,
+            "rmlx5_{}: no uverbs device node: error {}\n",
+            index,
+            e.to_errno()
+        ),
+    }
     // For ULPs of the generic ib_* API too; the device works without.
     #[cfg(CONFIG_INFINIBAND)]
     if crate::module_parameters::ib_core.value() {
@@ -555,7 +573,14 @@ fn detach<'bound>(
     comp: &Mutex<KVec<Pin<KBox<irq::Registration<'bound, EqIrq>>>>>,
     device: &Mutex<Option<Attached>>,
 ) -> Option<Arc<CxBackend>> {
-    let a = device.lock().take()?;
+    let mut a = device.lock().take()?;
+    // No new user context; those open keep the device running until their
+    // processes close them (their UAR mappings are pages of this BAR).
+    if let Some(node) = a.node.take() {
+        let users = node.users().clone();
+        drop(node);
+        users.wait_idle(a.index);
+    }
     // ib_core's clients destroy their objects while the device still
     // runs; then no new user finds the device, and the layers above
     // release what their users still hold on it.
@@ -596,7 +621,7 @@ fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Resu
     *function = Function::new(
         CmdMem {
             addr: bus.cmd_mem_addr(),
-            len: CMD_MEM_SIZE,
+            len: CMD_MEM_MAX,
         },
         config(),
     );

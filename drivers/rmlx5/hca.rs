@@ -34,6 +34,7 @@
 pub(crate) mod backend;
 pub(crate) mod dma;
 pub(crate) mod irq;
+pub(crate) mod uar;
 pub(crate) mod watch;
 
 use core::sync::atomic::{
@@ -396,20 +397,6 @@ impl SoftHca {
         if more {
             self.kick_engine();
         }
-    }
-
-    /// Rings instance `hca`'s CQ doorbell for an arm a process wrote to its
-    /// UAR page at `uar_addr` (the UAR CQ doorbell and the ARM word in the
-    /// CQ's doorbell record).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` if the model refused the doorbell (counted in its stats).
-    pub(crate) fn user_cq_doorbell(&self, hca: u16, uar_addr: u64) -> Result {
-        let mut st = self.state.lock();
-        let (fabric, mut pf) = st.split();
-        let m = fabric.hca(hca).ok_or(ENODEV)?;
-        m.cq_doorbell(&mut pf, uar_addr).map_err(|_| EINVAL)
     }
 
     /// Cancels the clock timer, waiting for a running callback.

@@ -8,8 +8,6 @@ pub mod mr;
 pub mod qp;
 pub(crate) mod uqp;
 
-pub(crate) use crate::hca::backend::model_err;
-
 #[cfg(CONFIG_KUNIT)]
 mod race_tests;
 #[cfg(CONFIG_KUNIT)]

@@ -14,6 +14,8 @@ use kernel::{
     sync::Arc, //
 };
 
+pub(crate) mod pages;
+
 /// Memory allocated elsewhere that a [`DmaBuf`] can stand for (the pages
 /// uverbs shares with a process).
 ///

@@ -28,7 +28,6 @@ mod event;
 mod event_file;
 pub(crate) mod node;
 mod objects;
-mod pages;
 mod table;
 #[cfg(CONFIG_KUNIT)]
 mod tests;
@@ -40,9 +39,9 @@ impl MiscDevice for Ucontext {
     type Ptr = Pin<KBox<Self>>;
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
-        let hca = node::Node::from_uverbs(misc);
-        pr_debug!("ucontext opened on rmlx5_{}\n", hca.index());
-        Ucontext::new(hca.index())
+        let node = node::Node::from_uverbs(misc);
+        pr_debug!("ucontext opened on rmlx5_{}\n", node.index());
+        Ucontext::new(node.index(), node.users().enter())
     }
 
     fn release(ctx: Pin<KBox<Self>>, _file: &File) {

@@ -5,6 +5,7 @@
  */
 #include <linux/anon_inodes.h>
 #include <linux/capability.h>
+#include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/module.h>
@@ -132,4 +133,77 @@ void rmlx5_vunmap(void *addr)
 bool rmlx5_is_event_file(struct file *filp)
 {
 	return filp->f_op == &rmlx5_event_fops;
+}
+
+/*
+ * `1 << order` zeroed, physically contiguous pages, split into order-0
+ * pages that are freed one by one (each may be mapped into a process with
+ * vm_insert_page, which takes a reference on it). NULL if out of memory.
+ */
+struct page *rmlx5_alloc_contig_pages(unsigned int order)
+{
+	struct page *page = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO |
+					__GFP_NOWARN, order);
+
+	if (page && order)
+		split_page(page, order);
+	return page;
+}
+
+/* The page `k` pages after `page` (in a range from rmlx5_alloc_contig_pages). */
+struct page *rmlx5_nth_page(struct page *page, unsigned long k)
+{
+	return page + k;
+}
+
+void rmlx5_free_page(struct page *page)
+{
+	__free_pages(page, 0);
+}
+
+/*
+ * Maps `len` bytes of physically contiguous pages from `page` for DMA by
+ * `dev`, both directions; 0 and the bus address in *dma, -ENOMEM, or
+ * -EOPNOTSUPP where the mapping would need syncs.
+ */
+int rmlx5_dma_map_pages(struct device *dev, struct page *page, size_t len,
+			u64 *dma)
+{
+	dma_addr_t a = dma_map_page(dev, page, 0, len, DMA_BIDIRECTIONAL);
+
+	if (dma_mapping_error(dev, a))
+		return -ENOMEM;
+	/*
+	 * The device and the process share the pages for their whole life,
+	 * with no syncs in between: a mapping that needs them (a bounce
+	 * buffer, a non-coherent device) cannot be used.
+	 */
+	if (dma_need_sync(dev, a)) {
+		dma_unmap_page(dev, a, len, DMA_BIDIRECTIONAL);
+		return -EOPNOTSUPP;
+	}
+	*dma = a;
+	return 0;
+}
+
+void rmlx5_dma_unmap_pages(struct device *dev, u64 dma, size_t len)
+{
+	dma_unmap_page(dev, dma, len, DMA_BIDIRECTIONAL);
+}
+
+/*
+ * Maps the device page at physical address `phys` (a UAR page in a BAR)
+ * into `vma`, write-combined if `wc` (BlueFlame) else uncached, as
+ * mlx5_ib maps UAR pages: an I/O mapping that is not copied on fork.
+ */
+int rmlx5_io_map_page(struct vm_area_struct *vma, u64 phys, bool wc)
+{
+	if (vma->vm_end - vma->vm_start != PAGE_SIZE)
+		return -EINVAL;
+	vma->vm_page_prot = wc ? pgprot_writecombine(vma->vm_page_prot) :
+				 pgprot_noncached(vma->vm_page_prot);
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND |
+				  VM_DONTDUMP);
+	return io_remap_pfn_range(vma, vma->vm_start, phys >> PAGE_SHIFT,
+				  PAGE_SIZE, vma->vm_page_prot);
 }

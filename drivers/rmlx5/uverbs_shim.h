@@ -3,18 +3,21 @@
  * C helpers of the uverbs layer (uverbs_shim.c), for what the Rust kernel
  * crate does not offer: anonymous-inode event files with a C
  * file_operations table whose callbacks are Rust functions, fasync,
- * pinning user pages with locked-memory accounting, and vmap.
+ * pinning user pages with locked-memory accounting, vmap, contiguous
+ * pages mapped for a device's DMA, and I/O mappings of UAR pages.
  */
 #ifndef RMLX5_UVERBS_SHIM_H
 #define RMLX5_UVERBS_SHIM_H
 
 #include <linux/types.h>
 
+struct device;
 struct fasync_struct;
 struct file;
 struct mm_struct;
 struct page;
 struct poll_table_struct;
+struct vm_area_struct;
 
 /* Event-file callbacks, implemented in Rust (uverbs/event_file.rs). */
 ssize_t rmlx5_event_file_read(struct file *filp, char __user *buf,
@@ -38,5 +41,13 @@ void rmlx5_unpin_user_pages(struct page **pages, unsigned long npages,
 			    bool dirty);
 void *rmlx5_vmap_pages(struct page **pages, unsigned int npages);
 void rmlx5_vunmap(void *addr);
+
+struct page *rmlx5_alloc_contig_pages(unsigned int order);
+struct page *rmlx5_nth_page(struct page *page, unsigned long k);
+void rmlx5_free_page(struct page *page);
+int rmlx5_dma_map_pages(struct device *dev, struct page *page, size_t len,
+			u64 *dma);
+void rmlx5_dma_unmap_pages(struct device *dev, u64 dma, size_t len);
+int rmlx5_io_map_page(struct vm_area_struct *vma, u64 phys, bool wc);
 
 #endif

@@ -270,6 +270,26 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         else
             fail cx_verbs_device "no 'rmlx5_<n>: verbs device' line for $bdf"
         fi
+        # User space on the function: /dev/rmlx5_uverbs<n>, each context
+        # with a UAR page of BAR0 (ALLOC_UAR) mapped write-combined, its
+        # queues in DMA-mapped pages, its MRs' pages in MTTs. The user-space
+        # suites the software HCAs run (the provider's scenarios, events,
+        # the raw ABI, the kernel path) run here with both sides on the
+        # function; no KICK, the doorbells are BAR stores. Cases: cx_*.
+        if [ -n "$n" ]; then
+            if [ -c /dev/rmlx5_uverbs$n ] && dmesg | grep -q "rmlx5_cx $bdf: rmlx5_$n: /dev/rmlx5_uverbs$n"; then
+                pass cx_uverbs_node
+            else
+                fail cx_uverbs_node "no /dev/rmlx5_uverbs$n for $bdf"
+            fi
+            filter=$(sed -n 's/.*rmlx5.filter=\([^ ]*\).*/\1/p' /proc/cmdline)
+            for t in /tests/rmlx5-*-tests; do
+                [ -x "$t" ] || continue
+                name=$(basename "$t")
+                RMLX5_TEST_DEVICES=$n,$n RMLX5_TEST_PREFIX=cx_ "$t" $filter
+                echo "rmlx5-guest: EXIT cx-$name $?"
+            done
+        fi
         # The same device for ULPs of the generic ib_* API: an ib_core
         # device whose DMA device is the function, its DMA MR a PA key. The
         # ib_core test ULP runs as a loopback pair on it in the three poll
@@ -304,7 +324,51 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         if [ -n "$n" ] && insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_ulp_held leak=1; then
             rmmod rmlx5_ulp && released=1
         fi
-        echo "$bdf" > $sysdrv/unbind
+        # A process with a user context open on the function (its UAR page
+        # is a page of BAR0): the unbind waits until it is closed, then
+        # goes on.
+        ctxpid=
+        if [ -n "$n" ] && [ -c /dev/rmlx5_uverbs$n ]; then
+            refs=$(cat /sys/module/rmlx5/refcnt)
+            sh -c "exec 3</dev/rmlx5_uverbs$n; exec sleep 600" &
+            ctxpid=$!
+            sleep 1
+            # An open context holds the module: rmmod is refused.
+            held_refs=$(cat /sys/module/rmlx5/refcnt)
+            if [ "$held_refs" = $((refs + 1)) ] && ! rmmod rmlx5 2>/dev/null; then
+                pass cx_rmmod_refused_with_an_open_context
+            else
+                fail cx_rmmod_refused_with_an_open_context "module references $refs -> $held_refs with a context open, or rmmod rmlx5 succeeded"
+            fi
+        fi
+        echo "$bdf" > $sysdrv/unbind &
+        unbinder=$!
+        if [ -n "$ctxpid" ]; then
+            waited=
+            for i in $(seq 50); do
+                if dmesg | grep -q "rmlx5_$n: waiting for 1 user context(s) to be closed"; then
+                    waited=1
+                    break
+                fi
+                sleep 0.2
+            done
+            # Still waiting a moment later: the unbind has not returned.
+            sleep 1
+            if [ -n "$waited" ] && kill -0 $unbinder 2>/dev/null; then
+                kill $ctxpid
+                wait $ctxpid
+                wait $unbinder
+                pass cx_unbind_waits_for_user_contexts
+            else
+                kill $ctxpid
+                wait $ctxpid
+                wait $unbinder
+                fail cx_unbind_waits_for_user_contexts "no 'waiting for 1 user context(s)' for rmlx5_$n, or the unbind did not wait"
+            fi
+        else
+            wait $unbinder
+            fail cx_unbind_waits_for_user_contexts "no /dev/rmlx5_uverbs$n to open"
+        fi
         if [ -n "$released" ] && ! bound &&
             dmesg | grep -q "rmlx5: rmlx5_$n: released 8 object(s) kernel ULPs still hold (0 could not be)"; then
             pass cx_unbind_releases_objects_ulps_hold

@@ -32,7 +32,7 @@ use crate::mlx5_cmdif::{
         DmaError,
         Wait, //
     },
-    cmdmem::CMD_MEM_SIZE,
+    cmdmem::CMD_MEM_MAX,
     pages::PAGE_SIZE,
 };
 
@@ -43,7 +43,7 @@ type Page = Coherent<[u8; PAGE_SIZE as usize]>;
 ///
 /// # Invariants
 ///
-/// `cmd_mem` is `CMD_MEM_SIZE` bytes of coherent memory mapped for the
+/// `cmd_mem` is `CMD_MEM_MAX` bytes of coherent memory mapped for the
 /// function; every entry of `pages` is a page the device may own: it is
 /// freed only when the device gives it back ([`Bus::free_page`]), and
 /// what is left when the bus drops is kept for good.
@@ -65,7 +65,7 @@ impl<'bound> CxBus<'bound> {
         pdev: &'bound pci::Device<Core<'_>>,
         bar: &'bound pci::Bar<'bound>,
     ) -> Result<Self> {
-        let cmd_mem = ManuallyDrop::new(Buf::new(pdev, CMD_MEM_SIZE)?);
+        let cmd_mem = ManuallyDrop::new(Buf::new(pdev, CMD_MEM_MAX)?);
         Ok(Self {
             pdev,
             bar,

@@ -39,6 +39,7 @@ use kernel::{
     device,
     ffi::c_void,
     io::Io,
+    mm::virt::VmaNew,
     new_mutex, new_spinlock_irq, pci,
     prelude::*,
     sync::{
@@ -54,24 +55,29 @@ use crate::backend::{
     Backend,
     DeviceInfo,
     FastKeys,
-    MrRegion, //
+    MrRegion,
+    UserUar, //
 };
 use crate::hca_model::{
+    caps::Caps,
     cq::CqAttr,
     mr::{
         Access,
         MrAttr, //
     },
     qp::{
+        ConnAttrs,
         QpAttr,
         QpState, //
     },
     qp_modify::{
+        self,
         AttrMask,
         QpModify, //
     },
 };
 use crate::mem::DmaBuf;
+use crate::mlx5_cmdif::cmdmem::MAX_BLOCKS;
 use crate::mlx5_prm::{
     cmd_cq::{
         Cqc,
@@ -99,20 +105,30 @@ use crate::mlx5_prm::{
         Qp2ErrIn,
         Qp2Rst,
         Qp2RstIn,
+        QueryQp,
+        QueryQpIn,
         Rst2InitQp,
         Rst2InitQpIn,
         Rtr2RtsQp,
         Rtr2RtsQpIn, //
+    },
+    cmd_queue::{
+        INLINE_SIZE,
+        MAILBOX_DATA_SIZE, //
     },
     cmd_res::{
         mkey,
         mtt_octwords,
         AllocPd,
         AllocPdIn,
+        AllocUar,
+        AllocUarIn,
         CreateMkey,
         CreateMkeyIn,
         DeallocPd,
         DeallocPdIn,
+        DeallocUar,
+        DeallocUarIn,
         DestroyMkey,
         DestroyMkeyIn,
         Mkc,
@@ -128,10 +144,13 @@ use crate::mlx5_prm::{
         EqDoorbell,
         UarCqDoorbell,
         UAR_CQ_DOORBELL_OFFSET,
-        UAR_EQ_ARM_OFFSET, //
+        UAR_EQ_ARM_OFFSET,
+        UAR_PAGE_SIZE, //
     },
+    ifc::Layout,
     opcode::EventType,
     qpc::{
+        state_to_ib,
         Ads,
         Qpc,
         PM_STATE_MIGRATED,
@@ -152,6 +171,7 @@ extern "C" {
         dma: *mut u64,
     ) -> kernel::ffi::c_int;
     fn rmlx5_shim_dma_unmap(dev: *mut c_void, dma: u64, len: usize);
+    fn rmlx5_io_map_page(vma: *mut c_void, phys: u64, wc: bool) -> kernel::ffi::c_int;
 }
 
 /// The page size of queue buffers and MTTs.
@@ -198,14 +218,23 @@ struct Mapping {
     len: usize,
 }
 
+/// A QP as the driver last moved it.
+#[derive(Clone, Copy)]
+struct TrackedQp {
+    qpn: u32,
+    state: QpState,
+    conn: ConnAttrs,
+}
+
 /// What commands need, under `ctl`.
 struct Ctl {
     state: Option<StateLink>,
     /// Once `state` is gone: whether the function was taken down without
     /// error, so that the device holds nothing any more.
     quiesced: bool,
-    /// The state of each QP as the driver last moved it.
-    qps: KVec<(u32, QpState)>,
+    /// Each QP's state and attributes as the driver last moved it (the
+    /// device's answer to QUERY_QP, without asking it).
+    qps: KVec<TrackedQp>,
     /// The DMA mappings of the kernel MRs.
     mrs: KVec<Mapping>,
     /// The low byte of the next memory key.
@@ -228,6 +257,10 @@ pub(crate) struct CxBackend {
     db: SpinLockIrq<Option<BarLink>>,
     /// The driver's UAR page (its index in BAR0).
     uar: u32,
+    /// BAR0's physical address and length, where user UAR pages are
+    /// mapped from.
+    bar_phys: u64,
+    bar_len: u64,
     /// MSI-X vectors granted: EQ position `p` raises vector `p`, or vector
     /// 0 when there are not that many.
     vectors: u16,
@@ -241,15 +274,29 @@ fn cmd_err(pdev: &pci::Device<device::Bound>, e: crate::mlx5_cmdif::error::Error
     Error::from_errno(-e.errno())
 }
 
-/// The page list of a queue buffer (coherent memory: one contiguous range
-/// of whole pages).
-fn pages(buf: &DmaBuf) -> Result<KVec<u64>> {
-    let n = buf.len().div_ceil(PAGE).max(1);
-    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
-    for k in 0..n {
-        v.push(buf.dma_addr() + (k * PAGE) as u64, GFP_KERNEL)?;
+/// The page list of a queue buffer, one contiguous DMA range (coherent
+/// memory, or pages allocated contiguous and mapped as one range), and
+/// its page size as a queue context's `log_page_size`: the largest power of
+/// two, 4 KiB at least, that the range's bus address is aligned to and
+/// that the buffer needs, so that a large queue takes few entries.
+fn pages(buf: &DmaBuf) -> Result<(u8, KVec<u64>)> {
+    let addr = buf.dma_addr();
+    let len = buf.len().max(1) as u64;
+    let align = if addr == 0 {
+        1 << 63
+    } else {
+        1u64 << addr.trailing_zeros()
+    };
+    let size = len.next_power_of_two().min(align).max(PAGE as u64);
+    if addr % PAGE as u64 != 0 {
+        return Err(EINVAL);
     }
-    Ok(v)
+    let n = len.div_ceil(size);
+    let mut v = KVec::with_capacity(usize::try_from(n)?, GFP_KERNEL)?;
+    for k in 0..n {
+        v.push(addr + k * size, GFP_KERNEL)?;
+    }
+    Ok(((size / PAGE as u64).trailing_zeros() as u8, v))
 }
 
 /// The memory key context of `attr`'s PD and rights, with key byte
@@ -302,6 +349,8 @@ impl CxBackend {
         uar: u32,
         vectors: u16,
     ) -> Result<Arc<Self>> {
+        let bar_phys = pdev.resource_start(0)?;
+        let bar_len = pdev.resource_len(0)?;
         let state = StateLink(NonNull::from(state).cast());
         let bar = BarLink(NonNull::from(bar).cast());
         let dev: &device::Device = pdev.as_ref();
@@ -319,6 +368,8 @@ impl CxBackend {
                 ),
                 db <- new_spinlock_irq!(Some(bar), "rmlx5_cx_db"),
                 uar,
+                bar_phys,
+                bar_len,
                 vectors,
                 dev: dev.into(),
             }),
@@ -435,15 +486,69 @@ impl CxBackend {
         }
     }
 
-    /// The state of QP `qpn` as last moved.
-    fn tracked(ctl: &Ctl, qpn: u32) -> Option<QpState> {
-        ctl.qps.iter().find(|(q, _)| *q == qpn).map(|(_, s)| *s)
+    /// QP `qpn` as last moved.
+    fn tracked(ctl: &Ctl, qpn: u32) -> Option<TrackedQp> {
+        ctl.qps.iter().find(|q| q.qpn == qpn).copied()
     }
 
-    fn set_tracked(ctl: &mut Ctl, qpn: u32, s: QpState) {
-        if let Some(e) = ctl.qps.iter_mut().find(|(q, _)| *q == qpn) {
-            e.1 = s;
+    /// Records a transition of QP `qpn` the device accepted: its
+    /// attributes as the model's firmware keeps them (RESET forgets them).
+    fn set_tracked(ctl: &mut Ctl, qpn: u32, m: &QpModify) {
+        if let Some(e) = ctl.qps.iter_mut().find(|q| q.qpn == qpn) {
+            e.state = m.state;
+            qp_modify::apply(&mut e.conn, m);
+            if m.state == QpState::Reset {
+                e.conn = ConnAttrs::default();
+            }
         }
+    }
+
+    /// The UAR page index of a CQ's or QP's `uar_addr` (its BAR0 offset,
+    /// as [`Backend::kernel_uar`] and [`CxUar::addr`] give it).
+    fn uar_index(uar_addr: u64) -> Result<u32> {
+        if uar_addr % UAR_PAGE_SIZE as u64 != 0 {
+            return Err(EINVAL);
+        }
+        u32::try_from(uar_addr / UAR_PAGE_SIZE as u64).map_err(|_| EINVAL)
+    }
+
+    /// Creates a memory key in MTT mode over the pages at bus addresses
+    /// `pages` (the first holding `attr.iova`'s page offset), under `ctl`.
+    fn create_mtt_mkey(
+        ctl: &mut Ctl,
+        st: &mut State<'_>,
+        attr: &MrAttr,
+        pages: &[u64],
+    ) -> Result<u32> {
+        let npages = u32::try_from(pages.len())?;
+        let octwords = mtt_octwords(npages);
+        // Whole octwords: an odd list ends with an empty entry.
+        let mut mtt = KVec::with_capacity(pages.len() + 1, GFP_KERNEL)?;
+        for &p in pages {
+            if p % PAGE as u64 != 0 {
+                return Err(EINVAL);
+            }
+            mtt.push(p | MTT_EN_RD | MTT_EN_WR, GFP_KERNEL)?;
+        }
+        if mtt.len() % 2 != 0 {
+            mtt.push(0, GFP_KERNEL)?;
+        }
+        ctl.next_key = ctl.next_key.wrapping_add(1);
+        let key_7_0 = ctl.next_key;
+        let mut mkc = Mkc {
+            start_addr: attr.iova,
+            len: attr.length,
+            translations_octword_size: octwords,
+            log_page_size: 12,
+            ..mkc_of(attr, key_7_0)
+        };
+        mkc.set_access_mode(ACCESS_MODE_MTT);
+        let input = CreateMkeyIn {
+            pg_access: false,
+            memory_key_mkey_entry: mkc,
+            translations_octword_actual_size: octwords,
+        };
+        exec_on::<CreateMkey>(st, &input, &mtt).map(|o| mkey(o.mkey_index, key_7_0))
     }
 }
 
@@ -474,6 +579,72 @@ impl Backend for CxBackend {
         })
     }
 
+    fn caps(&self) -> Result<Caps> {
+        self.with_state(|_, st| {
+            let c = st.function.caps();
+            let d = Caps::DEFAULT;
+            let pow = |log: u8| 1u32.checked_shl(u32::from(log)).unwrap_or(u32::MAX);
+            let sq_wqe = u32::from(c.max_wqe_sz_sq);
+            // What the function reports, within what the driver's WQE
+            // builders and the provider handle (the defaults).
+            Ok(Caps {
+                max_qp_rd_atom: pow(c.log_max_ra_req_qp).min(u32::from(d.max_qp_rd_atom)) as u8,
+                max_qp_dest_rd_atom: pow(c.log_max_ra_res_qp).min(u32::from(d.max_qp_dest_rd_atom))
+                    as u8,
+                max_send_sge: (sq_wqe.saturating_sub(48) / 16).min(d.max_send_sge),
+                max_recv_sge: (u32::from(c.max_wqe_sz_rq) / 16).min(d.max_recv_sge),
+                max_inline_data: sq_wqe.saturating_sub(52).min(d.max_inline_data),
+                max_log_sq_wqebbs: c.log_max_qp_sz.min(d.max_log_sq_wqebbs),
+                max_log_rq_wqes: c.log_max_qp_sz.min(d.max_log_rq_wqes),
+                max_log_cq_size: c.log_max_cq_sz.min(d.max_log_cq_size),
+                max_log_eq_size: c.log_max_eq_sz.min(d.max_log_eq_size),
+                max_msg_size: pow(c.log_max_msg).min(d.max_msg_size),
+            })
+        })
+    }
+
+    fn dma_device(&self) -> Option<ARef<device::Device>> {
+        Some(self.dev.clone())
+    }
+
+    fn alloc_uar(self: Arc<Self>) -> Result<KBox<dyn UserUar>> {
+        // A process maps whole system pages: with pages larger than the
+        // 4 KiB UAR page, one would reach other contexts' UARs.
+        if kernel::page::PAGE_SIZE != UAR_PAGE_SIZE {
+            return Err(EOPNOTSUPP);
+        }
+        let index = self.exec::<AllocUar>(&AllocUarIn::default(), &[])?.uar;
+        let end = (u64::from(index) + 1) * UAR_PAGE_SIZE as u64;
+        if end > self.bar_len {
+            let _ = self.destroy_cmd::<DeallocUar>(&DeallocUarIn { uar: index });
+            return Err(EIO);
+        }
+        let uar = CxUar { be: self, index };
+        let uar: KBox<dyn UserUar> = KBox::new(uar, GFP_KERNEL)?;
+        Ok(uar)
+    }
+
+    fn port_lid(&self) -> u16 {
+        PORT_LID
+    }
+
+    fn max_user_mr(&self) -> u64 {
+        // CREATE_MKEY carries the whole translation table: as many pages
+        // as a message of the command memory holds, less one for the
+        // region's offset in its first page and one for the padding.
+        let room = INLINE_SIZE + MAX_BLOCKS * MAILBOX_DATA_SIZE - CreateMkeyIn::SIZE;
+        ((room / 8) as u64).saturating_sub(2) * PAGE as u64
+    }
+
+    fn peer_of_dlid(&self, dlid: u16) -> Option<u16> {
+        // The device takes the LID itself; only unicast LIDs name a port.
+        (dlid != 0 && dlid < 0xc000).then_some(dlid)
+    }
+
+    fn dlid_of_peer(&self, peer: u16) -> u16 {
+        peer
+    }
+
     fn alloc_queue(&self, len: usize) -> Result<DmaBuf> {
         let len = len.max(1).next_multiple_of(PAGE);
         self.with_state(|_, st| {
@@ -500,16 +671,14 @@ impl Backend for CxBackend {
         let (addr, len) = match region {
             MrRegion::Kernel { addr, len } => (addr, len),
             MrRegion::DirectMap { .. } => return self.create_pa_mr(attr),
-            // User MRs come through uverbs, which PCI functions do not
-            // offer yet.
-            MrRegion::User { .. } => return Err(EOPNOTSUPP),
+            // User MRs come with their pages' bus addresses.
+            MrRegion::User { .. } => return Err(EINVAL),
         };
         let len = usize::try_from(len)?;
         let raw = self.raw_dev();
         let npages = (addr % PAGE as u64 + len as u64).div_ceil(PAGE as u64);
-        let octwords = mtt_octwords(u32::try_from(npages)?);
         // Everything that can fail for want of memory, before the mapping.
-        let mut mtt = KVec::with_capacity(usize::try_from(npages)?, GFP_KERNEL)?;
+        let mut list = KVec::with_capacity(usize::try_from(npages)?, GFP_KERNEL)?;
         self.with_state(|ctl, st| {
             ctl.mrs.reserve(1, GFP_KERNEL)?;
             let mut dma = 0u64;
@@ -532,34 +701,13 @@ impl Backend for CxBackend {
             let first = dma - dma % PAGE as u64;
             for k in 0..npages {
                 // Within the capacity reserved above: no allocation.
-                if mtt
-                    .push(
-                        (first + k * PAGE as u64) | MTT_EN_RD | MTT_EN_WR,
-                        GFP_KERNEL,
-                    )
-                    .is_err()
-                {
+                if list.push(first + k * PAGE as u64, GFP_KERNEL).is_err() {
                     unmap();
                     return Err(ENOMEM);
                 }
             }
-            ctl.next_key = ctl.next_key.wrapping_add(1);
-            let key_7_0 = ctl.next_key;
-            let mut mkc = Mkc {
-                start_addr: attr.iova,
-                len: attr.length,
-                translations_octword_size: octwords,
-                log_page_size: 12,
-                ..mkc_of(attr, key_7_0)
-            };
-            mkc.set_access_mode(ACCESS_MODE_MTT);
-            let input = CreateMkeyIn {
-                pg_access: false,
-                memory_key_mkey_entry: mkc,
-                translations_octword_actual_size: octwords,
-            };
-            let key = match exec_on::<CreateMkey>(st, &input, &mtt) {
-                Ok(o) => mkey(o.mkey_index, key_7_0),
+            let key = match CxBackend::create_mtt_mkey(ctl, st, attr, &list) {
+                Ok(key) => key,
                 Err(e) => {
                     unmap();
                     return Err(e);
@@ -579,6 +727,21 @@ impl Backend for CxBackend {
             }
             Ok(key)
         })
+    }
+
+    fn create_user_mr(&self, attr: &MrAttr, region: MrRegion, pages: &[u64]) -> Result<u32> {
+        let MrRegion::User { len, .. } = region else {
+            return Err(EINVAL);
+        };
+        // The pages span the region from its offset in the first page.
+        let offset = attr.iova % PAGE as u64;
+        let npages = (offset + len).div_ceil(PAGE as u64);
+        if pages.len() as u64 != npages || attr.length != len {
+            return Err(EINVAL);
+        }
+        // The mapping belongs to the caller (uverbs), which keeps it until
+        // the key is destroyed.
+        self.with_state(|ctl, st| CxBackend::create_mtt_mkey(ctl, st, attr, pages))
     }
 
     fn destroy_mr(&self, key: u32, _region: MrRegion) -> Result {
@@ -608,16 +771,18 @@ impl Backend for CxBackend {
 
     fn create_cq(&self, attr: &CqAttr, mem: [&DmaBuf; 2]) -> Result<u32> {
         let [buf, dbr] = mem;
+        let (log_page_size, list) = pages(buf)?;
         let input = CreateCqIn {
             cq_context: Cqc {
                 log_cq_size: attr.log_size,
-                uar_page: self.uar,
+                log_page_size,
+                uar_page: CxBackend::uar_index(attr.uar_addr)?,
                 c_eqn_or_apu_element: u32::from(attr.eqn),
                 dbr_addr: dbr.dma_addr(),
                 ..Cqc::default()
             },
         };
-        Ok(self.exec::<CreateCq>(&input, &pages(buf)?)?.cqn)
+        Ok(self.exec::<CreateCq>(&input, &list)?.cqn)
     }
 
     fn destroy_cq(&self, cqn: u32, _mem: [&DmaBuf; 2]) -> Result {
@@ -639,16 +804,18 @@ impl Backend for CxBackend {
         ring: &DmaBuf,
     ) -> Result<u8> {
         let events: &[EventType] = if async_events { &ASYNC_EVENTS } else { &[] };
+        let (log_page_size, list) = pages(ring)?;
         let input = CreateEqIn {
             eq_context_entry: Eqc {
                 log_eq_size: log_size,
+                log_page_size,
                 uar_page: self.uar,
                 intr: self.vector_of(vector),
                 ..Eqc::default()
             },
             event_bitmask: event_mask(events),
         };
-        Ok(self.exec::<CreateEq>(&input, &pages(ring)?)?.eq_number)
+        Ok(self.exec::<CreateEq>(&input, &list)?.eq_number)
     }
 
     fn destroy_eq(&self, eqn: u8, _ring: &DmaBuf) -> Result {
@@ -670,29 +837,35 @@ impl Backend for CxBackend {
             return Err(EINVAL);
         }
         let stride = attr.rq_stride / 16;
+        let (log_page_size, list) = pages(buf)?;
         let input = CreateQpIn {
             ece: 0,
             qpc: Qpc {
                 st: ST_RC,
                 pm_state: PM_STATE_MIGRATED,
                 pd: attr.pdn,
-                uar_page: self.uar,
+                uar_page: CxBackend::uar_index(attr.uar_addr)?,
                 log_rq_size: log2_exact(attr.rq_wqes)?,
                 log_rq_stride: log2_exact(stride)?,
                 log_sq_size: log2_exact(attr.sq_wqebbs)?,
                 rq_type: RQ_TYPE_REGULAR,
+                log_page_size,
                 cqn_snd: attr.send_cqn,
                 cqn_rcv: attr.recv_cqn,
                 dbr_addr: dbr.dma_addr(),
                 ..Qpc::default()
             },
         };
-        let list = pages(buf)?;
         self.with_state(|ctl, st| {
             ctl.qps.reserve(1, GFP_KERNEL)?;
             let qpn = exec_on::<CreateQp>(st, &input, &list)?.qpn;
+            let t = TrackedQp {
+                qpn,
+                state: QpState::Reset,
+                conn: ConnAttrs::default(),
+            };
             // Capacity was reserved: this does not fail.
-            ctl.qps.push((qpn, QpState::Reset), GFP_KERNEL)?;
+            ctl.qps.push(t, GFP_KERNEL)?;
             Ok(qpn)
         })
     }
@@ -711,7 +884,7 @@ impl Backend for CxBackend {
         };
         let port = if a.port == 0 { 1 } else { a.port };
         self.with_state(|ctl, st| {
-            let cur = CxBackend::tracked(ctl, qpn).ok_or(EINVAL)?;
+            let cur = CxBackend::tracked(ctl, qpn).ok_or(EINVAL)?.state;
             match (cur, m.state) {
                 (_, QpState::Reset) => {
                     exec_on::<Qp2Rst>(st, &Qp2RstIn { qpn }, &[])?;
@@ -749,6 +922,7 @@ impl Backend for CxBackend {
                             primary_address_path: Ads {
                                 // The ULP API names the peer by its LID.
                                 rlid: a.dest.hca,
+                                sl: a.sl,
                                 vhca_port_num: port,
                                 ..Ads::default()
                             },
@@ -778,20 +952,46 @@ impl Backend for CxBackend {
                 }
                 _ => return Err(EINVAL),
             }
-            CxBackend::set_tracked(ctl, qpn, m.state);
+            CxBackend::set_tracked(ctl, qpn, m);
             Ok(())
         })
     }
 
     fn qp_state(&self, qpn: u32) -> Result<QpState> {
-        // The state the driver last moved the QP to: without QUERY_QP, a
-        // QP the device moved to ERR by itself is not seen here.
-        CxBackend::tracked(&self.ctl.lock(), qpn).ok_or(EINVAL)
+        Ok(self.query_qp(qpn)?.0)
+    }
+
+    fn query_qp(&self, qpn: u32) -> Result<(QpState, ConnAttrs)> {
+        // The state as the device has it (QUERY_QP: a QP the device moved
+        // to ERR after an error completion reads ERR), the attributes as
+        // the driver set them.
+        self.with_state(|ctl, st| {
+            let out = exec_on::<QueryQp>(st, &QueryQpIn { qpn }, &[])?;
+            let state = state_to_ib(out.qpc.state)
+                .and_then(|ib| QpState::from_raw(u32::from(ib)))
+                .ok_or(EIO)?;
+            let e = ctl.qps.iter_mut().find(|q| q.qpn == qpn).ok_or(EINVAL)?;
+            e.state = state;
+            Ok((state, e.conn))
+        })
     }
 
     fn destroy_qp(&self, qpn: u32, _mem: [&DmaBuf; 2]) -> Result {
-        self.destroy_cmd::<DestroyQp>(&DestroyQpIn { qpn })?;
-        self.ctl.lock().qps.retain(|(q, _)| *q != qpn);
+        // One section of `ctl`: a create that gets the QPN back at once
+        // must not lose its tracking entry to this destroy.
+        let mut ctl = self.ctl.lock();
+        match &ctl.state {
+            Some(link) => {
+                let m = link.0.as_ptr();
+                // SAFETY: By the type invariant the link points at the live
+                // state mutex while it is in `ctl`, which we hold.
+                let mut st = unsafe { &*m }.lock();
+                exec_on::<DestroyQp>(&mut st, &DestroyQpIn { qpn }, &[])?;
+            }
+            None if ctl.quiesced => {}
+            None => return Err(EIO),
+        }
+        ctl.qps.retain(|q| q.qpn != qpn);
         Ok(())
     }
 
@@ -806,5 +1006,47 @@ impl Backend for CxBackend {
 
     fn run(&self) {
         // The device runs by itself.
+    }
+}
+
+/// The UAR page of a user context on the function: a page of BAR0 the
+/// function gave with ALLOC_UAR, mapped into the process write-combined
+/// (BlueFlame copies and doorbells are stores to it), and freed with
+/// DEALLOC_UAR after the context's objects.
+struct CxUar {
+    be: Arc<CxBackend>,
+    index: u32,
+}
+
+impl UserUar for CxUar {
+    fn addr(&self) -> u64 {
+        u64::from(self.index) * UAR_PAGE_SIZE as u64
+    }
+
+    fn mmap(&self, vma: &VmaNew) -> Result {
+        // Only while the function is bound: the page is the function's.
+        let ctl = self.be.ctl.lock();
+        if ctl.state.is_none() {
+            return Err(ENODEV);
+        }
+        let phys = self.be.bar_phys + self.addr();
+        // SAFETY: `vma` is the VMA being set up by this mmap call (ours
+        // for its duration); `phys` is a UAR page of the function's BAR0,
+        // which stays the function's while any context of it is open
+        // (unbind waits for them, `uverbs/node.rs`).
+        let r = unsafe { rmlx5_io_map_page(vma.as_ptr().cast(), phys, true) };
+        kernel::error::to_result(r)
+    }
+}
+
+impl Drop for CxUar {
+    fn drop(&mut self) {
+        // Once the function is gone, so is the UAR.
+        if let Err(e) = self
+            .be
+            .destroy_cmd::<DeallocUar>(&DeallocUarIn { uar: self.index })
+        {
+            pr_warn!("rmlx5: UAR {} not freed: {:?}\n", self.index, e);
+        }
     }
 }

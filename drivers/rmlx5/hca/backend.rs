@@ -8,8 +8,12 @@
 //! the model never reaches memory outside the registry.
 
 use kernel::{
+    device,
     prelude::*,
-    sync::Arc, //
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
 };
 
 use super::{
@@ -23,15 +27,22 @@ use crate::backend::{
     Backend,
     DeviceInfo,
     FastKeys,
-    MrRegion, //
+    MrRegion,
+    UserUar, //
 };
 use crate::hca_model::{
+    caps::Caps,
     cq::CqAttr,
     doorbell::SendDoorbell,
     eq::EqAttr,
     error::Error as ModelError,
+    fabric::{
+        index_of_lid,
+        lid_of_index, //
+    },
     mr::MrAttr,
     qp::{
+        ConnAttrs,
         QpAttr,
         QpState, //
     },
@@ -162,8 +173,38 @@ impl Backend for SoftDevice {
         })
     }
 
+    fn caps(&self) -> Result<Caps> {
+        let mut st = self.soft.state.lock();
+        Ok(*st.fabric.hca(self.hca).ok_or(ENODEV)?.caps())
+    }
+
     fn alloc_queue(&self, len: usize) -> Result<DmaBuf> {
         DmaBuf::new(len, GFP_KERNEL)
+    }
+
+    fn dma_device(&self) -> Option<ARef<device::Device>> {
+        // The model reaches memory at its kernel address.
+        None
+    }
+
+    fn alloc_uar(self: Arc<Self>) -> Result<KBox<dyn UserUar>> {
+        let uar: KBox<dyn UserUar> =
+            KBox::new(super::uar::SoftUar::new(&self.soft, self.hca)?, GFP_KERNEL)?;
+        Ok(uar)
+    }
+
+    fn port_lid(&self) -> u16 {
+        // User space sees the fabric's LIDs: instance `n` has LID `n + 1`
+        // (the kernel ULP API names instances by index, `info().lid`).
+        lid_of_index(self.hca)
+    }
+
+    fn peer_of_dlid(&self, dlid: u16) -> Option<u16> {
+        index_of_lid(dlid).filter(|&i| usize::from(i) < self.soft.count())
+    }
+
+    fn dlid_of_peer(&self, peer: u16) -> u16 {
+        lid_of_index(peer)
     }
 
     fn kernel_uar(&self) -> Result<u64> {
@@ -314,8 +355,27 @@ impl Backend for SoftDevice {
         Ok(m.query_qp(qpn).ok_or(EINVAL)?.state)
     }
 
+    fn query_qp(&self, qpn: u32) -> Result<(QpState, ConnAttrs)> {
+        let mut st = self.soft.state.lock();
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        let info = m.query_qp(qpn).ok_or(EINVAL)?;
+        Ok((info.state, info.conn))
+    }
+
     fn destroy_qp(&self, qpn: u32, mem: [&DmaBuf; 2]) -> Result {
-        self.destroy_on(&mem, |m| m.destroy_qp(qpn).map_err(model_err))
+        let mut st = self.soft.state.lock();
+        st.fabric
+            .hca(self.hca)
+            .ok_or(ENODEV)?
+            .destroy_qp(qpn)
+            .map_err(model_err)?;
+        // A user QP leaves the doorbell watcher with the model, in one
+        // section: its QPN may be reused at once.
+        st.watch.remove(usize::from(self.hca), qpn);
+        for b in mem {
+            st.dma.remove_buf(b);
+        }
+        Ok(())
     }
 
     fn ring_send(&self, qpn: u32, ctrl: &[u8; 16], half: u8) -> Result {

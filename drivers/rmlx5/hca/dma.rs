@@ -40,7 +40,6 @@ use crate::perf::Perf;
 pub(crate) use crate::mem::{
     volatile_copy_from,
     volatile_copy_to,
-    DmaBacking,
     DmaBuf, //
 };
 

@@ -309,11 +309,6 @@ impl Cq {
         }
     }
 
-    /// The UAR page the CQ's arm doorbells are rung on.
-    pub(crate) fn uar_addr(&self) -> u64 {
-        self.uar_addr
-    }
-
     /// Counts a kernel QP about to be created on the CQ, under the destroy
     /// lock, so that a racing destroy either sees it or has already
     /// destroyed the CQ (`EINVAL`).

@@ -150,7 +150,7 @@ impl Mr {
     ///
     /// The caller keeps the memory valid until [`Mr::destroy`].
     pub(crate) fn new(pd: &Pd, addr: u64, len: u64, access: u32) -> Result<Self> {
-        Self::register(pd, addr, len, access, MrRegion::Kernel { addr, len })
+        Self::register(pd, addr, len, access, MrRegion::Kernel { addr, len }, None)
     }
 
     /// Registers a DMA MR (ib_core's `get_dma_mr`): the IOVA of every byte
@@ -159,7 +159,14 @@ impl Mr {
     /// `DmaRegistry::open_direct_map`).
     pub(crate) fn new_dma(pd: &Pd, access: u32) -> Result<Self> {
         let (start, len) = direct_map();
-        Self::register(pd, start, len, access, MrRegion::DirectMap { start, len })
+        Self::register(
+            pd,
+            start,
+            len,
+            access,
+            MrRegion::DirectMap { start, len },
+            None,
+        )
     }
 
     /// Creates a fast-registration MR with room for `max_pages` pages: free
@@ -243,18 +250,34 @@ impl Mr {
         })
     }
 
-    /// Registers a user memory region: `len` bytes the model reaches at
-    /// kernel address `kaddr` (the `vmap` of the pinned pages), named by
-    /// the process with IOVA `iova`.
+    /// Registers a user memory region: `len` bytes the software HCA
+    /// reaches at kernel address `kaddr` (the `vmap` of the pinned pages),
+    /// or a PCI function through the bus addresses `pages` of its pages,
+    /// named by the process with IOVA `iova`.
     ///
     /// The caller keeps the pages pinned and mapped until [`Mr::destroy`]
     /// succeeded.
-    pub(crate) fn new_user(pd: &Pd, iova: u64, kaddr: u64, len: u64, access: u32) -> Result<Self> {
-        Self::register(pd, iova, len, access, MrRegion::User { addr: kaddr, len })
+    pub(crate) fn new_user(
+        pd: &Pd,
+        iova: u64,
+        kaddr: u64,
+        len: u64,
+        access: u32,
+        pages: &[u64],
+    ) -> Result<Self> {
+        let region = MrRegion::User { addr: kaddr, len };
+        Self::register(pd, iova, len, access, region, Some(pages))
     }
 
     /// Registers `region` with IOVA `iova`.
-    fn register(pd: &Pd, iova: u64, len: u64, access: u32, region: MrRegion) -> Result<Self> {
+    fn register(
+        pd: &Pd,
+        iova: u64,
+        len: u64,
+        access: u32,
+        region: MrRegion,
+        user_pages: Option<&[u64]>,
+    ) -> Result<Self> {
         let access = Access::from_bits(access).ok_or(EINVAL)?;
         let dma_addr = match region {
             MrRegion::Kernel { addr, .. } | MrRegion::User { addr, .. } => addr,
@@ -268,7 +291,10 @@ impl Mr {
             access,
         };
         pd.check_live()?;
-        let key = pd.dev.be.create_mr(&attr, region)?;
+        let key = match user_pages {
+            Some(pages) => pd.dev.be.create_user_mr(&attr, region, pages)?,
+            None => pd.dev.be.create_mr(&attr, region)?,
+        };
         Ok(Self {
             dev: pd.dev.clone(),
             key,

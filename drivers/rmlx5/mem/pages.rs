@@ -5,29 +5,38 @@
 //! pages the module pins for a memory region ([`PinnedPages`]).
 //!
 //! Both give the kernel one contiguous virtual mapping (`vmap`) of their
-//! pages, which is the address the HCA model is handed for them: the model
-//! names memory by address and checks every access against registered
-//! ranges, so it never needs to know the memory is made of pages.
+//! pages, which is the address the software HCA is handed for them: the
+//! model names memory by address and checks every access against
+//! registered ranges, so it never needs to know the memory is made of
+//! pages. A PCI function is given bus addresses instead: a queue buffer
+//! allocated physically contiguous and mapped as one range
+//! ([`MappedBuf`]), and the pinned pages of a memory region mapped page by
+//! page ([`PageDma`]).
 //!
-//! This file and `event_file.rs` are the uverbs layer's unsafe layer.
+//! This file and `uverbs/event_file.rs` are the unsafe layer of the
+//! memory user space shares.
 
 use core::{
     mem::ManuallyDrop,
     ptr::NonNull, //
 };
 use kernel::{
-    bindings,
+    bindings, device,
     ffi::c_void,
     mm::virt::VmaMixedMap,
     page::{
-        Page,
+        BorrowedPage,
         PAGE_SHIFT,
         PAGE_SIZE, //
     },
     prelude::*,
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
 };
 
-use crate::hca::dma::DmaBacking;
+use super::DmaBacking;
 
 // Kernel structs are passed as `c_void` pointers: their bindgen types are
 // not FFI-safe by the compiler's standard (empty arrays inside).
@@ -43,6 +52,16 @@ extern "C" {
     fn rmlx5_unpin_user_pages(pages: *mut c_void, npages: usize, dirty: bool);
     fn rmlx5_vmap_pages(pages: *mut c_void, npages: u32) -> *mut c_void;
     fn rmlx5_vunmap(addr: *mut c_void);
+    fn rmlx5_alloc_contig_pages(order: u32) -> *mut c_void;
+    fn rmlx5_nth_page(page: *mut c_void, k: usize) -> *mut c_void;
+    fn rmlx5_free_page(page: *mut c_void);
+    fn rmlx5_dma_map_pages(
+        dev: *mut c_void,
+        page: *mut c_void,
+        len: usize,
+        dma: *mut u64,
+    ) -> kernel::ffi::c_int;
+    fn rmlx5_dma_unmap_pages(dev: *mut c_void, dma: u64, len: usize);
 }
 
 /// A `vmap` of pages.
@@ -90,6 +109,27 @@ unsafe impl Send for Vmap {}
 // SAFETY: as above.
 unsafe impl Sync for Vmap {}
 
+/// An order-0 page of the module's, freed on drop (a process that mapped
+/// it holds its own reference, so the page lives on until unmapped).
+///
+/// # Invariants
+///
+/// The page was allocated by `rmlx5_alloc_contig_pages` (directly or as
+/// part of a split higher-order allocation) and is freed once, on drop.
+struct OwnedPage(NonNull<bindings::page>);
+
+impl Drop for OwnedPage {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant the page is ours, freed once.
+        unsafe { rmlx5_free_page(self.0.as_ptr().cast()) };
+    }
+}
+
+// SAFETY: a page reference may be dropped from any thread.
+unsafe impl Send for OwnedPage {}
+// SAFETY: `&OwnedPage` offers only the pointer.
+unsafe impl Sync for OwnedPage {}
+
 /// Zeroed kernel pages that a process may map, with a kernel mapping.
 ///
 /// Pages inserted into a process with `vm_insert_page` take a page
@@ -99,29 +139,73 @@ unsafe impl Sync for Vmap {}
 ///
 /// # Invariants
 ///
-/// `vmap` maps exactly `pages`, in order; `pages` is not empty.
+/// `vmap` maps exactly `pages`, in order; `pages` is not empty; if
+/// `contiguous`, the pages are physically consecutive.
 pub(crate) struct PageBuf {
     // Field order: `vmap` is dropped before the pages it maps.
     vmap: Vmap,
-    pages: KVVec<Page>,
+    pages: KVVec<OwnedPage>,
+    contiguous: bool,
 }
 
 impl PageBuf {
-    /// Allocates `len` bytes rounded up to whole pages (at least one).
+    /// Allocates `len` bytes rounded up to whole pages (at least one),
+    /// page by page.
     pub(crate) fn new(len: usize) -> Result<Self> {
         let n = len.div_ceil(PAGE_SIZE).max(1);
         let mut pages = KVVec::with_capacity(n, GFP_KERNEL)?;
-        let mut raw = KVVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
-            let page = Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?;
-            raw.push(page.as_ptr(), GFP_KERNEL)?;
-            pages.push(page, GFP_KERNEL)?;
+            // SAFETY: plain allocation call.
+            let p = unsafe { rmlx5_alloc_contig_pages(0) };
+            // INVARIANT: allocated just above, owned by `pages`.
+            pages.push(OwnedPage(NonNull::new(p.cast()).ok_or(ENOMEM)?), GFP_KERNEL)?;
+        }
+        Self::map(pages, false)
+    }
+
+    /// Allocates `len` bytes rounded up to whole pages (at least one) as
+    /// one physically contiguous range, for a device that takes a queue
+    /// as one DMA range (see `Documentation/pci-backend.md`). At most
+    /// 4 MiB (the page allocator's largest block).
+    pub(crate) fn new_contiguous(len: usize) -> Result<Self> {
+        let n = len.div_ceil(PAGE_SIZE).max(1);
+        let order = n.next_power_of_two().trailing_zeros();
+        if order > bindings::MAX_PAGE_ORDER {
+            return Err(ENOMEM);
+        }
+        let mut pages = KVVec::with_capacity(1 << order, GFP_KERNEL)?;
+        // SAFETY: plain allocation call.
+        let head = unsafe { rmlx5_alloc_contig_pages(order) };
+        let head = NonNull::new(head).ok_or(ENOMEM)?;
+        for k in 0..(1usize << order) {
+            // SAFETY: `head` starts `1 << order` pages that were split into
+            // order-0 pages, and `k` is inside the range.
+            let p = unsafe { rmlx5_nth_page(head.as_ptr(), k) };
+            // INVARIANT: each split page is owned here once; the capacity
+            // was reserved above, so the push does not fail and no page is
+            // left without an owner.
+            let owned = OwnedPage(NonNull::new(p.cast()).ok_or(ENOMEM)?);
+            pages.push(owned, GFP_KERNEL)?;
+        }
+        // The pages past `n` go back now (each is its own page).
+        pages.truncate(n);
+        Self::map(pages, true)
+    }
+
+    fn map(pages: KVVec<OwnedPage>, contiguous: bool) -> Result<Self> {
+        let mut raw = KVVec::with_capacity(pages.len(), GFP_KERNEL)?;
+        for p in pages.iter() {
+            raw.push(p.0.as_ptr(), GFP_KERNEL)?;
         }
         // SAFETY: `raw` holds the pages of `pages`, which the returned
         // `PageBuf` owns and drops after its `vmap`.
         let vmap = unsafe { Vmap::new(&mut raw)? };
-        // INVARIANT: `vmap` maps `pages` in order, and `n >= 1`.
-        Ok(Self { vmap, pages })
+        // INVARIANT: `vmap` maps `pages` in order, and there is at least one.
+        Ok(Self {
+            vmap,
+            pages,
+            contiguous,
+        })
     }
 
     /// Size in bytes (whole pages): the exact length a mapping must have.
@@ -129,8 +213,8 @@ impl PageBuf {
         self.vmap.len
     }
 
-    /// The kernel virtual address of the first byte: the address the HCA
-    /// is given for this memory.
+    /// The kernel virtual address of the first byte: the address the
+    /// software HCA is given for this memory.
     pub(crate) fn kaddr(&self) -> u64 {
         self.vmap.addr.as_ptr() as u64
     }
@@ -171,11 +255,43 @@ impl PageBuf {
     pub(crate) fn insert_into(&self, vma: &VmaMixedMap) -> Result {
         let mut addr = vma.start();
         for page in self.pages.iter() {
-            vma.vm_insert_page(addr, page)?;
+            // SAFETY: the page is ours and stays allocated while `self`
+            // lives, longer than this borrow.
+            let page = unsafe { BorrowedPage::from_raw(page.0) };
+            vma.vm_insert_page(addr, &page)?;
             addr = addr.checked_add(PAGE_SIZE).ok_or(EINVAL)?;
         }
         Ok(())
     }
+
+    /// Maps the buffer for DMA by `dev` (both directions), for as long as
+    /// the returned value lives. Only a contiguous buffer is one range.
+    pub(crate) fn map_for(self: &Arc<Self>, dev: ARef<device::Device>) -> Result<MappedBuf> {
+        if !self.contiguous {
+            return Err(EINVAL);
+        }
+        let first = self.pages.first().ok_or(EINVAL)?.0;
+        let mut dma = 0u64;
+        // SAFETY: `first` starts `len()` bytes of physically consecutive
+        // pages that `self` keeps allocated; the shim writes `dma` only on
+        // success.
+        let r = unsafe {
+            rmlx5_dma_map_pages(raw_dev(&dev), first.as_ptr().cast(), self.len(), &mut dma)
+        };
+        kernel::error::to_result(r)?;
+        // INVARIANT: mapped just above.
+        Ok(MappedBuf {
+            buf: self.clone(),
+            dev,
+            dma,
+        })
+    }
+}
+
+/// The `struct device *` of `dev`, for the shims.
+fn raw_dev(dev: &device::Device) -> *mut c_void {
+    // `device::Device` wraps the C struct transparently.
+    core::ptr::from_ref(dev).cast::<c_void>().cast_mut()
 }
 
 // SAFETY: the vmap of `len()` bytes at `kaddr()` lives, unchanged, as long
@@ -188,6 +304,42 @@ unsafe impl DmaBacking for PageBuf {
 
     fn len(&self) -> usize {
         PageBuf::len(self)
+    }
+}
+
+/// A contiguous [`PageBuf`] mapped for a PCI function's DMA: what the
+/// function is given of a user queue.
+///
+/// # Invariants
+///
+/// `dma` is a live mapping of all of `buf` for `dev`, unmapped on drop.
+pub(crate) struct MappedBuf {
+    buf: Arc<PageBuf>,
+    dev: ARef<device::Device>,
+    dma: u64,
+}
+
+impl Drop for MappedBuf {
+    fn drop(&mut self) {
+        // SAFETY: by the type invariant the mapping is live and ours; its
+        // owner drops it only once the device no longer uses the queue.
+        unsafe { rmlx5_dma_unmap_pages(raw_dev(&self.dev), self.dma, self.buf.len()) };
+    }
+}
+
+// SAFETY: as for the `PageBuf` it maps (which it keeps alive); the device
+// reaches it at `dma`.
+unsafe impl DmaBacking for MappedBuf {
+    fn kaddr(&self) -> u64 {
+        self.buf.kaddr()
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn dma_addr(&self) -> u64 {
+        self.dma
     }
 }
 
@@ -333,6 +485,71 @@ impl PinnedPages {
     /// Length of the region in bytes.
     pub(crate) fn length(&self) -> u64 {
         self.length
+    }
+}
+
+impl PinnedPages {
+    /// Maps every pinned page for DMA by `dev` (both directions); the
+    /// result must be dropped before `self` (its owner keeps it in a
+    /// field before the pages').
+    pub(crate) fn map_for(&self, dev: ARef<device::Device>) -> Result<PageDma> {
+        let mut addrs = KVVec::with_capacity(self.pages.len(), GFP_KERNEL)?;
+        let mut map = PageDma {
+            dev,
+            addrs: KVVec::new(),
+        };
+        for &page in self.pages.iter() {
+            let mut dma = 0u64;
+            // SAFETY: `page` is pinned by `self`, which outlives the
+            // mapping (the caller's contract); the shim writes `dma` only
+            // on success.
+            let r =
+                unsafe { rmlx5_dma_map_pages(raw_dev(&map.dev), page.cast(), PAGE_SIZE, &mut dma) };
+            if let Err(e) = kernel::error::to_result(r) {
+                // `map` unmaps what was mapped so far.
+                map.addrs = addrs;
+                return Err(e);
+            }
+            // Within the capacity reserved above: no allocation.
+            addrs.push(dma, GFP_KERNEL)?;
+        }
+        map.addrs = addrs;
+        Ok(map)
+    }
+
+    /// Offset of the region's first byte in its first page.
+    pub(crate) fn offset(&self) -> usize {
+        self.offset
+    }
+}
+
+/// The pinned pages of a memory region mapped for a PCI function's DMA,
+/// one page at a time: the translation table (MTT) of the region's key.
+///
+/// # Invariants
+///
+/// Each of `addrs` is a live mapping of one page for `dev`, unmapped on
+/// drop, while the pages are still pinned.
+pub(crate) struct PageDma {
+    dev: ARef<device::Device>,
+    addrs: KVVec<u64>,
+}
+
+impl PageDma {
+    /// The bus address of each page, in order.
+    pub(crate) fn addrs(&self) -> &[u64] {
+        &self.addrs
+    }
+}
+
+impl Drop for PageDma {
+    fn drop(&mut self) {
+        for &dma in self.addrs.iter() {
+            // SAFETY: by the type invariant each mapping is live and ours,
+            // unmapped once; its owner drops it only once the device no
+            // longer reaches the pages.
+            unsafe { rmlx5_dma_unmap_pages(raw_dev(&self.dev), dma, PAGE_SIZE) };
+        }
     }
 }
 

@@ -41,19 +41,8 @@ use super::{
         Upd,
         Uqp, //
     },
-    pages::PinnedPages,
-};
-use crate::hca::{
-    MAX_CQS,
-    MAX_MRS,
-    MAX_PDS,
-    MAX_QPS, //
 };
 use crate::hca_model::{
-    fabric::{
-        index_of_lid,
-        lid_of_index, //
-    },
     mr::Access,
     qp::{
         ConnAttrs,
@@ -65,19 +54,8 @@ use crate::hca_model::{
         QpModify, //
     },
 };
-use crate::mlx5_prm::{
-    cqe::CQE_SIZE,
-    doorbell::{
-        send_doorbell as send_doorbell_bytes,
-        SendDoorbellWord,
-        BF_BUF_SIZE, //
-    },
-    ring::wqebb_count,
-    wqe::{
-        CtrlSeg,
-        WQEBB_SIZE, //
-    },
-};
+use crate::mem::pages::PinnedPages;
+use crate::mlx5_prm::cqe::CQE_SIZE;
 use crate::rmlx5_abi::{
     ioctl::Command,
     mmap::{
@@ -112,6 +90,7 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: QueryDevice = arg.read()?;
     a.check().map_err(invalid)?;
     let idx = u64::from(ctx.hca_index);
+    let info = ctx.dev.be.info()?;
     a.fw_ver = (1 << 32) | (6 << 16);
     a.node_guid = 0x0002_c903_0000_0000 | idx;
     a.sys_image_guid = a.node_guid;
@@ -121,14 +100,14 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.vendor_id = 0x02c9;
     a.vendor_part_id = 4119;
     a.hw_ver = 0;
-    // Object counts: the HCA's tables, at most a context's.
-    a.max_qp = objects(MAX_QPS);
+    // Object counts: the device's, at most a context's.
+    a.max_qp = objects(info.max_qp);
     a.max_qp_wr = l.max_qp_wr;
     a.max_sge = l.max_sge;
-    a.max_cq = objects(MAX_CQS);
+    a.max_cq = objects(info.max_cq);
     a.max_cqe = l.max_cqe;
-    a.max_mr = objects(MAX_MRS);
-    a.max_pd = objects(MAX_PDS);
+    a.max_mr = objects(info.max_mr);
+    a.max_pd = objects(info.max_pd);
     a.max_qp_rd_atom = l.max_qp_rd_atom;
     a.max_qp_init_rd_atom = l.max_qp_init_rd_atom;
     a.atomic_cap = ATOMIC_HCA;
@@ -138,14 +117,20 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.bf_reg_size = crate::mlx5_prm::doorbell::BF_REG_SIZE as u32;
     a.uar_size = crate::mlx5_prm::doorbell::UAR_PAGE_SIZE as u32;
     a.device_index = ctx.hca_index;
+    a.device_flags = if ctx.uar.needs_kick() {
+        0
+    } else {
+        DEVICE_UAR_DOORBELLS
+    };
     arg.write(&a)?;
     Ok(0)
 }
 
-/// Objects of a kind one context can have: the HCA's table size, at most
+/// Objects of a kind one context can have: the device's count, at most
 /// the context's own limit.
-fn objects(hca_table: usize) -> u32 {
-    u32::try_from(hca_table.min(super::context::MAX_OBJECTS)).unwrap_or(u32::MAX)
+fn objects(device: u32) -> u32 {
+    let limit = u32::try_from(super::context::MAX_OBJECTS).unwrap_or(u32::MAX);
+    device.min(limit)
 }
 
 fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
@@ -154,9 +139,7 @@ fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.state = PORT_ACTIVE;
     a.max_mtu = MTU_4096;
     a.active_mtu = MTU_4096;
-    a.lid = u32::from(lid_of_index(
-        u16::try_from(ctx.hca_index).map_err(|_| EINVAL)?,
-    ));
+    a.lid = u32::from(ctx.dev.be.port_lid());
     a.sm_lid = 1;
     a.gid_tbl_len = 1;
     // IBV_WIDTH_4X, IBV_SPEED_EDR.
@@ -170,7 +153,7 @@ fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 fn alloc_pd(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: AllocPd = arg.read()?;
     a.check().map_err(invalid)?;
-    let pd = Arc::new(Upd::new(ctx.hca())?, GFP_KERNEL)?;
+    let pd = Arc::new(Upd::new(&ctx.dev)?, GFP_KERNEL)?;
     a.pdn = pd.pd.pdn;
     a.pd_handle = ctx.objects.lock().pds.insert(pd.clone())?;
     if let Err(e) = arg.write(&a) {
@@ -318,7 +301,7 @@ fn create_cq(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
         }
     };
     let place = CqPlace {
-        hca: ctx.hca(),
+        dev: &ctx.dev,
         comp_vector: a.comp_vector,
         uar_addr: ctx.uar_addr(),
     };
@@ -384,7 +367,6 @@ fn create_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let handle = o.qps.next_handle()?;
     let (bfreg, bf_offset, bf_size) = bfreg_of(handle)?;
     let place = QpPlace {
-        soft: &ctx.soft,
         pd: &pd,
         send_cq: &send_cq,
         recv_cq: &recv_cq,
@@ -471,11 +453,7 @@ fn modify_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     // The address vector names the peer HCA by its port's LID.
     let dest_hca = if a.attr_mask & QP_AV != 0 {
         let lid = u16::try_from(a.dlid).map_err(|_| EINVAL)?;
-        let hca = index_of_lid(lid).ok_or(EINVAL)?;
-        if usize::from(hca) >= ctx.soft.count() {
-            return Err(EINVAL);
-        }
-        hca
+        ctx.dev.be.peer_of_dlid(lid).ok_or(EINVAL)?
     } else {
         0
     };
@@ -514,26 +492,26 @@ fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.check().map_err(invalid)?;
     let qp = ctx.objects.lock().qps.obj(a.qp_handle)?;
     let g = qp.geom;
-    let info = qp.qp.query()?;
-    a.qp_state = info.state as u32;
-    a.path_mtu = u32::from(info.conn.path_mtu);
-    a.dest_qp_num = info.conn.dest.qpn;
-    a.rq_psn = info.conn.rq_psn;
-    a.sq_psn = info.conn.sq_psn;
-    a.qp_access_flags = info.conn.access.bits();
-    a.max_rd_atomic = u32::from(info.conn.max_rd_atomic);
-    a.max_dest_rd_atomic = u32::from(info.conn.max_dest_rd_atomic);
-    a.min_rnr_timer = u32::from(info.conn.min_rnr_timer);
-    a.timeout = u32::from(info.conn.timeout);
-    a.retry_cnt = u32::from(info.conn.retry_cnt);
-    a.rnr_retry = u32::from(info.conn.rnr_retry);
+    let (state, conn) = qp.qp.query()?;
+    a.qp_state = state as u32;
+    a.path_mtu = u32::from(conn.path_mtu);
+    a.dest_qp_num = conn.dest.qpn;
+    a.rq_psn = conn.rq_psn;
+    a.sq_psn = conn.sq_psn;
+    a.qp_access_flags = conn.access.bits();
+    a.max_rd_atomic = u32::from(conn.max_rd_atomic);
+    a.max_dest_rd_atomic = u32::from(conn.max_dest_rd_atomic);
+    a.min_rnr_timer = u32::from(conn.min_rnr_timer);
+    a.timeout = u32::from(conn.timeout);
+    a.retry_cnt = u32::from(conn.retry_cnt);
+    a.rnr_retry = u32::from(conn.rnr_retry);
     a.port_num = 1;
-    (a.dlid, a.sl) = if info.state == QpState::Reset || info.state == QpState::Init {
+    (a.dlid, a.sl) = if state == QpState::Reset || state == QpState::Init {
         (0, 0)
     } else {
         (
-            u32::from(lid_of_index(info.conn.dest.hca)),
-            u32::from(info.conn.sl),
+            u32::from(ctx.dev.be.dlid_of_peer(conn.dest.hca)),
+            u32::from(conn.sl),
         )
     };
     a.max_send_wr = g.max_send_wr;
@@ -546,51 +524,29 @@ fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 }
 
 fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
-    let perf = &ctx.soft.perf;
-    let start = perf.now();
     let a: Kick = arg.read()?;
     a.check().map_err(invalid)?;
+    // A device that sees the process's UAR stores has nothing to be told.
+    if !ctx.uar.needs_kick() {
+        return Err(EOPNOTSUPP);
+    }
     match a.kind {
         KICK_CQ_ARM => {
             let cq = ctx.objects.lock().cqs.obj(a.handle)?;
-            cq.user_arm(&ctx.soft)?;
-            perf.kick_arm.add(perf.now().saturating_sub(start));
+            if cq.cq.is_destroyed() {
+                return Err(EINVAL);
+            }
+            ctx.uar.kick_arm()?;
         }
         KICK_RECV => {
             let qp = ctx.objects.lock().qps.obj(a.handle)?;
-            qp.qp.recv_doorbell()?;
+            ctx.uar.kick_recv(qp.qpn(), qp.qp.gone())?;
         }
         _ => {
             let qp = ctx.objects.lock().qps.obj(a.handle)?;
-            let (_, bf_offset, bf_size) = bfreg_of(u32::from(qp.bfreg))?;
-            // The doorbell or BlueFlame copy must be in this QP's
-            // register, in one of its two halves.
-            let half = if a.uar_offset == bf_offset {
-                0
-            } else if Some(a.uar_offset) == bf_offset.checked_add(bf_size) {
-                1
-            } else {
-                return Err(EINVAL);
-            };
-            // The doorbell (or the copy) starts with the control segment
-            // of the last WQE posted.
-            let mut c = [0u8; CtrlSeg::SIZE];
-            ctx.uar.read(a.uar_offset as usize, &mut c)?;
-            let word = SendDoorbellWord::decode(&send_doorbell_bytes(&c));
-            let blueflame_len = if a.kind == KICK_SEND_BLUEFLAME {
-                // The ABI's kick names no length: it is the size of the
-                // WQE whose control segment starts the copy.
-                let ctrl = CtrlSeg::decode(&c).map_err(|_| EINVAL)?;
-                let len = usize::from(wqebb_count(ctrl.ds)) * WQEBB_SIZE;
-                if len == 0 || len > BF_BUF_SIZE {
-                    return Err(EINVAL);
-                }
-                u32::try_from(len)?
-            } else {
-                0
-            };
-            qp.qp.send_doorbell(half, blueflame_len, word.opcode)?;
-            perf.kick_send.add(perf.now().saturating_sub(start));
+            let blueflame = a.kind == KICK_SEND_BLUEFLAME;
+            ctx.uar
+                .kick_send(&qp.qp.kick_target(), a.uar_offset, blueflame)?;
         }
     }
     Ok(0)

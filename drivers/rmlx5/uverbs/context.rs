@@ -5,8 +5,8 @@
 //! Lock order (outermost first):
 //! 1. the process's `mmap_lock` (held by the VFS around `mmap`),
 //! 2. `Ucontext::objects`,
-//! 3. the software HCA's fabric lock (`hca.rs`; creates and destroys take
-//!    it under `objects`),
+//! 3. the device's locks (the software HCA's fabric lock, a PCI function's
+//!    command lock; creates and destroys take them under `objects`),
 //! 4. an event queue's spinlock (`event.rs`).
 //!
 //! Because `mmap` takes `objects` under `mmap_lock`, nothing that may take
@@ -37,29 +37,25 @@ use super::{
         EventQueue,
         QueueKind, //
     },
+    node::UserRef,
     objects::{
         Ucq,
         Umr,
         Upd,
         Uqp, //
     },
-    pages::PageBuf,
     table::Table,
 };
-use crate::hca::{
-    dma::RegionKind,
-    SoftHca, //
-};
-use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
+use crate::backend::UserUar;
+use crate::mlx5_core::device::Device;
 use crate::rmlx5_abi::check::Limits;
 
-/// The limits of HCA `hca_index`: its model's caps and its real number of
-/// completion EQs.
-fn limits_of(soft: &SoftHca, hca_index: u32) -> Result<Limits> {
-    let index = u16::try_from(hca_index).map_err(|_| ENODEV)?;
-    let comp = crate::mlx5_core::device::get(usize::from(index))?.comp_vectors();
-    let caps = *soft.state.lock().fabric.hca(index).ok_or(ENODEV)?.caps();
-    Ok(super::cmd::limits(&caps, u32::try_from(comp)?))
+/// The limits of `dev`: its caps and its real number of completion EQs.
+fn limits_of(dev: &Device) -> Result<Limits> {
+    let caps = dev.be.caps()?;
+    let mut l = super::cmd::limits(&caps, u32::try_from(dev.comp_vectors())?);
+    l.max_mr_size = l.max_mr_size.min(dev.be.max_user_mr());
+    Ok(l)
 }
 use crate::rmlx5_abi::mmap::{
     decode_pgoff,
@@ -90,39 +86,37 @@ pub(crate) struct Objects {
 /// CQs' channel queues are in `objects.channels`.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Ucontext {
-    /// The software HCA (every object of the context is one of its).
-    pub(crate) soft: Arc<SoftHca>,
-    /// The HCA this context was opened on.
+    /// The device the context was opened on (every object of the context
+    /// is one of its).
+    pub(crate) dev: Arc<Device>,
+    /// Its number `n` of `rmlx5_<n>`.
     pub(crate) hca_index: u32,
-    /// The device limits commands are checked against (from the HCA).
+    /// The device limits commands are checked against.
     pub(crate) limits: Limits,
-    /// The context's UAR page (doorbells and BlueFlame registers).
-    pub(crate) uar: PageBuf,
+    /// The context's UAR page (doorbells and BlueFlame registers); freed
+    /// after the objects on it.
+    pub(crate) uar: KBox<dyn UserUar>,
     /// The async-event queue; its file is handed out once.
     pub(crate) async_queue: Arc<EventQueue>,
     /// `GET_ASYNC_FD` has been answered.
     pub(crate) async_fd_taken: AtomicBool,
     #[pin]
     pub(crate) objects: Mutex<Objects>,
+    /// Counts the context as a user of its device node until it is gone
+    /// (last field: dropped after everything else).
+    _user: UserRef,
 }
 
 impl Ucontext {
-    /// A context on HCA `hca_index`, with its UAR page (registered with the
-    /// HCA, which reads doorbells and BlueFlame copies from it).
-    pub(crate) fn new(hca_index: u32) -> Result<Pin<KBox<Self>>> {
-        let soft = crate::soft()?;
-        let limits = limits_of(&soft, hca_index)?;
-        let uar = PageBuf::new(UAR_PAGE_SIZE)?;
+    /// A context on device `hca_index`, with a UAR page of its own.
+    pub(crate) fn new(hca_index: u32, user: UserRef) -> Result<Pin<KBox<Self>>> {
+        let dev = crate::mlx5_core::device::get(usize::try_from(hca_index)?)?;
+        let limits = limits_of(&dev)?;
+        let uar = dev.be.clone().alloc_uar()?;
         let async_queue = EventQueue::new(QueueKind::Async)?;
-        let (uar_addr, uar_len) = (uar.kaddr(), uar.len() as u64);
-        soft.state
-            .lock()
-            .dma
-            .add_raw(uar_addr, uar_len, RegionKind::Buf)?;
-        let this_soft = soft.clone();
-        let r = KBox::try_pin_init(
+        KBox::try_pin_init(
             try_pin_init!(Self {
-                soft: this_soft,
+                dev,
                 hca_index,
                 limits,
                 uar,
@@ -135,24 +129,15 @@ impl Ucontext {
                     qps: Table::new(MAX_OBJECTS),
                     channels: KVec::new(),
                 }),
+                _user: user,
             }),
             GFP_KERNEL,
-        );
-        if r.is_err() {
-            soft.state.lock().dma.remove(uar_addr, uar_len);
-        }
-        r
+        )
     }
 
-    /// The HCA index as the model numbers it.
-    pub(crate) fn hca(&self) -> u16 {
-        // `hca_index` came from a `u16` device index.
-        self.hca_index as u16
-    }
-
-    /// The DMA address of the context's UAR page.
+    /// The address CQs and QPs name the context's UAR page by.
     pub(crate) fn uar_addr(&self) -> u64 {
-        self.uar.kaddr()
+        self.uar.addr()
     }
 
     /// Destroys everything the context created, in dependency order: QPs
@@ -179,12 +164,8 @@ impl Ucontext {
             ch.close();
         }
         self.async_queue.close();
-        // No object of the context is in the HCA any more: the UAR page
-        // leaves the doorbell watcher and the registry before it is freed
-        // (its address may come back as another buffer's).
-        let mut st = self.soft.state.lock();
-        st.watch.remove_uar(self.uar.kaddr());
-        st.dma.remove(self.uar.kaddr(), self.uar.len() as u64);
+        // No object of the context is on the device any more; the UAR page
+        // goes with the context's fields.
     }
 
     /// `mmap()` of one of the context's pages: the offset names the UAR
@@ -200,6 +181,10 @@ impl Ucontext {
         if flags & vm::SHARED == 0 || flags & vm::EXEC != 0 {
             return Err(EINVAL);
         }
+        vma.try_clear_mayexec()?;
+        vma.set_dontcopy();
+        vma.set_dontexpand();
+        vma.set_dontdump();
         // Hold the object (not the lock) while inserting pages.
         enum Held {
             Uar,
@@ -217,7 +202,7 @@ impl Ucontext {
             }
         };
         let buf = match &held {
-            Held::Uar => &self.uar,
+            Held::Uar => return self.uar.mmap(vma),
             Held::Cq(cq, false) => &*cq.buf,
             Held::Cq(cq, true) => &*cq.dbr,
             Held::Qp(qp, false) => &*qp.buf,
@@ -226,10 +211,6 @@ impl Ucontext {
         if len != buf.len() {
             return Err(EINVAL);
         }
-        vma.try_clear_mayexec()?;
-        vma.set_dontcopy();
-        vma.set_dontexpand();
-        vma.set_dontdump();
         buf.insert_into(vma.set_mixedmap())
     }
 }

@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The user-space device nodes `/dev/rmlx5_uverbs<n>`, one per software
-//! HCA instance (the verbs ABI reaches only those: see
-//! `Documentation/pci.md` for what a PCI function offers).
+//! The user-space device nodes `/dev/rmlx5_uverbs<n>`, one per verbs
+//! device `rmlx5_<n>`: the software HCA instances' for as long as the
+//! module is loaded, a PCI function's while it is bound.
 //!
-//! The set of nodes lives as long as the module; open files pin the module
-//! (the misc file operations carry `THIS_MODULE` as owner), so a node
-//! always outlives the files opened on it.
+//! Open files pin the module (the misc file operations carry
+//! `THIS_MODULE` as owner), so the module's nodes outlive the files opened
+//! on them. A PCI function's node goes at unbind: the node is removed (no
+//! new open), and then the unbind waits for the contexts still open on it
+//! to be closed ([`Users::wait_idle`]), as ib_uverbs does for a driver
+//! that cannot disassociate its contexts: the process's mappings of the
+//! function's UAR pages must be gone before the function is.
 
 use kernel::{
     container_of,
@@ -14,7 +18,13 @@ use kernel::{
         MiscDeviceOptions,
         MiscDeviceRegistration, //
     },
+    new_condvar, new_mutex,
     prelude::*,
+    sync::{
+        Arc,
+        CondVar,
+        Mutex, //
+    },
 };
 
 use super::Ucontext;
@@ -35,11 +45,68 @@ const UVERBS_NAMES: [&CStr; MAX_NODES] = [
     c"rmlx5_uverbs7",
 ];
 
-/// The device node of one software HCA instance.
+/// The user contexts open on one node.
+#[pin_data]
+pub(crate) struct Users {
+    #[pin]
+    count: Mutex<usize>,
+    #[pin]
+    idle: CondVar,
+}
+
+impl Users {
+    fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                count <- new_mutex!(0, "rmlx5_uverbs_users"),
+                idle <- new_condvar!("rmlx5_uverbs_idle"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Counts one more context until the returned value is dropped.
+    pub(crate) fn enter(self: &Arc<Self>) -> UserRef {
+        *self.count.lock() += 1;
+        UserRef(self.clone())
+    }
+
+    /// Waits until no context is open, saying so in the log if one is.
+    pub(crate) fn wait_idle(&self, index: u16) {
+        let mut n = self.count.lock();
+        if *n > 0 {
+            pr_info!(
+                "rmlx5_{}: waiting for {} user context(s) to be closed\n",
+                index,
+                *n
+            );
+        }
+        while *n > 0 {
+            self.idle.wait(&mut n);
+        }
+    }
+}
+
+/// One open context, counted in its node's [`Users`].
+pub(crate) struct UserRef(Arc<Users>);
+
+impl Drop for UserRef {
+    fn drop(&mut self) {
+        let mut n = self.0.count.lock();
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.0.idle.notify_all();
+        }
+    }
+}
+
+/// The device node of one verbs device.
 #[pin_data]
 pub(crate) struct Node {
     /// Instance number `n` of `rmlx5_<n>`.
     index: u32,
+    /// The contexts open on the node.
+    users: Arc<Users>,
     /// `/dev/rmlx5_uverbs<n>`. Every `MiscDeviceRegistration<Ucontext>` in
     /// the module is this field of a pinned `Node` (see [`Node::from_uverbs`]).
     #[pin]
@@ -47,14 +114,18 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    fn new(index: usize) -> Result<Pin<KBox<Self>>> {
+    /// Registers `/dev/rmlx5_uverbs<index>`.
+    pub(crate) fn new(index: usize) -> Result<Pin<KBox<Self>>> {
         let name = UVERBS_NAMES.get(index).ok_or(EINVAL)?;
         let index = u32::try_from(index)?;
+        let users = Users::new()?;
         KBox::try_pin_init(
-            // Fields are initialised in the order written: `index` is set
-            // before the device node appears, so a racing open() sees it.
+            // Fields are initialised in the order written: `index` and
+            // `users` are set before the device node appears, so a racing
+            // open() sees them.
             try_pin_init!(Self {
                 index,
+                users,
                 uverbs <- MiscDeviceRegistration::register(MiscDeviceOptions { name }),
             }),
             GFP_KERNEL,
@@ -64,6 +135,11 @@ impl Node {
     /// Instance number `n` of `rmlx5_<n>`.
     pub(crate) fn index(&self) -> u32 {
         self.index
+    }
+
+    /// The contexts open on the node.
+    pub(crate) fn users(&self) -> &Arc<Users> {
+        &self.users
     }
 
     /// Finds the node of a misc registration.

@@ -3,38 +3,33 @@
 //! The objects a context creates for its process: PDs, MRs, CQs and QPs,
 //! with the memory they share with user space and their event slots.
 //!
-//! Each object is also an object of the software HCA (`drivers/rmlx5/ib/`):
-//! a PD is an [`ib::mr::Pd`], an MR an [`ib::mr::Mr`] over the `vmap` of
-//! the pinned pages, a CQ an [`ib::cq::Cq`] on the pages the process maps,
-//! a QP an [`ib::uqp::UserQp`]. Dropping an object first takes it out of
-//! the HCA (which then no longer touches its memory) and only then
-//! releases the memory; if the HCA refuses (it should not: the tables'
-//! dependency counts destroy users first), the memory is leaked rather
-//! than freed under the device.
+//! Each object is also a verbs object of the context's device
+//! (`drivers/rmlx5/ib/`): a PD is an [`ib::mr::Pd`], an MR an
+//! [`ib::mr::Mr`] over the pinned pages, a CQ an [`ib::cq::Cq`] on the
+//! pages the process maps, a QP an [`ib::uqp::UserQp`]. On a device that
+//! reaches memory by bus address (a PCI function), the queue pages are
+//! allocated contiguous and mapped for it ([`UserBuf`]), and the pinned
+//! pages of an MR are mapped page by page. Dropping an object first takes
+//! it out of the device (which then no longer touches its memory) and
+//! only then releases the memory; if the device refuses (it should not:
+//! the tables' dependency counts destroy users first), the memory is
+//! leaked rather than freed under the device.
 
 use core::sync::atomic::{
     AtomicBool,
     Ordering, //
 };
 use kernel::{
+    page::PAGE_SIZE,
     prelude::*,
     sync::Arc, //
 };
 
-use super::{
-    event::{
-        EventQueue,
-        EventSlot, //
-    },
-    pages::{
-        PageBuf,
-        PinnedPages, //
-    },
+use super::event::{
+    EventQueue,
+    EventSlot, //
 };
-use crate::hca::{
-    dma::DmaBuf,
-    SoftHca, //
-};
+use crate::backend::Backend;
 use crate::ib::{
     cq::{
         Cq,
@@ -47,6 +42,16 @@ use crate::ib::{
     },
     uqp::UserQp,
 };
+use crate::mem::{
+    pages::{
+        MappedBuf,
+        PageBuf,
+        PageDma,
+        PinnedPages, //
+    },
+    DmaBuf,
+};
+use crate::mlx5_core::device::Device;
 use crate::mlx5_prm::{
     cqe::{
         CQE_SIZE,
@@ -82,11 +87,41 @@ pub(crate) struct Upd {
 }
 
 impl Upd {
-    /// Allocates a PD on HCA `hca`.
-    pub(crate) fn new(hca: u16) -> Result<Self> {
-        Ok(Self {
-            pd: Pd::new(&crate::mlx5_core::device::get(usize::from(hca))?)?,
-        })
+    /// Allocates a PD on `dev`.
+    pub(crate) fn new(dev: &Arc<Device>) -> Result<Self> {
+        Ok(Self { pd: Pd::new(dev)? })
+    }
+}
+
+/// Pages a process maps and the device reaches: a queue buffer or a
+/// doorbell-record page.
+pub(crate) struct UserBuf {
+    /// The pages, for `mmap`.
+    pub(crate) pages: Arc<PageBuf>,
+    /// The same memory as the device is given it.
+    pub(crate) dma: DmaBuf,
+}
+
+impl UserBuf {
+    /// `len` zeroed bytes (whole pages) for `be`: page by page for the
+    /// software HCA, one contiguous range mapped for DMA for a device with
+    /// a DMA device.
+    pub(crate) fn new(be: &dyn Backend, len: usize) -> Result<Self> {
+        match be.dma_device() {
+            None => {
+                let pages = Arc::new(PageBuf::new(len)?, GFP_KERNEL)?;
+                let dma = DmaBuf::shared(pages.clone());
+                Ok(Self { pages, dma })
+            }
+            Some(dev) => {
+                let pages = Arc::new(PageBuf::new_contiguous(len)?, GFP_KERNEL)?;
+                let mapped: Arc<MappedBuf> = Arc::new(pages.map_for(dev)?, GFP_KERNEL)?;
+                Ok(Self {
+                    pages,
+                    dma: DmaBuf::shared(mapped),
+                })
+            }
+        }
     }
 }
 
@@ -109,6 +144,9 @@ impl Drop for Upd {
 pub(crate) struct Umr {
     /// The HCA's MR (lkey = rkey = `mr.key`).
     pub(crate) mr: Mr,
+    /// The pages' DMA mapping, on a device with a DMA device (dropped
+    /// before the pages).
+    dma: Option<PageDma>,
     /// The pinned memory.
     pages: Option<PinnedPages>,
     /// Handle of the PD (held: the PD cannot go first).
@@ -124,10 +162,24 @@ impl Umr {
         iova: u64,
         access: u32,
     ) -> Result<Self> {
-        let mr = Mr::new_user(&pd.pd, iova, pages.kaddr(), pages.length(), access)?;
+        let dma = match pd.pd.dev.be.dma_device() {
+            Some(dev) => {
+                // The key's translation starts at the page holding the
+                // first byte: the IOVA must sit at the same offset in its
+                // page as the memory does in its.
+                if iova % PAGE_SIZE as u64 != pages.offset() as u64 {
+                    return Err(EINVAL);
+                }
+                Some(pages.map_for(dev)?)
+            }
+            None => None,
+        };
+        let list = dma.as_ref().map_or(&[][..], |d| d.addrs());
+        let mr = Mr::new_user(&pd.pd, iova, pages.kaddr(), pages.length(), access, list)?;
         // INVARIANT: `pages` stays until drop, after `mr` is destroyed.
         Ok(Self {
             mr,
+            dma,
             pages: Some(pages),
             pd_handle,
         })
@@ -136,12 +188,17 @@ impl Umr {
 
 impl Drop for Umr {
     fn drop(&mut self) {
+        let dma = self.dma.take();
         let pages = self.pages.take();
         if let Err(e) = self.mr.destroy() {
-            // The HCA may still reach the pages: keep them pinned forever.
+            // The HCA may still reach the pages: keep them pinned and
+            // mapped forever.
             pr_warn!("uverbs: MR {:#x} not deregistered: {:?}\n", self.mr.key, e);
+            core::mem::forget(dma);
             core::mem::forget(pages);
+            return;
         }
+        drop(dma);
         // Otherwise unpinning and uncharging happen as `pages` drops.
     }
 }
@@ -209,9 +266,9 @@ pub(crate) struct Ucq {
     events: Arc<CqEvents>,
 }
 
-/// Where a CQ is created: HCA, completion vector, UAR page.
-pub(crate) struct CqPlace {
-    pub(crate) hca: u16,
+/// Where a CQ is created: device, completion vector, UAR page.
+pub(crate) struct CqPlace<'a> {
+    pub(crate) dev: &'a Arc<Device>,
     pub(crate) comp_vector: u32,
     pub(crate) uar_addr: u64,
 }
@@ -220,7 +277,7 @@ impl Ucq {
     /// A CQ of `cqe_cnt` entries (a power of two, already validated)
     /// reporting completion events to `channel`.
     pub(crate) fn new(
-        place: &CqPlace,
+        place: &CqPlace<'_>,
         cqe_cnt: u32,
         user_handle: u64,
         channel: Option<Arc<EventQueue>>,
@@ -229,9 +286,15 @@ impl Ucq {
         let n = cqe_cnt as usize;
         let bytes = n.checked_mul(CQE_SIZE).ok_or(EINVAL)?;
         let log_size = u8::try_from(cqe_cnt.trailing_zeros())?;
-        let buf = Arc::new(PageBuf::new(bytes)?, GFP_KERNEL)?;
-        let dbr = Arc::new(PageBuf::new(0)?, GFP_KERNEL)?;
-        let ring = DmaBuf::shared(buf.clone());
+        let be = &*place.dev.be;
+        let UserBuf {
+            pages: buf,
+            dma: ring,
+        } = UserBuf::new(be, bytes)?;
+        let UserBuf {
+            pages: dbr,
+            dma: dbr_dma,
+        } = UserBuf::new(be, 0)?;
         // The HCA owns every CQE until it writes it: op_own 0xf0.
         ring.fill_strided(OP_OWN_OFFSET, CQE_SIZE, n, CQE_INIT_OP_OWN)?;
         let comp_slot = EventSlot::new(user_handle)?;
@@ -259,13 +322,11 @@ impl Ucq {
         let events = events?;
         let mem = CqMem {
             buf: ring,
-            dbr: DmaBuf::shared(dbr.clone()),
+            dbr: dbr_dma,
             uar_addr: place.uar_addr,
         };
         let sink: Arc<dyn EventSink> = events.clone();
-        let cq = match crate::mlx5_core::device::get(usize::from(place.hca))
-            .and_then(|dev| Cq::new_on(&dev, log_size, mem, place.comp_vector, sink))
-        {
+        let cq = match Cq::new_on(place.dev, log_size, mem, place.comp_vector, sink) {
             Ok(cq) => cq,
             Err(e) => {
                 events.detach();
@@ -279,21 +340,6 @@ impl Ucq {
             dbr,
             events,
         })
-    }
-
-    /// Rings the software HCA's CQ doorbell for an arm the process wrote
-    /// to its UAR page.
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` once the CQ is destroyed, or if the model refused the
-    /// doorbell.
-    pub(crate) fn user_arm(&self, soft: &SoftHca) -> Result {
-        if self.cq.is_destroyed() {
-            return Err(EINVAL);
-        }
-        let hca = u16::try_from(self.cq.hca())?;
-        soft.user_cq_doorbell(hca, self.cq.uar_addr())
     }
 
     /// The CQ number.
@@ -393,24 +439,26 @@ pub(crate) fn qp_geometry(req: &CreateQp, limits: &Limits) -> Result<QpGeometry>
     if sq_wqe_cnt > sq_limit {
         return Err(EINVAL);
     }
-    let rq_wqe_cnt = req
-        .max_recv_wr
-        .max(1)
-        .checked_next_power_of_two()
-        .ok_or(EINVAL)?;
-    if rq_wqe_cnt > limits.max_qp_wr.checked_next_power_of_two().ok_or(EINVAL)? {
-        return Err(EINVAL);
-    }
     let rq_stride = req
         .max_recv_sge
         .max(1)
         .checked_mul(16)
         .and_then(u32::checked_next_power_of_two)
         .ok_or(EINVAL)?;
+    // The RQ fills at least one WQEBB: a ConnectX finds the SQ right after
+    // the RQ (its size from `log_rq_size` and `log_rq_stride`), and the SQ
+    // must start WQEBB-aligned.
+    let rq_wqe_cnt = req
+        .max_recv_wr
+        .max(1)
+        .checked_next_power_of_two()
+        .ok_or(EINVAL)?
+        .max(WQEBB_SIZE as u32 / rq_stride);
+    if rq_wqe_cnt > limits.max_qp_wr.checked_next_power_of_two().ok_or(EINVAL)? {
+        return Err(EINVAL);
+    }
     let rq_bytes = rq_wqe_cnt.checked_mul(rq_stride).ok_or(EINVAL)?;
-    let sq_buf_offset = rq_bytes
-        .checked_next_multiple_of(WQEBB_SIZE as u32)
-        .ok_or(EINVAL)?;
+    let sq_buf_offset = rq_bytes;
     let sq_bytes = sq_wqe_cnt.checked_mul(WQEBB_SIZE as u32).ok_or(EINVAL)?;
     let buf_bytes = sq_buf_offset.checked_add(sq_bytes).ok_or(EINVAL)?;
     Ok(QpGeometry {
@@ -479,7 +527,6 @@ impl EventSink for QpEvents {
 
 /// What a QP is created on: PD, CQs, UAR page.
 pub(crate) struct QpPlace<'a> {
-    pub(crate) soft: &'a Arc<SoftHca>,
     pub(crate) pd: &'a Upd,
     pub(crate) send_cq: &'a Ucq,
     pub(crate) recv_cq: &'a Ucq,
@@ -501,8 +548,6 @@ pub(crate) struct Uqp {
     pub(crate) recv_cq_handle: u32,
     /// Queue geometry.
     pub(crate) geom: QpGeometry,
-    /// BlueFlame register index in the context's UAR page.
-    pub(crate) bfreg: u8,
     /// Queue buffer.
     pub(crate) buf: Arc<PageBuf>,
     /// The page holding the doorbell record at byte 0.
@@ -523,8 +568,15 @@ impl Uqp {
         bfreg: u8,
         async_queue: Arc<EventQueue>,
     ) -> Result<Self> {
-        let buf = Arc::new(PageBuf::new(geom.buf_bytes)?, GFP_KERNEL)?;
-        let dbr = Arc::new(PageBuf::new(0)?, GFP_KERNEL)?;
+        let be = &*place.pd.pd.dev.be;
+        let UserBuf {
+            pages: buf,
+            dma: buf_dma,
+        } = UserBuf::new(be, geom.buf_bytes)?;
+        let UserBuf {
+            pages: dbr,
+            dma: dbr_dma,
+        } = UserBuf::new(be, 0)?;
         let async_slot = EventSlot::new(user_handle)?;
         async_queue.attach()?;
         // INVARIANT: attached just above.
@@ -538,8 +590,8 @@ impl Uqp {
         );
         let events = events?;
         let mem = crate::ib::uqp::UserQpMem {
-            buf: DmaBuf::shared(buf.clone()),
-            dbr: DmaBuf::shared(dbr.clone()),
+            buf: buf_dma,
+            dbr: dbr_dma,
             uar_addr: place.uar_addr,
             bfreg,
             sq_wqebbs: geom.sq_wqe_cnt,
@@ -551,7 +603,6 @@ impl Uqp {
         };
         let sink: Arc<dyn EventSink> = events.clone();
         let qp = match UserQp::new(
-            place.soft,
             &place.pd.pd,
             &place.send_cq.cq,
             &place.recv_cq.cq,
@@ -570,7 +621,6 @@ impl Uqp {
             send_cq_handle,
             recv_cq_handle,
             geom,
-            bfreg,
             buf,
             dbr,
             events,

@@ -24,10 +24,11 @@ use super::{
         Upd,
         Uqp, //
     },
-    pages::PageBuf,
     table::Table,
 };
 use crate::hca_model::caps::Caps;
+use crate::mem::pages::PageBuf;
+use crate::mlx5_prm::doorbell::bf_reg_offset;
 use crate::rmlx5_abi::uapi::{
     AsyncEvent,
     CmdHdr,
@@ -218,6 +219,21 @@ mod uverbs_kunit {
         Ok(())
     }
 
+    /// A contiguous buffer (a PCI function's user queue) is whole pages,
+    /// zeroed, at most the page allocator's largest block; only it can be
+    /// mapped for DMA as one range.
+    #[test]
+    fn contiguous_page_buf() -> Result {
+        let b = PageBuf::new_contiguous(3 * 4096 + 1)?;
+        assert_eq!(b.len(), 4 * 4096);
+        assert_eq!(b.read_u32(4 * 4096 - 4)?, 0);
+        let c = PageBuf::new_contiguous(5 * 4096)?;
+        assert_eq!(c.len(), 5 * 4096);
+        let too_big = (4096usize << kernel::bindings::MAX_PAGE_ORDER) + 1;
+        assert_eq!(PageBuf::new_contiguous(too_big).err(), Some(ENOMEM));
+        Ok(())
+    }
+
     /// A destroy command ends the device object even while a racing
     /// command (MODIFY_QP, QUERY_QP, KICK) still holds a reference to it:
     /// once the QP's destroy returned, its CQ can be destroyed, and the
@@ -226,13 +242,14 @@ mod uverbs_kunit {
     /// failed and the CQ, and with it the software HCA, leaked.)
     #[test]
     fn destroy_ends_an_object_a_racing_command_holds() -> Result {
-        let soft = crate::soft()?;
+        let dev = crate::mlx5_core::device::get(0)?;
+        let uar = dev.be.clone().alloc_uar()?;
         let async_queue = EventQueue::new(QueueKind::Async)?;
-        let pd = Upd::new(0)?;
+        let pd = Upd::new(&dev)?;
         let cq_place = CqPlace {
-            hca: 0,
+            dev: &dev,
             comp_vector: 0,
-            uar_addr: 0,
+            uar_addr: uar.addr(),
         };
         let cq = Arc::new(
             Ucq::new(&cq_place, 16, 1, None, async_queue.clone())?,
@@ -252,11 +269,10 @@ mod uverbs_kunit {
         };
         let geom = qp_geometry(&req, &default_limits())?;
         let place = QpPlace {
-            soft: &soft,
             pd: &pd,
             send_cq: &cq,
             recv_cq: &cq,
-            uar_addr: 0,
+            uar_addr: uar.addr(),
         };
         let qp = Arc::new(
             Uqp::new(&place, 2, 1, 1, 1, geom, 0, async_queue.clone())?,
@@ -269,16 +285,25 @@ mod uverbs_kunit {
         assert_eq!(cq.cq.destroy().err(), Some(EBUSY));
         qp.qp.destroy()?;
         assert_eq!(held.qp.query().err(), Some(EINVAL));
-        assert_eq!(held.qp.recv_doorbell().err(), Some(EINVAL));
-        assert_eq!(held.qp.send_doorbell(0, 0, 0).err(), Some(EINVAL));
+        assert_eq!(
+            uar.kick_recv(held.qpn(), held.qp.gone()).err(),
+            Some(EINVAL)
+        );
+        let bf = bf_reg_offset(0).map_err(|_| EINVAL)?;
+        let target = held.qp.kick_target();
+        assert_eq!(
+            uar.kick_send(&target, u32::try_from(bf)?, false).err(),
+            Some(EINVAL)
+        );
         // A second destroy (the drop of the last reference) does nothing.
         qp.qp.destroy()?;
         drop(qp);
         cq.cq.destroy()?;
-        assert_eq!(cq.user_arm(&soft).err(), Some(EINVAL));
+        assert!(cq.cq.is_destroyed());
         drop(held);
         drop(cq);
         drop(pd);
+        drop(uar);
         Ok(())
     }
 }

@@ -131,9 +131,20 @@ fn print_pci(list: bool) {
         println!("pci_function:	{name}");
         println!("	{rest}");
         match verbs_device(l) {
-            Some(d) => println!(
-                "	(up through the mlx5 command interface; verbs device {d} for kernel ULPs, no uverbs node)"
-            ),
+            Some(d) => {
+                let node = d
+                    .strip_prefix("rmlx5_")
+                    .map(|n| format!("/dev/rmlx5_uverbs{n}"))
+                    .filter(|p| std::path::Path::new(p).exists());
+                match node {
+                    Some(p) => println!(
+                        "	(up through the mlx5 command interface; verbs device {d}, user space through {p})"
+                    ),
+                    None => println!(
+                        "	(up through the mlx5 command interface; verbs device {d}, no uverbs node)"
+                    ),
+                }
+            }
             None => println!("	(up through the mlx5 command interface; not a verbs device)"),
         }
         println!();

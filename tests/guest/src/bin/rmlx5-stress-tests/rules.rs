@@ -109,16 +109,21 @@ pub(crate) fn qp_geometry(a: &CreateQp, l: &DevLimits) -> Option<Geom> {
     if sq > sq_limit {
         return None;
     }
-    let rq = a.max_recv_wr.max(1).checked_next_power_of_two()?;
-    if rq > l.max_qp_wr.checked_next_power_of_two()? {
-        return None;
-    }
     let stride = a
         .max_recv_sge
         .max(1)
         .checked_mul(16)?
         .checked_next_power_of_two()?;
-    let sq_off = rq.checked_mul(stride)?.checked_next_multiple_of(64)?;
+    // The RQ fills at least one 64-byte WQEBB; the SQ follows it.
+    let rq = a
+        .max_recv_wr
+        .max(1)
+        .checked_next_power_of_two()?
+        .max(64 / stride);
+    if rq > l.max_qp_wr.checked_next_power_of_two()? {
+        return None;
+    }
+    let sq_off = rq.checked_mul(stride)?;
     let buf = sq_off.checked_add(sq.checked_mul(64)?)?;
     Some(Geom {
         sq_wqe_cnt: sq,
@@ -295,7 +300,8 @@ mod tests {
         );
         // Zero caps are treated as one.
         let g = qp_geometry(&qp(0, 0, 0, 0, 0), &l).unwrap();
-        assert_eq!((g.sq_wqe_cnt, g.rq_wqe_cnt, g.rq_wqe_shift), (1, 1, 4));
+        assert_eq!((g.sq_wqe_cnt, g.rq_wqe_cnt, g.rq_wqe_shift), (1, 4, 4));
+        assert_eq!(g.sq_buf_offset, 64);
         // The largest queues fit.
         let g = qp_geometry(&qp(2048, 2048, 30, 30, 512), &l).unwrap();
         assert_eq!(g.sq_wqe_cnt, 32768);
