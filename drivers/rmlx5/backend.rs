@@ -121,14 +121,16 @@ pub(crate) trait UserUar: Send + Sync {
     }
 
     /// A CQ arm the process wrote to the page (doorbell record, then the
-    /// CQ doorbell register).
-    fn kick_arm(&self) -> Result {
+    /// CQ doorbell register). `entry` is when the KICK command started,
+    /// on the device's perf clock (`Device::perf`), for the path figures.
+    fn kick_arm(&self, _entry: u64) -> Result {
         Err(EOPNOTSUPP)
     }
 
     /// A send doorbell, or a BlueFlame copy if `blueflame`, the process
-    /// wrote at byte `offset` of the page for `qp`.
-    fn kick_send(&self, _qp: &KickQp<'_>, _offset: u32, _blueflame: bool) -> Result {
+    /// wrote at byte `offset` of the page for `qp`; `entry` as for
+    /// [`UserUar::kick_arm`].
+    fn kick_send(&self, _qp: &KickQp<'_>, _offset: u32, _blueflame: bool, _entry: u64) -> Result {
         Err(EOPNOTSUPP)
     }
 

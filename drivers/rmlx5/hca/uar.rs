@@ -134,9 +134,8 @@ impl UserUar for SoftUar {
         true
     }
 
-    fn kick_arm(&self) -> Result {
+    fn kick_arm(&self, entry: u64) -> Result {
         let perf = &self.soft.perf;
-        let start = perf.now();
         {
             let mut st = self.soft.state.lock();
             let (fabric, mut pf) = st.split();
@@ -144,7 +143,7 @@ impl UserUar for SoftUar {
             m.cq_doorbell(&mut pf, self.page.kaddr())
                 .map_err(|_| EINVAL)?;
         }
-        perf.kick_arm.add(perf.now().saturating_sub(start));
+        perf.kick_arm.add(perf.now().saturating_sub(entry));
         Ok(())
     }
 
@@ -152,9 +151,8 @@ impl UserUar for SoftUar {
     /// kick on; a kick whose doorbell record the watcher already took is
     /// late, not wrong, and succeeds; and a kick that follows the previous
     /// one within `STREAM_NS` starts the watcher.
-    fn kick_send(&self, qp: &KickQp<'_>, offset: u32, blueflame: bool) -> Result {
+    fn kick_send(&self, qp: &KickQp<'_>, offset: u32, blueflame: bool, entry: u64) -> Result {
         let soft = &self.soft;
-        let entry = soft.perf.now();
         let bf_offset = u32::try_from(bf_reg_offset(usize::from(qp.bfreg)).map_err(|_| EINVAL)?)?;
         let bf_size = BF_BUF_SIZE as u32;
         // The doorbell or BlueFlame copy must be in this QP's register, in

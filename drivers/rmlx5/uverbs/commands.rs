@@ -524,6 +524,8 @@ fn query_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
 }
 
 fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
+    // The path figures time a kick from here (debugfs `rmlx5/perf`).
+    let entry = ctx.dev.perf.now();
     let a: Kick = arg.read()?;
     a.check().map_err(invalid)?;
     // A device that sees the process's UAR stores has nothing to be told.
@@ -536,7 +538,7 @@ fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
             if cq.cq.is_destroyed() {
                 return Err(EINVAL);
             }
-            ctx.uar.kick_arm()?;
+            ctx.uar.kick_arm(entry)?;
         }
         KICK_RECV => {
             let qp = ctx.objects.lock().qps.obj(a.handle)?;
@@ -546,7 +548,7 @@ fn kick(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
             let qp = ctx.objects.lock().qps.obj(a.handle)?;
             let blueflame = a.kind == KICK_SEND_BLUEFLAME;
             ctx.uar
-                .kick_send(&qp.qp.kick_target(), a.uar_offset, blueflame)?;
+                .kick_send(&qp.qp.kick_target(), a.uar_offset, blueflame, entry)?;
         }
     }
     Ok(0)

@@ -292,7 +292,7 @@ mod uverbs_kunit {
         let bf = bf_reg_offset(0).map_err(|_| EINVAL)?;
         let target = held.qp.kick_target();
         assert_eq!(
-            uar.kick_send(&target, u32::try_from(bf)?, false).err(),
+            uar.kick_send(&target, u32::try_from(bf)?, false, 0).err(),
             Some(EINVAL)
         );
         // A second destroy (the drop of the last reference) does nothing.
