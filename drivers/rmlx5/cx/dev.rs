@@ -93,6 +93,7 @@ use crate::mlx5_prm::{
         DestroyEq,
         DestroyEqIn,
         Eqc, //
+        ADAPTER_PAGE_SHIFT,
     },
     cmd_qp::{
         CreateQp,
@@ -296,7 +297,9 @@ fn pages(buf: &DmaBuf) -> Result<(u8, KVec<u64>)> {
     for k in 0..n {
         v.push(addr + k * size, GFP_KERNEL)?;
     }
-    Ok(((size / PAGE as u64).trailing_zeros() as u8, v))
+    // `size` is 4 KiB at least: the shift does not go below 0.
+    let log = (size.trailing_zeros() as u8).saturating_sub(ADAPTER_PAGE_SHIFT);
+    Ok((log, v))
 }
 
 /// The memory key context of `attr`'s PD and rights, with key byte
@@ -395,15 +398,30 @@ impl CxBackend {
     /// Destroys an object with command `C`: one section of `ctl`, so that
     /// a revoke cannot come between the check and the command.
     fn destroy_cmd<C: Command>(&self, input: &C::In) -> Result {
-        let ctl = self.ctl.lock();
-        let Some(link) = &ctl.state else {
-            return if ctl.quiesced { Ok(()) } else { Err(EIO) };
-        };
-        let m = link.0.as_ptr();
-        // SAFETY: By the type invariant the link points at the live state
-        // mutex while it is in `ctl`, which we hold.
-        let mut st = unsafe { &*m }.lock();
-        exec_on::<C>(&mut st, input, &[]).map(drop)
+        self.destroy_cmd_then::<C, ()>(input, |_| ())
+    }
+
+    /// As [`CxBackend::destroy_cmd`], then `forget` drops the object from
+    /// the bookkeeping in the same section, so that a create getting the
+    /// number back at once keeps its own entry.
+    fn destroy_cmd_then<C: Command, T>(
+        &self,
+        input: &C::In,
+        forget: impl FnOnce(&mut Ctl) -> T,
+    ) -> Result<T> {
+        let mut ctl = self.ctl.lock();
+        match &ctl.state {
+            Some(link) => {
+                let m = link.0.as_ptr();
+                // SAFETY: By the type invariant the link points at the live
+                // state mutex while it is in `ctl`, which we hold.
+                let mut st = unsafe { &*m }.lock();
+                exec_on::<C>(&mut st, input, &[])?;
+            }
+            None if ctl.quiesced => {}
+            None => return Err(EIO),
+        }
+        Ok(forget(&mut ctl))
     }
 
     /// Runs `f` with the function's state and the command bookkeeping.
@@ -745,12 +763,14 @@ impl Backend for CxBackend {
     }
 
     fn destroy_mr(&self, key: u32, _region: MrRegion) -> Result {
-        self.destroy_cmd::<DestroyMkey>(&DestroyMkeyIn {
+        let input = DestroyMkeyIn {
             mkey_index: key >> 8,
+        };
+        let mapping = self.destroy_cmd_then::<DestroyMkey, _>(&input, |ctl| {
+            let i = ctl.mrs.iter().position(|m| m.key == key)?;
+            ctl.mrs.remove(i).ok()
         })?;
-        let mut ctl = self.ctl.lock();
-        if let Some(i) = ctl.mrs.iter().position(|m| m.key == key) {
-            let m = ctl.mrs.remove(i)?;
+        if let Some(m) = mapping {
             // SAFETY: `m` is a mapping made by `create_mr` on this device
             // and not unmapped since (it was in `mrs`); the key that used
             // it is destroyed, or the function went quiet.
@@ -977,22 +997,9 @@ impl Backend for CxBackend {
     }
 
     fn destroy_qp(&self, qpn: u32, _mem: [&DmaBuf; 2]) -> Result {
-        // One section of `ctl`: a create that gets the QPN back at once
-        // must not lose its tracking entry to this destroy.
-        let mut ctl = self.ctl.lock();
-        match &ctl.state {
-            Some(link) => {
-                let m = link.0.as_ptr();
-                // SAFETY: By the type invariant the link points at the live
-                // state mutex while it is in `ctl`, which we hold.
-                let mut st = unsafe { &*m }.lock();
-                exec_on::<DestroyQp>(&mut st, &DestroyQpIn { qpn }, &[])?;
-            }
-            None if ctl.quiesced => {}
-            None => return Err(EIO),
-        }
-        ctl.qps.retain(|q| q.qpn != qpn);
-        Ok(())
+        self.destroy_cmd_then::<DestroyQp, _>(&DestroyQpIn { qpn }, |ctl| {
+            ctl.qps.retain(|q| q.qpn != qpn)
+        })
     }
 
     fn ring_send(&self, _qpn: u32, ctrl: &[u8; 16], half: u8) -> Result {
