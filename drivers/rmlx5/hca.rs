@@ -83,6 +83,7 @@ use crate::hca_model::{
         Storage,
         Tables, //
     },
+    transfer::Scratch,
 };
 use crate::mlx5_prm::doorbell::UAR_PAGE_SIZE;
 use crate::perf::Perf;
@@ -157,10 +158,14 @@ impl HcaSet for ModelSet {
     }
 }
 
+/// The model's fabric as the module holds it: the instances and the
+/// engine's scratch space on the heap.
+pub(crate) type SoftFabric = Fabric<ModelSet, KBox<Scratch>>;
+
 /// Everything under the fabric lock.
 pub(crate) struct Locked {
     /// The model.
-    pub(crate) fabric: Fabric<ModelSet>,
+    pub(crate) fabric: SoftFabric,
     /// Memory the model may reach.
     pub(crate) dma: DmaRegistry,
     irqs_per_hca: u32,
@@ -177,7 +182,7 @@ pub(crate) struct Locked {
 
 impl Locked {
     /// Splits the locked state into the model and a platform for it.
-    pub(crate) fn split(&mut self) -> (&mut Fabric<ModelSet>, SoftPlatform<'_>) {
+    pub(crate) fn split(&mut self) -> (&mut SoftFabric, SoftPlatform<'_>) {
         let (fabric, (p, _)) = self.split_watch();
         (fabric, p)
     }
@@ -295,8 +300,11 @@ impl SoftHca {
             uars.push(uar, GFP_KERNEL)?;
         }
         let perf = Arc::new(Perf::new(), GFP_KERNEL)?;
+        // The engine's 5 KiB scratch space goes straight into its
+        // allocation (copied from the constant), never through the stack.
+        let scratch = KBox::new_uninit(GFP_KERNEL)?.write(Scratch::EMPTY);
         let locked = Locked {
-            fabric: Fabric::new(ModelSet(models)),
+            fabric: Fabric::with_scratch(ModelSet(models), scratch),
             dma,
             irqs_per_hca,
             timer_at: None,

@@ -15,7 +15,6 @@
 
 pub(crate) mod objects;
 
-use core::ptr;
 use kernel::{
     ffi::{
         c_int,
@@ -602,9 +601,6 @@ pub struct RecvWrC {
     num_sge: c_int,
 }
 
-/// Work requests per post call converted at once.
-const POST_BATCH: usize = 16;
-
 /// # Safety
 ///
 /// `sges` must be valid for `n` entries if `n > 0`.
@@ -633,64 +629,49 @@ pub unsafe extern "C" fn rmlx5_ib_post_send(
     let Some(qp) = (unsafe { qp.as_ref() }) else {
         return EINVAL.to_errno();
     };
+    // The list is converted as the QP consumes it (one SQ lock, one
+    // doorbell); `last` is the element converted last, the one a failure
+    // names.
     let mut cur = wr;
-    while !cur.is_null() {
-        let mut reqs = [SendReq::default(); POST_BATCH];
-        let mut ptrs = [ptr::null::<SendWrC>(); POST_BATCH];
-        let mut n = 0;
-        let mut err = None;
-        while n < POST_BATCH && !cur.is_null() {
-            // SAFETY: `cur` is an element of the caller's valid list.
-            let w = unsafe { &*cur };
-            // SAFETY: The WR's SGE list is valid for `num_sge` entries.
-            let sges = match unsafe { sge_slice(w.sg_list, w.num_sge) } {
-                Ok(s) => s,
-                Err(e) => {
-                    err = Some(e);
-                    break;
-                }
-            };
-            let Some(slot) = reqs.get_mut(n) else {
-                break;
-            };
-            *slot = SendReq {
-                wr_id: w.wr_id,
-                sges,
-                opcode: w.opcode,
-                flags: w.send_flags,
-                imm_data: w.imm_data,
-                remote_addr: w.remote_addr,
-                rkey: w.rkey,
-                compare_add: w.compare_add,
-                swap: w.swap,
-                compare_add_mask: w.compare_add_mask,
-                swap_mask: w.swap_mask,
-                // SAFETY: A registration names a live MR of the caller's
-                // (null for every other opcode).
-                mr: unsafe { w.mr.as_ref() },
-                access: w.access,
-            };
-            if let Some(p) = ptrs.get_mut(n) {
-                *p = cur;
-            }
-            n += 1;
-            cur = w.next;
+    let mut last = wr;
+    let reqs = core::iter::from_fn(|| {
+        if cur.is_null() {
+            return None;
         }
-        let r = qp.post_send(reqs.get(..n).unwrap_or(&[]));
-        let failed = match (r, err) {
-            (Err((i, e)), _) => Some((ptrs.get(i).copied().unwrap_or(cur), e)),
-            (Ok(()), Some(e)) => Some((cur, e)),
-            (Ok(()), None) => None,
-        };
-        if let Some((p, e)) = failed {
+        last = cur;
+        // SAFETY: `cur` is an element of the caller's valid list.
+        let w = unsafe { &*cur };
+        cur = w.next;
+        // SAFETY: The WR's SGE list is valid for `num_sge` entries.
+        let sges = unsafe { sge_slice(w.sg_list, w.num_sge) };
+        Some(sges.map(|sges| SendReq {
+            wr_id: w.wr_id,
+            sges,
+            opcode: w.opcode,
+            flags: w.send_flags,
+            imm_data: w.imm_data,
+            remote_addr: w.remote_addr,
+            rkey: w.rkey,
+            compare_add: w.compare_add,
+            swap: w.swap,
+            compare_add_mask: w.compare_add_mask,
+            swap_mask: w.swap_mask,
+            // SAFETY: A registration names a live MR of the caller's (null
+            // for every other opcode).
+            mr: unsafe { w.mr.as_ref() },
+            access: w.access,
+        }))
+    });
+    match qp.post_send_from(reqs) {
+        Ok(()) => 0,
+        Err((_, e)) => {
             if !bad.is_null() {
                 // SAFETY: `bad` is writable.
-                unsafe { bad.write(p) };
+                unsafe { bad.write(last) };
             }
-            return errno(e);
+            errno(e)
         }
     }
-    0
 }
 
 /// # Safety

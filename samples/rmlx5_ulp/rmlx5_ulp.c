@@ -431,6 +431,82 @@ static void run_verbs(const char *mode)
 	}
 }
 
+#define LIST_LEN 40
+#define LIST_OFF 6144
+
+/*
+ * Posting lists: a chain longer than any batch the post path might convert
+ * at once runs whole and in order; in a chain whose middle WR is refused
+ * (too many SGEs), the WR before it runs, *bad_wr names the refused one and
+ * nothing after it runs. The WRs live on the heap: 40 of them are 4 KiB.
+ */
+static void run_post_lists(void)
+{
+	const struct rmlx5_ib_send_wr *bad = NULL;
+	struct rmlx5_ib_send_wr *wrs;
+	struct rmlx5_ib_sge *sges;
+	struct rmlx5_ib_wc wc;
+	int i, err, n;
+
+	wrs = kcalloc(LIST_LEN, sizeof(*wrs), GFP_KERNEL);
+	sges = kcalloc(LIST_LEN, sizeof(*sges), GFP_KERNEL);
+	if (!wrs || !sges) {
+		FAIL("post_list_long", "no memory");
+		goto out;
+	}
+	for (i = 0; i < LIST_LEN; i++) {
+		memset(s[0].buf + LIST_OFF + 8 * i, 0x40 + i, 8);
+		sges[i].addr = (u64)(uintptr_t)(s[0].buf + LIST_OFF + 8 * i);
+		sges[i].length = 8;
+		sges[i].lkey = s[0].key;
+		wrs[i].next = i + 1 < LIST_LEN ? &wrs[i + 1] : NULL;
+		wrs[i].wr_id = 100 + i;
+		wrs[i].sg_list = &sges[i];
+		wrs[i].num_sge = 1;
+		wrs[i].opcode = RMLX5_IB_WR_RDMA_WRITE;
+		wrs[i].send_flags = RMLX5_IB_SEND_SIGNALED;
+		wrs[i].remote_addr = remote(LIST_OFF + 8 * i);
+		wrs[i].rkey = s[1].key;
+	}
+	memset(s[1].buf + LIST_OFF, 0, 8 * LIST_LEN);
+	err = rmlx5_ib_post_send(s[0].qp, wrs, &bad);
+	for (n = 0; !err && n < LIST_LEN; n++) {
+		if (poll_one(&s[0], &wc) || wc.status || wc.wr_id != 100 + n)
+			break;
+	}
+	if (err)
+		FAIL("post_list_long", "post %d", err);
+	else if (n != LIST_LEN)
+		FAIL("post_list_long", "completion %d of %d missing or out of order",
+		     n, LIST_LEN);
+	else if (memcmp(s[0].buf + LIST_OFF, s[1].buf + LIST_OFF, 8 * LIST_LEN))
+		FAIL("post_list_long", "data mismatch");
+	else
+		PASS("post_list_long");
+
+	/* Three WRs, the second with more SGEs than any QP takes. */
+	wrs[2].next = NULL;
+	wrs[1].num_sge = 99;
+	bad = NULL;
+	err = rmlx5_ib_post_send(s[0].qp, wrs, &bad);
+	if (err != -EINVAL || bad != &wrs[1]) {
+		FAIL("post_list_bad_wr", "post %d, bad_wr is WR %ld", err,
+		     bad ? (long)(bad - wrs) : -1L);
+	} else if (expect("post_list_bad_wr", &s[0], 0, RMLX5_IB_WC_RDMA_WRITE,
+			  100)) {
+		msleep(20);
+		n = rmlx5_ib_poll_cq(s[0].cq, 1, &wc);
+		if (n)
+			FAIL("post_list_bad_wr", "a WR after the refused one ran (wr_id %llu)",
+			     wc.wr_id);
+		else
+			PASS("post_list_bad_wr");
+	}
+out:
+	kfree(sges);
+	kfree(wrs);
+}
+
 static void run_handler_mode(void)
 {
 	struct rmlx5_ib_send_wr wr = {};
@@ -643,6 +719,7 @@ static int __init rmlx5_ulp_init(void)
 	} else {
 		PASS("setup_polling");
 		run_verbs("polling");
+		run_post_lists();
 		run_errors();
 	}
 	teardown();

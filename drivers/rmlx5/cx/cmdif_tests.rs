@@ -168,24 +168,29 @@ impl Rig {
         for i in (0..PAGE_SLOTS as u64).rev() {
             free.push(PAGES_BASE + i * PAGE, GFP_KERNEL)?;
         }
-        Ok(KBox::new(
-            Rig {
-                fw: Firmware::new(cfg, Store(KVVec::from_elem(0, PAGE_SLOTS, GFP_KERNEL)?)),
-                hca: Hca::new(0, Caps::DEFAULT, KStorage::new()?),
-                mem: Mem {
-                    cmd: KVVec::from_elem(0, CMD_MEM_SIZE, GFP_KERNEL)?,
-                    pages: KVVec::from_elem(0, PAGE_SLOTS * PAGE as usize, GFP_KERNEL)?,
-                    violations: 0,
-                    irqs: 0,
-                },
+        let store = Store(KVVec::from_elem(0, PAGE_SLOTS, GFP_KERNEL)?);
+        let storage = KStorage::new()?;
+        let mem = Mem {
+            cmd: KVVec::from_elem(0, CMD_MEM_SIZE, GFP_KERNEL)?,
+            pages: KVVec::from_elem(0, PAGE_SLOTS * PAGE as usize, GFP_KERNEL)?,
+            violations: 0,
+            irqs: 0,
+        };
+        // Field by field into the allocation: the whole rig assembled on
+        // the stack and moved would be a 2 KiB frame.
+        KBox::init(
+            init!(Rig {
+                fw: Firmware::new(cfg, store),
+                hca: Hca::new(0, Caps::DEFAULT, storage),
+                mem,
                 now: 0,
                 free,
                 out: KVec::new(),
                 die_after_commands: None,
                 driver_errors: 0,
-            },
+            }),
             GFP_KERNEL,
-        )?)
+        )
     }
 
     fn cmd_mem(&self) -> CmdMem {

@@ -62,7 +62,6 @@ use super::{
 };
 use crate::hca_model::{
     doorbell::DoorbellError,
-    fabric::Fabric,
     mem::DmaMemory,
     qp::QPN_BASE, //
 };
@@ -216,7 +215,7 @@ impl Locked {
     pub(super) fn split_watch(
         &mut self,
     ) -> (
-        &mut Fabric<super::ModelSet>,
+        &mut super::SoftFabric,
         (super::dma::SoftPlatform<'_>, &mut WatchSet),
     ) {
         (

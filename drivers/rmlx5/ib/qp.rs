@@ -684,15 +684,29 @@ impl Qp {
 
     /// Posts send work requests; on error returns the index of the first
     /// one not posted.
+    #[cfg(CONFIG_KUNIT)]
     pub(crate) fn post_send(&self, wrs: &[SendReq<'_>]) -> Result<(), (usize, Error)> {
+        self.post_send_from(wrs.iter().map(Ok))
+    }
+
+    /// Posts the work requests `wrs` yields, under one SQ lock and with one
+    /// doorbell, as they come: a caller converting another list (a ULP's
+    /// `ib_send_wr` chain) needs no array of requests on its stack. An
+    /// `Err` item stops the post there like a request the QP refuses; the
+    /// error names its index.
+    pub(crate) fn post_send_from<'a, R, I>(&self, wrs: I) -> Result<(), (usize, Error)>
+    where
+        R: core::borrow::Borrow<SendReq<'a>>,
+        I: Iterator<Item = Result<R>>,
+    {
         if self.gone.load(Ordering::Acquire) {
             return Err((0, EINVAL));
         }
         let mut sq = self.sq.lock();
         let mut last = None;
         let mut err = None;
-        for (i, wr) in wrs.iter().enumerate() {
-            match self.build_wqe(&mut sq, wr) {
+        for (i, wr) in wrs.enumerate() {
+            match wr.and_then(|wr| self.build_wqe(&mut sq, wr.borrow())) {
                 Ok(c) => last = Some(c),
                 Err(e) => {
                     err = Some((i, e));

@@ -488,9 +488,11 @@ mod arm {
             rkey: p.mrs[1].key,
             ..Default::default()
         };
-        let reqs = [req; BATCH];
+        // A batch of requests and of completions is 7 KiB: on the heap,
+        // not on a 16 KiB kernel stack.
+        let reqs = KVec::from_elem(req, BATCH, GFP_KERNEL)?;
         let mut done = 0usize;
-        let mut wc = [Wc::default(); BATCH];
+        let mut wc = KVec::from_elem(Wc::default(), BATCH, GFP_KERNEL)?;
         let mut waits = 0u32;
         while done < TOTAL {
             let seen = counters[0].load(Ordering::Acquire);

@@ -18,6 +18,8 @@
 //! deadline; [`Fabric::next_deadline`] says when to call it (the kernel
 //! arms an hrtimer).
 
+use core::borrow::BorrowMut;
+
 use super::exec;
 use super::hca::Hca;
 use super::mem::Platform;
@@ -86,23 +88,35 @@ pub struct RunReport {
 
 /// Several HCA instances connected to one switch.
 ///
-/// Besides the instances it holds the clock and about 5 KiB of scratch
-/// space for the engine (a copy of the WQE being executed, the receive WQE
-/// being consumed, the resolved buffer lists), so the kernel should keep it
-/// in a `KBox` rather than on the stack.
+/// Besides the instances it holds the clock and the engine's scratch
+/// space (a copy of the WQE being executed, the receive WQE being
+/// consumed, the resolved buffer lists: about 5 KiB), by value or behind
+/// any owner `X` that lends it (`Box<Scratch>`, the kernel's
+/// `KBox<Scratch>`). A kernel, whose stacks are 16 KiB, builds the scratch
+/// space on the heap ([`Scratch::EMPTY`] written into a fresh allocation)
+/// and joins it with [`Fabric::with_scratch`], so that the fabric itself
+/// stays small enough to be built on the stack.
 #[derive(Debug)]
-pub struct Fabric<H> {
+pub struct Fabric<H, X = Scratch> {
     set: H,
     now: u64,
     cursor: usize,
-    scratch: Scratch,
+    scratch: X,
 }
 
 impl<H: HcaSet> Fabric<H> {
-    /// Joins the instances of `set` into a fabric, giving each its index
-    /// as its id (its peers address it by LID, index + 1). At most
-    /// [`MAX_UNICAST_LID`] instances are addressable.
-    pub fn new(mut set: H) -> Self {
+    /// Joins the instances of `set` into a fabric that holds its scratch
+    /// space inline, giving each instance its index as its id (its peers
+    /// address it by LID, index + 1). At most [`MAX_UNICAST_LID`]
+    /// instances are addressable.
+    pub fn new(set: H) -> Self {
+        Self::with_scratch(set, Scratch::new())
+    }
+}
+
+impl<H: HcaSet, X: BorrowMut<Scratch>> Fabric<H, X> {
+    /// As [`Fabric::new`], with the engine's scratch space in `scratch`.
+    pub fn with_scratch(mut set: H, scratch: X) -> Self {
         for (i, h) in set.hcas().iter_mut().enumerate() {
             h.id = u16::try_from(i).unwrap_or(u16::MAX);
         }
@@ -110,7 +124,7 @@ impl<H: HcaSet> Fabric<H> {
             set,
             now: 0,
             cursor: 0,
-            scratch: Scratch::new(),
+            scratch,
         }
     }
 
@@ -169,7 +183,8 @@ impl<H: HcaSet> Fabric<H> {
                 continue;
             };
             idle = 0;
-            used = used.saturating_add(exec::step(hcas, &mut self.scratch, now, p, a, slot));
+            used =
+                used.saturating_add(exec::step(hcas, self.scratch.borrow_mut(), now, p, a, slot));
             self.cursor = self.cursor.wrapping_add(1);
         }
         RunReport {

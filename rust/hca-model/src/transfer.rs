@@ -211,14 +211,18 @@ pub struct Scratch {
 }
 
 impl Scratch {
+    /// Empty scratch storage, as a constant: writing it into a fresh heap
+    /// allocation copies it from read-only data, not through the stack.
+    pub const EMPTY: Scratch = Scratch {
+        wqe: [0; super::prm::wqe::MAX_WQE_SIZE],
+        recv: [0; super::hca::MAX_RQ_STRIDE as usize],
+        local: Pieces::EMPTY,
+        remote: Pieces::EMPTY,
+    };
+
     /// Empty scratch storage.
     pub const fn new() -> Self {
-        Scratch {
-            wqe: [0; super::prm::wqe::MAX_WQE_SIZE],
-            recv: [0; super::hca::MAX_RQ_STRIDE as usize],
-            local: Pieces::EMPTY,
-            remote: Pieces::EMPTY,
-        }
+        Self::EMPTY
     }
 }
 
