@@ -51,6 +51,9 @@ pub(crate) enum Handle {
 }
 
 impl Handle {
+    /// The highest [`Handle::rank`].
+    const MAX_RANK: u8 = 3;
+
     /// Destroy order: what may use an object is destroyed before it.
     fn rank(self) -> u8 {
         match self {
@@ -259,15 +262,19 @@ pub(crate) fn release_device(index: u16) {
 /// were reclaimed.
 pub(crate) fn reclaim() -> usize {
     let mut reg = ULP_OBJECTS.lock();
-    let mut live = core::mem::take(&mut reg.live);
-    live.sort_unstable_by_key(|h| h.rank());
+    let live = core::mem::take(&mut reg.live);
     let total = live.len();
     let mut failed = 0usize;
-    for h in live.iter().copied() {
-        // SAFETY: `h` was recorded by the ULP API and is no longer in the
-        // registry; the ULP modules are gone, so nobody else uses it.
-        if !unsafe { reclaim_one(h) } {
-            failed += 1;
+    // QPs first, then CQs, MRs and PDs: one pass per rank rather than a
+    // sort (core's sorts carry a panic path for inconsistent orderings).
+    for rank in 0..=Handle::MAX_RANK {
+        for h in live.iter().copied().filter(|h| h.rank() == rank) {
+            // SAFETY: `h` was recorded by the ULP API and is no longer in
+            // the registry; the ULP modules are gone, so nobody else uses
+            // it.
+            if !unsafe { reclaim_one(h) } {
+                failed += 1;
+            }
         }
     }
     if total != 0 {

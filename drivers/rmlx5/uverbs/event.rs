@@ -297,7 +297,7 @@ impl EventQueue {
         slot.queued.store(requeued, Ordering::Relaxed);
         drop(g);
         match self.kind {
-            QueueKind::Comp => buf.copy_from_slice(&slot.element.to_ne_bytes()),
+            QueueKind::Comp => *buf.first_chunk_mut().ok_or(EINVAL)? = slot.element.to_ne_bytes(),
             QueueKind::Async => AsyncEvent {
                 element: slot.element,
                 event_type,

@@ -95,8 +95,8 @@ fn alloc_into<B: Bus>(cmd: &mut CmdIf, bus: &mut B, k: u32) -> Result<u32, Error
                 }
             };
             let at = got.saturating_mul(PAS_ENTRY_SIZE);
-            if let Some(dst) = chunk.get_mut(at..at.saturating_add(PAS_ENTRY_SIZE)) {
-                dst.copy_from_slice(&page.to_be_bytes());
+            if let Some(dst) = chunk.get_mut(at..).and_then(<[u8]>::first_chunk_mut) {
+                *dst = page.to_be_bytes();
             }
             got = got.saturating_add(1);
         }
@@ -137,10 +137,8 @@ fn for_each_page<B: Bus>(
         let mut j = 0;
         while j < k {
             let at = j.saturating_mul(PAS_ENTRY_SIZE);
-            if let Some(raw) = bytes.get(at..at.saturating_add(PAS_ENTRY_SIZE)) {
-                let mut a = [0u8; PAS_ENTRY_SIZE];
-                a.copy_from_slice(raw);
-                f(bus, u64::from_be_bytes(a));
+            if let Some(raw) = bytes.get(at..).and_then(<[u8]>::first_chunk) {
+                f(bus, u64::from_be_bytes(*raw));
             }
             j = j.saturating_add(1);
         }
