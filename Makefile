@@ -32,7 +32,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check ulp guest-programs dv-sample check demo perf bench stress pci-smoke clean rustfmt
+.PHONY: fuzz all setup kernel module module-check frame-check ulp guest-programs dv-sample check demo perf bench stress pci-smoke clean rustfmt
 
 all: module
 
@@ -81,7 +81,15 @@ module-check: | $(MO)
 	rustfmt --check --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs \
 		|| { echo "module: not rustfmt-clean (run make rustfmt)"; exit 1; }; \
 	$(MAKE) -s KDIR=$$kdir ulp || exit 1; \
+	$(MAKE) -s frame-check || exit 1; \
 	echo "module: $(MO)/rmlx5.ko, $(ULP_MO)/rmlx5_ulp.ko and (with INFINIBAND) $(IBTEST_MO)/rmlx5_ibtest.ko built clean"
+
+# Every function of the modules built into $(MO), $(ULP_MO) and
+# $(IBTEST_MO) within the kernel's 64-bit FRAME_WARN (rustc has no
+# frame-size warning; see Documentation/kernel-stacks.md).
+frame-check:
+	@python3 $(TOP)/scripts/frame-check.py --top 8 $(MO)/rmlx5.ko $(ULP_MO)/rmlx5_ulp.ko \
+		$(wildcard $(IBTEST_MO)/rmlx5_ibtest.ko)
 
 rustfmt:
 	@rustfmt --config-path $(TOP)/.rustfmt.toml $(TOP)/drivers/rmlx5/rmlx5_main.rs

@@ -51,20 +51,24 @@ if [ "${SKIP_HOST:-0}" != 1 ]; then
     [ "$hf" = 0 ] || failures+=("cargo test: $hf failed")
     rm -f "$log"
 
-    # The benchmark report script (make bench) on its synthetic console log.
-    step "host: tests/bench (bench-report.py)"
-    log=$(mktemp)
-    python3 -m unittest discover -s "$top/tests/bench" -v 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    bp=$(grep -c ' \.\.\. ok$' "$log" || true)
-    bs=$(grep -c ' \.\.\. skipped' "$log" || true)
-    bf=$(grep -cE ' \.\.\. (FAIL|ERROR)$' "$log" || true)
-    passed=$((passed + bp))
-    failed=$((failed + bf))
-    [ "$bs" = 0 ] || echo "tests/bench: $bs skipped (no matplotlib in this python: plots not checked)"
-    if [ "$rc" != 0 ] && [ "$bf" = 0 ]; then count_fail "tests/bench (exit $rc)"; fi
-    [ "$bf" = 0 ] || failures+=("tests/bench: $bf failed")
-    rm -f "$log"
+    # Python unit tests: the benchmark report script (make bench) on its
+    # synthetic console log, and the stack-frame check on objects with
+    # frames over the limit.
+    for suite in bench frames; do
+        step "host: tests/$suite (python3 -m unittest)"
+        log=$(mktemp)
+        python3 -m unittest discover -s "$top/tests/$suite" -v 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+        bp=$(grep -c ' \.\.\. ok$' "$log" || true)
+        bs=$(grep -c ' \.\.\. skipped' "$log" || true)
+        bf=$(grep -cE ' \.\.\. (FAIL|ERROR)$' "$log" || true)
+        passed=$((passed + bp))
+        failed=$((failed + bf))
+        [ "$bs" = 0 ] || echo "tests/$suite: $bs skipped (see above)"
+        if [ "$rc" != 0 ] && [ "$bf" = 0 ]; then count_fail "tests/$suite (exit $rc)"; fi
+        [ "$bf" = 0 ] || failures+=("tests/$suite: $bf failed")
+        rm -f "$log"
+    done
 fi
 
 if [ "${SKIP_GUEST:-0}" != 1 ]; then
@@ -167,6 +171,45 @@ print(d["guest_passed"], d["guest_failed"])' "$res")
         else
             count_fail "module or guest program build"
         fi
+    fi
+
+    # The production-like kernel (tests/kernel/bench.config, also make
+    # bench's): 16 KiB vmap'ed task stacks, no KASAN, lockdep or kmemleak.
+    # rmlx5 and the sample ULPs built against it to the same standard
+    # (warning-free, clippy, frame check), then a smoke run of the module
+    # with the software HCAs and the emulated ConnectX (tests/guest/prod.sh).
+    step "production-like kernel (tests/kernel/bench.config, cached)"
+    if [ -n "${KDIR:-}" ]; then
+        echo "KDIR is set: skipping the production-like kernel"
+    elif pkdir=$(bash "$here/kernel.sh" "$top/tests/kernel/bench.config"); then
+        step "module for the production-like kernel (CLIPPY=1, frame check)"
+        pmo=$top/build/prod-module pulp=$top/build/prod-ulp pib=$top/build/prod-ibtest
+        if make -s KDIR="$pkdir" MO="$pmo" ULP_MO="$pulp" IBTEST_MO="$pib" module-check &&
+            make -s guest-programs && qemu=$(bash "$here/qemu.sh") &&
+            cargo build --quiet --release -p cx-emu --bin rmlx5-cx-emu; then
+            step "production-like guest (smoke run)"
+            res=$(mktemp)
+            python3 "$top/tests/run-guest.py" --mode prod \
+                --kernel "$pkdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
+                --cx-emu "$top/target/release/rmlx5-cx-emu" \
+                --module "$pmo/rmlx5.ko" --ulp "$pulp/rmlx5_ulp.ko" --ibtest "$pib/rmlx5_ibtest.ko" \
+                "${guest_tools[@]}" --timeout 900 --log "$top/build/prod-console.log" \
+                --results "$res"
+            if [ -s "$res" ]; then
+                read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["guest_passed"], d["guest_failed"])' "$res")
+                passed=$((passed + gp))
+                failed=$((failed + gf))
+                [ "$gf" = 0 ] || failures+=("production-like guest: $gf failed")
+            else
+                count_fail "production-like guest runner"
+            fi
+            rm -f "$res"
+        else
+            count_fail "production-like module, QEMU or emulator build"
+        fi
+    else
+        count_fail "production-like kernel build"
     fi
 fi
 

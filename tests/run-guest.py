@@ -62,7 +62,7 @@ def build_initramfs(args, workdir):
             shutil.copy(ulp, os.path.join(root, "lib/modules/rmlx5_ulp.ko"))
         # The ib_* API test ULP (samples/rmlx5_ibcore), built only for
         # kernels with the RDMA core.
-        ibtest = os.path.join(
+        ibtest = args.ibtest or os.path.join(
             os.path.dirname(os.path.dirname(os.path.abspath(args.module))), "ibtest",
             "rmlx5_ibtest.ko")
         if os.path.exists(ibtest):
@@ -76,8 +76,9 @@ def build_initramfs(args, workdir):
     shutil.copy(os.path.join(HERE, "guest/bench.sh"), os.path.join(root, "tests/bench.sh"))
     shutil.copy(os.path.join(HERE, "guest/stress.sh"), os.path.join(root, "tests/stress.sh"))
     shutil.copy(os.path.join(HERE, "guest/pci-smoke.sh"), os.path.join(root, "tests/pci-smoke.sh"))
+    shutil.copy(os.path.join(HERE, "guest/prod.sh"), os.path.join(root, "tests/prod.sh"))
     for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh", "tests/stress.sh",
-                 "tests/pci-smoke.sh"):
+                 "tests/pci-smoke.sh", "tests/prod.sh"):
         os.chmod(os.path.join(root, path), 0o755)
     # Extra file trees (the benchmark's rdma-core, perftest and iproute2,
     # staged by scripts/bench-userland.sh).
@@ -246,12 +247,15 @@ def main():
     ap.add_argument("--ksrc", required=True, help="kernel source tree (for kunit.py)")
     ap.add_argument("--module", default="", help="rmlx5.ko (required except in pci-smoke mode)")
     ap.add_argument("--ulp", default="", help="rmlx5_ulp.ko (default: ../ulp/ next to --module)")
+    ap.add_argument("--ibtest", default="",
+                    help="rmlx5_ibtest.ko (default: ../ibtest/ next to --module)")
     ap.add_argument("--busybox", default="/bin/busybox")
     ap.add_argument("--program", dest="programs", action="append", default=[],
                     help="static guest test program (repeatable)")
     ap.add_argument("--tool", dest="tools", action="append", default=[],
                     help="static tool for the guest's /bin (repeatable)")
-    ap.add_argument("--mode", choices=("check", "demo", "perf", "bench", "stress", "pci-smoke"),
+    ap.add_argument("--mode", choices=("check", "demo", "perf", "bench", "stress", "pci-smoke",
+                                       "prod"),
                     default="check")
     ap.add_argument("--overlay", dest="overlays", action="append", default=[],
                     help="directory tree to copy into the initramfs root (repeatable)")
@@ -314,7 +318,7 @@ def main():
         else:
             print(f"guest: the emulated ConnectX exited cleanly (log {cx_emu.log_path})")
 
-    if args.mode in ("demo", "perf", "bench", "pci-smoke"):
+    if args.mode in ("demo", "perf", "bench", "pci-smoke", "prod"):
         start = next((i for i, l in enumerate(lines) if f"==== rmlx5 {args.mode}" in l), None)
         end = next((i for i, l in enumerate(lines) if f"==== end of {args.mode}" in l),
                    len(lines) - 1)
@@ -331,9 +335,10 @@ def main():
             problems.append(("kernel_log", "kernel reported a problem", i))
             break
 
-    if args.mode in ("bench", "pci-smoke"):
-        # The benchmark kernel has no KUnit, and pci-smoke loads no module;
-        # bench numbers are judged by the report.
+    if args.mode in ("bench", "pci-smoke", "prod"):
+        # The benchmark kernel (also the production-like one) has no KUnit,
+        # and pci-smoke loads no module; bench numbers are judged by the
+        # report.
         kunit_passed, kunit_failed, kunit_lines = 0, 0, []
     else:
         kunit_passed, kunit_failed, kunit_lines = parse_kunit(args, log_text, workdir)
@@ -372,7 +377,7 @@ def main():
             print(cx_emu.tail())
         else:
             print(excerpt(lines, i))
-    if args.mode in ("check", "stress", "pci-smoke") and not results:
+    if args.mode in ("check", "stress", "pci-smoke", "prod") and not results:
         guest_failed += 1
         print("guest: FAIL no_results: the guest reported no test results")
 

@@ -79,6 +79,13 @@ if [ "$mode" = pci-smoke ]; then
     finish
 fi
 
+# make check's production-like run: tests/guest/prod.sh loads and unloads
+# the module itself.
+if [ "$mode" = prod ]; then
+    /tests/prod.sh
+    finish
+fi
+
 echo "rmlx5-guest: loading rmlx5.ko $params"
 # KUnit suites built into the module run here and print KTAP.
 if insmod /lib/modules/rmlx5.ko $params; then
