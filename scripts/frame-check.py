@@ -11,7 +11,9 @@ C alike: it disassembles each object with objdump and, per function, takes
     frame = 8 x (registers pushed) + the largest stack allocation
 
 where a stack allocation is a `sub $N,%rsp` (or `add $-N,%rsp`), with
-consecutive allocations separated only by stack-probe stores summed. The
+consecutive allocations separated only by stack-probe stores summed, and a
+probe loop (`mov %rsp,%r11; sub $N,%r11; ...; sub $R,%rsp`) counted as
+N + R. The
 return address is not counted, as the compilers' own frame-size warnings
 do not count it.
 
@@ -29,6 +31,9 @@ HEADER = re.compile(r"^[0-9a-f]+ <(.+)>:$")
 # "  1f:\tsub    $0x3f48,%rsp" (objdump -d --no-show-raw-insn, AT&T syntax).
 INSN = re.compile(r"^\s*[0-9a-f]+:\s+(\S+)\s*(.*)$")
 SUB_RSP = re.compile(r"^\$0x([0-9a-f]+),%rsp$")
+# The bound of a stack-probe loop: `sub $N,%r11` after `mov %rsp,%r11`.
+SUB_R11 = re.compile(r"^\$0x([0-9a-f]+),%r11$")
+PAGE = 0x1000
 PUSH_REG = re.compile(r"^%(r[a-z0-9]+)$")
 # What a stack-probe sequence puts between its allocations.
 PROBE = re.compile(r"^(movq|orq|orl|movl)\s+\$0x0,\(%rsp\)$")
@@ -44,6 +49,8 @@ def frames(path, objdump="objdump"):
     largest = 0
     run = 0
     after_alloc = False
+    probe = 0
+    insn = prev = ""
 
     def close():
         if name is not None:
@@ -54,17 +61,24 @@ def frames(path, objdump="objdump"):
         m = HEADER.match(line)
         if m:
             close()
-            name, pushed, largest, run, after_alloc = m.group(1), set(), 0, 0, False
+            name, pushed, largest, run, after_alloc, probe = m.group(1), set(), 0, 0, False, 0
             continue
         m = INSN.match(line)
         if not m or name is None:
             continue
         op, args = m.group(1), m.group(2).split("#")[0].strip()
+        prev, insn = insn, f"{op} {args}"
         alloc = 0
         if op in ("sub", "subq"):
             s = SUB_RSP.match(args)
+            r = SUB_R11.match(args) if prev == "mov %rsp,%r11" else None
             if s:
                 alloc = int(s.group(1), 16)
+            elif r:
+                # A probe loop allocates N a page at a time, then the rest
+                # with one more `sub`.
+                probe = int(r.group(1), 16)
+                largest = max(largest, probe)
         elif op in ("add", "addq"):
             s = SUB_RSP.match(args)
             if s:
@@ -75,11 +89,15 @@ def frames(path, objdump="objdump"):
             p = PUSH_REG.match(args)
             if p:
                 pushed.add(p.group(1))
-        if alloc:
+        if alloc and probe:
+            if alloc != PAGE:
+                largest = max(largest, probe + alloc)
+                probe = 0
+        elif alloc:
             run = run + alloc if after_alloc else alloc
             largest = max(largest, run)
             after_alloc = True
-        elif after_alloc and PROBE.match(f"{op} {args}"):
+        elif after_alloc and PROBE.match(insn):
             pass
         else:
             after_alloc = False

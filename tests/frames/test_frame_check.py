@@ -61,6 +61,16 @@ pub fn rust_probed_frame(i: usize) -> u8 {
     buf[i % buf.len()]
 }
 
+/// Far over a page: rustc allocates it in a probe loop (bound in %r11),
+/// then the remainder.
+#[inline(never)]
+pub fn rust_probe_loop_frame(i: usize) -> u8 {
+    let mut buf = [0u8; 200000];
+    // SAFETY: `buf` is valid for its length.
+    unsafe { fill(buf.as_mut_ptr(), buf.len()) };
+    buf[i % buf.len()]
+}
+
 #[inline(never)]
 pub fn rust_small_frame(i: usize) -> u8 {
     let mut buf = [0u8; 32];
@@ -142,8 +152,10 @@ class FrameCheckTest(unittest.TestCase):
         self.assertIn("rust_oversized_frame", failed)
         self.assertIn("rust_probed_frame", failed)
         self.assertNotIn("rust_small_frame", failed)
-        probed = [l for l in r.stdout.splitlines() if l.strip().endswith("rust_probed_frame")]
-        self.assertTrue(probed and int(probed[0].split()[0]) >= 20000, r.stdout)
+        self.assertIn("rust_probe_loop_frame", failed)
+        for fn, least in (("rust_probed_frame", 20000), ("rust_probe_loop_frame", 200000)):
+            line = [l for l in r.stdout.splitlines() if l.strip().endswith(fn)]
+            self.assertTrue(line and least <= int(line[0].split()[0]) < least + 256, r.stdout)
 
     def test_unreadable_object_is_an_error_not_a_pass(self):
         bogus = os.path.join(self.dir, "not-an-object.o")

@@ -109,17 +109,31 @@ impl<H: HcaSet> Fabric<H> {
     /// space inline, giving each instance its index as its id (its peers
     /// address it by LID, index + 1). At most [`MAX_UNICAST_LID`]
     /// instances are addressable.
-    pub fn new(set: H) -> Self {
-        Self::with_scratch(set, Scratch::new())
+    pub fn new(mut set: H) -> Self {
+        number(&mut set);
+        // The literal, not a call of `with_scratch` with the value: an
+        // unoptimized build makes a stack copy per call level, and the
+        // scratch space is 200 KiB with `wide-scatter`.
+        Fabric {
+            set,
+            now: 0,
+            cursor: 0,
+            scratch: Scratch::new(),
+        }
+    }
+}
+
+/// Gives each instance of `set` its index as its id.
+fn number<H: HcaSet>(set: &mut H) {
+    for (i, h) in set.hcas().iter_mut().enumerate() {
+        h.id = u16::try_from(i).unwrap_or(u16::MAX);
     }
 }
 
 impl<H: HcaSet, X: BorrowMut<Scratch>> Fabric<H, X> {
     /// As [`Fabric::new`], with the engine's scratch space in `scratch`.
     pub fn with_scratch(mut set: H, scratch: X) -> Self {
-        for (i, h) in set.hcas().iter_mut().enumerate() {
-            h.id = u16::try_from(i).unwrap_or(u16::MAX);
-        }
+        number(&mut set);
         Fabric {
             set,
             now: 0,
