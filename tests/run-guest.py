@@ -38,7 +38,9 @@ KERNEL_PROBLEMS = re.compile(
     r"Unable to handle kernel|kernel BUG at|rcu_sched detected stalls|"
     r"rcu: INFO|hung_task|soft lockup|hard LOCKUP|list_(add|del) corruption|"
     # rmlx5's own: an object the device refused to let go is kept forever.
-    r"uverbs: (CQ|QP) \S+ not destroyed|[1-9]\d* could not be destroyed)"
+    r"uverbs: (CQ|QP) \S+ not destroyed|[1-9]\d* could not be destroyed|"
+    # A QP freed where the kernel may not sleep (ib/qp.rs).
+    r"qp \S+ freed where it may not sleep)"
 )
 MARKER = re.compile(r"rmlx5-test: (PASS|FAIL) ([^:\s]+)(?::\s*(.*))?")
 EXIT = re.compile(r"rmlx5-guest: EXIT (\S+) (\d+)")

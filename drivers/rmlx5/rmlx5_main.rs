@@ -196,7 +196,8 @@ pub(crate) fn soft() -> Result<Arc<hca::SoftHca>> {
 /// live, and freed) while the software HCAs still run, the platform driver
 /// (its unbind frees the EQ interrupts), the works are stopped, then the
 /// interrupt controller and the platform devices, the HCAs' device nodes,
-/// debugfs, and last the software HCA itself.
+/// debugfs, the software HCA itself, and last the reap workqueue (waiting
+/// for the frees queued on it).
 struct Rmlx5Module {
     #[cfg(CONFIG_INFINIBAND)]
     _ib: Option<ibdev::IbDevices>,
@@ -209,6 +210,7 @@ struct Rmlx5Module {
     _nodes: uverbs::node::Nodes,
     _debugfs: debugfs::Debugfs,
     _soft: SoftGuard,
+    _reap: work::ReapQueue,
 }
 
 impl kernel::Module for Rmlx5Module {
@@ -221,6 +223,7 @@ impl kernel::Module for Rmlx5Module {
                 return Err(EINVAL);
             }
         };
+        let reap = work::ReapQueue::new()?;
         // SAFETY: Called once, before anything can use the registry.
         unsafe { ulp::objects::ULP_OBJECTS.init() };
         // SAFETY: Called once, before the PCI driver can probe anything.
@@ -265,6 +268,7 @@ impl kernel::Module for Rmlx5Module {
                 _nodes: nodes,
                 _debugfs: dbg,
                 _soft: SoftGuard,
+                _reap: reap,
             })
         })();
         match r {

@@ -27,6 +27,7 @@
 #include <linux/module.h>
 #include <linux/platform_device.h>
 #include <linux/slab.h>
+#include <linux/workqueue.h>
 #include <rdma/rmlx5_ib.h>
 
 #include "rmlx5_shim.h"
@@ -239,6 +240,29 @@ void rmlx5_shim_destroy(void)
 void rmlx5_shim_flush_work(struct work_struct *work)
 {
 	flush_work(work);
+}
+
+/*
+ * Whether the caller may sleep, and so free memory whose release may
+ * sleep (coherent DMA memory, an IOMMU unmap). Without a preemption count
+ * (kernels without CONFIG_PREEMPTION) a spinlock section cannot be told
+ * from process context, and the answer is always no.
+ */
+bool rmlx5_may_sleep(void)
+{
+	return preemptible();
+}
+
+/* The module's workqueue for frees deferred out of atomic context. */
+struct workqueue_struct *rmlx5_reap_wq_alloc(void)
+{
+	return alloc_workqueue("rmlx5_reap", WQ_UNBOUND, 0);
+}
+
+/* Waits for every queued free, then frees the workqueue. */
+void rmlx5_reap_wq_destroy(struct workqueue_struct *wq)
+{
+	destroy_workqueue(wq);
 }
 
 int rmlx5_shim_dma_map(struct device *dev, void *addr, size_t len, u64 *dma)

@@ -13,6 +13,9 @@ void rmlx5_shim_destroy(void);
 void rmlx5_shim_raise_irq(unsigned int hwirq);
 int rmlx5_shim_hca_of_irq(unsigned int virq);
 void rmlx5_shim_flush_work(struct work_struct *work);
+bool rmlx5_may_sleep(void);
+struct workqueue_struct *rmlx5_reap_wq_alloc(void);
+void rmlx5_reap_wq_destroy(struct workqueue_struct *wq);
 /* The platform device of software HCA `hca` (parent of its ib_device). */
 struct device *rmlx5_shim_hca_device(unsigned int hca);
 /* The kernel's direct map, which the DMA MRs of ib_core ULPs cover. */

@@ -1,12 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! What the 7.3 workqueue abstraction lacks: waiting for one work item
-//! (`flush_work`, through the C shim).
+//! (`flush_work`, through the C shim), and the module's own workqueue for
+//! frees that may not happen where the last reference went away.
 
-use kernel::bindings;
+use core::{
+    ptr,
+    sync::atomic::{
+        AtomicPtr,
+        Ordering, //
+    },
+};
+use kernel::{
+    bindings,
+    prelude::*,
+    workqueue::Queue, //
+};
 
 extern "C" {
     fn rmlx5_shim_flush_work(work: *mut bindings::work_struct);
+    fn rmlx5_may_sleep() -> bool;
+    fn rmlx5_reap_wq_alloc() -> *mut bindings::workqueue_struct;
+    fn rmlx5_reap_wq_destroy(wq: *mut bindings::workqueue_struct);
 }
 
 /// Waits until `work` is neither queued nor running.
@@ -18,4 +33,62 @@ extern "C" {
 pub(crate) unsafe fn flush_work(work: *mut bindings::work_struct) {
     // SAFETY: Guaranteed by the caller.
     unsafe { rmlx5_shim_flush_work(work) };
+}
+
+/// Whether the current context may sleep (`preemptible()`: no lock held,
+/// interrupts and bottom halves on). Always false on kernels without
+/// preemption counting, where a spinlock section cannot be told apart.
+pub(crate) fn may_sleep() -> bool {
+    // SAFETY: A pure query of the current context.
+    unsafe { rmlx5_may_sleep() }
+}
+
+/// The reap workqueue while the module is loaded (null before init and
+/// after exit).
+static REAP_WQ: AtomicPtr<bindings::workqueue_struct> = AtomicPtr::new(ptr::null_mut());
+
+/// The module's reap workqueue: objects whose last reference goes away
+/// where their memory may not be freed (a CQ poll with interrupts off, a
+/// bottom half) are freed from it. Created first at module init and
+/// destroyed last, which waits for every queued free.
+pub(crate) struct ReapQueue(());
+
+impl ReapQueue {
+    /// Creates the workqueue.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` if the kernel could not allocate it.
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: No preconditions.
+        let wq = unsafe { rmlx5_reap_wq_alloc() };
+        if wq.is_null() {
+            return Err(ENOMEM);
+        }
+        REAP_WQ.store(wq, Ordering::Release);
+        Ok(Self(()))
+    }
+}
+
+impl Drop for ReapQueue {
+    fn drop(&mut self) {
+        let wq = REAP_WQ.swap(ptr::null_mut(), Ordering::AcqRel);
+        if !wq.is_null() {
+            // SAFETY: `wq` came from `rmlx5_reap_wq_alloc` and is destroyed
+            // once (the swap above); destroying drains it first.
+            unsafe { rmlx5_reap_wq_destroy(wq) };
+        }
+    }
+}
+
+/// The reap workqueue, or `None` outside the module's lifetime.
+pub(crate) fn reap_queue() -> Option<&'static Queue> {
+    let wq = REAP_WQ.load(Ordering::Acquire);
+    if wq.is_null() {
+        return None;
+    }
+    // SAFETY: `wq` is live until `ReapQueue` drops, the module's last
+    // field: every object that queues a free is gone by then, so no caller
+    // holds the reference past it.
+    Some(unsafe { Queue::from_raw(wq) })
 }

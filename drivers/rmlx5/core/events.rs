@@ -99,6 +99,11 @@ pub(crate) trait WrIds: Send + Sync {
     fn complete_send(&self, wqe_counter: u16) -> (u64, Option<u32>);
     /// The receive WQE at `wqe_counter` completed.
     fn complete_recv(&self, wqe_counter: u16) -> u64;
+    /// Gives back a reference taken in a context that may not sleep (a CQ
+    /// poll holding its lock with interrupts off): if it is the last one,
+    /// the QP, whose queue memory may need to sleep to be freed, is freed
+    /// later from process context instead of here.
+    fn release(self: Arc<Self>);
 }
 
 /// What the dispatcher takes next from one HCA's tables.

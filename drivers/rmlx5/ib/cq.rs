@@ -12,6 +12,7 @@
 //! HCA's table lock (`core/events.rs`), a leaf released before the QP's
 //! own lock is taken.
 
+use core::mem::ManuallyDrop;
 use core::sync::atomic::{
     AtomicBool,
     AtomicU32,
@@ -128,6 +129,27 @@ pub struct Wc {
     /// Receive completions: the sender's QP number (the CQE's
     /// `flags_rqpn`), like `ib_wc.src_qp`; 0 for send completions.
     pub src_qp: u32,
+}
+
+/// A QP a CQE named, held while the poll lock is: if the QP was destroyed
+/// meanwhile this may be its last reference, which must not free it with
+/// interrupts off, so it is given back through [`WrIds::release`].
+pub(super) struct PolledQp(ManuallyDrop<Arc<dyn WrIds>>);
+
+impl core::ops::Deref for PolledQp {
+    type Target = dyn WrIds;
+
+    fn deref(&self) -> &Self::Target {
+        &**self.0
+    }
+}
+
+impl Drop for PolledQp {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is taken once, here, and not used afterwards.
+        let q = unsafe { ManuallyDrop::take(&mut self.0) };
+        q.release();
+    }
 }
 
 // `enum ib_wc_status` values.
@@ -410,15 +432,23 @@ impl Cq {
         n
     }
 
+    /// The kernel QP of a CQE, from the HCA's table (its own leaf lock,
+    /// not the fabric lock the engine holds), for the poll lock's section.
+    pub(super) fn polled_qp(&self, qpn: u32) -> Option<PolledQp> {
+        let q = self.dev.events.lock().qp(qpn);
+        q.map(|q| PolledQp(ManuallyDrop::new(q)))
+    }
+
+    /// Runs `f` under the poll lock, as [`Cq::poll`] parses CQEs.
+    #[cfg(CONFIG_KUNIT)]
+    pub(super) fn with_poll_lock<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _p = self.poll.lock();
+        f()
+    }
+
     fn parse(&self, b: &[u8; CQE_SIZE], op_own: u8) -> Option<Wc> {
         let op = OpOwn::decode(op_own).ok()?;
-        // The kernel QP of a CQE, from the HCA's table (its own leaf lock,
-        // not the fabric lock the engine holds).
-        let qp = |qpn: u32| -> Option<Arc<dyn WrIds>> {
-            let dev = &self.dev;
-            let q = dev.events.lock().qp(qpn);
-            q
-        };
+        let qp = |qpn: u32| self.polled_qp(qpn);
         match op.opcode {
             CqeOpcode::Req => {
                 let c = Cqe64::decode(b).ok()?;

@@ -12,10 +12,11 @@
 
 use core::sync::atomic::{
     AtomicBool,
+    AtomicU64,
     Ordering, //
 };
 use kernel::{
-    new_spinlock_irq,
+    new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         barrier::{
@@ -25,6 +26,10 @@ use kernel::{
         Arc,
         SpinLockIrq,
         UniqueArc, //
+    },
+    workqueue::{
+        Work,
+        WorkItem, //
     },
 };
 
@@ -212,6 +217,13 @@ struct RqState {
     wrid: KVec<u64>,
 }
 
+/// QPs whose last reference went away where they could not be freed and
+/// that the reap workqueue freed instead.
+pub(crate) static QPS_REAPED: AtomicU64 = AtomicU64::new(0);
+/// QPs freed in a context that may not sleep (never, by design: a test
+/// and a log line watch it).
+pub(crate) static QPS_FREED_ATOMIC: AtomicU64 = AtomicU64::new(0);
+
 /// An RC queue pair.
 ///
 /// # Invariants
@@ -219,7 +231,7 @@ struct RqState {
 /// `sq_wqebbs` and `rq_wqes` are non-zero powers of two (ring indices are
 /// masked with `n - 1`); the queue buffer and the doorbell record are the
 /// device's from creation until `destroy` succeeds (`Backend::create_qp`).
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub struct Qp {
     dev: Arc<Device>,
     pub(crate) qpn: u32,
@@ -239,6 +251,36 @@ pub struct Qp {
     sq: SpinLockIrq<SqState>,
     #[pin]
     rq: SpinLockIrq<RqState>,
+    /// Frees the QP from the reap workqueue when a poller held its last
+    /// reference (see [`WrIds::release`]); part of the QP, so that queuing
+    /// it allocates nothing.
+    #[pin]
+    reap: Work<Qp>,
+}
+
+kernel::impl_has_work! {
+    impl HasWork<Self> for Qp { self.reap }
+}
+
+impl WorkItem for Qp {
+    type Pointer = Arc<Self>;
+
+    fn run(this: Arc<Self>) {
+        // Process context on the module's reap workqueue: the last
+        // reference, so the QP and its queue memory are freed here.
+        drop(this);
+        QPS_REAPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Qp {
+    fn drop(self: Pin<&mut Self>) {
+        if !crate::work::may_sleep() {
+            QPS_FREED_ATOMIC.fetch_add(1, Ordering::Relaxed);
+            pr_err!("qp {:#x} freed where it may not sleep\n", self.qpn);
+        }
+    }
 }
 
 fn pow2(n: u32) -> Result<u32> {
@@ -328,6 +370,7 @@ impl Qp {
             gone: AtomicBool::new(false),
             sq <- new_spinlock_irq!(SqState { pi: 0, tail: 0, half: 0, wrid }, "rmlx5_qp_sq"),
             rq <- new_spinlock_irq!(RqState { head: 0, tail: 0, wrid: rwrid }, "rmlx5_qp_rq"),
+            reap <- new_work!("rmlx5_qp_reap"),
         }));
         let qp: Arc<Self> = match qp {
             Ok(qp) => qp.into(),
@@ -814,5 +857,23 @@ impl WrIds for Qp {
 
     fn complete_recv(&self, wqe_counter: u16) -> u64 {
         Qp::complete_recv(self, wqe_counter)
+    }
+
+    fn release(self: Arc<Self>) {
+        let Some(last) = Arc::into_unique_or_drop(self) else {
+            return;
+        };
+        let last: Arc<Self> = last.into();
+        match crate::work::reap_queue() {
+            // The QP's own work item, free since nobody else holds the QP:
+            // it is queued, never refused.
+            Some(q) => {
+                if let Err(qp) = q.enqueue(last) {
+                    drop(qp);
+                }
+            }
+            // Only outside the module's lifetime, where no QP exists.
+            None => drop(last),
+        }
     }
 }

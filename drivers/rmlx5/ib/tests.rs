@@ -391,6 +391,74 @@ mod verbs {
         assert_eq!(w[1].wr_id, 2);
         p.destroy()
     }
+
+    /// A ULP destroys a QP without draining while its CQ is polled: the
+    /// poller, which looked the QP up for a CQE, then holds the last
+    /// reference under its interrupts-off lock. Dropping it there would
+    /// free the QP's queue memory with interrupts off (coherent DMA memory
+    /// on a ConnectX: a WARN, or a vunmap with an IOMMU); it must be freed
+    /// later, from process context.
+    #[test]
+    fn qp_destroyed_while_polled_is_freed_in_process_context() -> Result {
+        let Pair {
+            pds,
+            mrs,
+            cqs,
+            qps: [q0, q1],
+            bufs,
+        } = Pair::new(None)?;
+        let s = [Sge {
+            addr: bufs[0].as_ptr() as u64,
+            length: 8,
+            lkey: mrs[0].key,
+        }];
+        // A completion naming QP 0 waits in CQ 0 (the software HCA runs the
+        // WRITE within the post).
+        q0.post_send(&[SendReq {
+            wr_id: 5,
+            sges: &s,
+            opcode: WR_RDMA_WRITE,
+            flags: SEND_SIGNALED,
+            remote_addr: bufs[1].as_ptr() as u64,
+            rkey: mrs[1].key,
+            ..Default::default()
+        }])
+        .map_err(|(_, e)| e)?;
+        let qpn = q0.qpn;
+        let reaped = QPS_REAPED.load(Ordering::Acquire);
+        let atomic = QPS_FREED_ATOMIC.load(Ordering::Acquire);
+        // The poller's lookup for that CQE, then the ULP's destroy.
+        let polled = cqs[0].polled_qp(qpn).ok_or(ENOENT)?;
+        q0.destroy()?;
+        drop(q0);
+        // The poller lets go of the last reference inside its section.
+        cqs[0].with_poll_lock(|| drop(polled));
+        let mut freed = false;
+        for _ in 0..10000 {
+            if QPS_REAPED.load(Ordering::Acquire) > reaped {
+                freed = true;
+                break;
+            }
+            fsleep(Delta::from_micros(100));
+        }
+        // Freed by the reap work, in process context.
+        assert!(freed);
+        assert_eq!(QPS_FREED_ATOMIC.load(Ordering::Acquire), atomic);
+        // The CQE of the destroyed QP is skipped.
+        let mut wc = [Wc::default(); 2];
+        assert_eq!(cqs[0].poll(&mut wc), 0);
+        q1.destroy()?;
+        for c in &cqs {
+            c.destroy()?;
+        }
+        for m in &mrs {
+            m.destroy()?;
+        }
+        for p in &pds {
+            p.destroy()?;
+        }
+        Ok(())
+    }
 }
 
 #[kunit_tests(rmlx5_dispatch)]
