@@ -427,7 +427,7 @@ impl Cq {
         if n != 0 {
             // Tell the HCA how far we consumed (overrun detection).
             dma_mb(Write);
-            let _ = self.dbr.write(CQ_DBR_SET_CI_OFFSET, &set_ci_word(p.ci));
+            let _ = self.dbr.write_word(CQ_DBR_SET_CI_OFFSET, set_ci_word(p.ci));
         }
         n
     }
@@ -556,7 +556,7 @@ impl Cq {
         };
         let mut word = [0u8; 4];
         arm.encode(&mut word);
-        self.dbr.write(CQ_DBR_ARM_OFFSET, &word)?;
+        self.dbr.write_word(CQ_DBR_ARM_OFFSET, word)?;
         dma_mb(Write);
         self.dev.be.arm_cq(self.cqn, arm)?;
         if flags & CQ_REPORT_MISSED_EVENTS != 0 {

@@ -761,7 +761,7 @@ impl Qp {
             // WQEs before the doorbell record, the record before the
             // doorbell.
             dma_mb(Write);
-            let _ = self.dbr.write(QP_DBR_SEND_OFFSET, &counter_word(sq.pi));
+            let _ = self.dbr.write_word(QP_DBR_SEND_OFFSET, counter_word(sq.pi));
             dma_mb(Write);
             let half = sq.half;
             sq.half ^= 1;
@@ -823,7 +823,9 @@ impl Qp {
         }
         if posted {
             dma_mb(Write);
-            let _ = self.dbr.write(QP_DBR_RECV_OFFSET, &counter_word(rq.head));
+            let _ = self
+                .dbr
+                .write_word(QP_DBR_RECV_OFFSET, counter_word(rq.head));
             self.dev.be.ring_recv(self.qpn);
         }
         drop(rq);
