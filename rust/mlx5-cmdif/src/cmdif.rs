@@ -93,6 +93,14 @@ impl Default for Timeouts {
     }
 }
 
+/// Whether the device is gone: a PCI function that was surprise-removed,
+/// or whose link died, reads all ones, and a live one never reports
+/// firmware version 0xffff.0xffff (mlx5_core's health check looks at the
+/// same word).
+fn device_gone<B: Bus>(bus: &mut B) -> bool {
+    bus.read32(FW_REV_OFFSET) == u32::MAX
+}
+
 /// Nanoseconds in `ms` milliseconds.
 pub(crate) fn ms_to_ns(ms: u64) -> u64 {
     ms.saturating_mul(1_000_000)
@@ -133,6 +141,9 @@ pub struct CmdIf {
     /// The length of the last output (0 if the last command failed before
     /// the device wrote one).
     outlen: usize,
+    /// The device's registers read all ones: it is gone (surprise
+    /// removal, a dead link) and no command is posted any more.
+    gone: bool,
 }
 
 impl CmdIf {
@@ -188,6 +199,7 @@ impl CmdIf {
             in_inline: [0; INLINE_SIZE],
             out_inline: [0; INLINE_SIZE],
             outlen: 0,
+            gone: false,
         })
     }
 
@@ -450,6 +462,12 @@ impl CmdIf {
             }
         }
         self.outlen = 0;
+        // A device that is gone answers nothing: say so at once rather
+        // than wait out the command timeout (60 s) for every command.
+        if self.gone || device_gone(bus) {
+            self.gone = true;
+            return Err(Error::DeviceGone { command, opcode });
+        }
         let n_in = mailbox_count(inlen);
         let n_out = mailbox_count(outlen);
         let uses_pools = n_in != 0 || n_out != 0;
@@ -501,13 +519,27 @@ impl CmdIf {
             doorbell(slot).map_err(|_| Error::QueueBusy { command, opcode })?,
         );
 
-        // Poll the ownership bit.
+        // Poll the ownership bit; look at the device itself every
+        // millisecond, in case it went away with the command.
         let start = bus.now_ns();
+        let mut looked = start;
         loop {
             if !self.owned(bus, entry_addr)? {
                 break;
             }
-            if bus.now_ns().saturating_sub(start) >= ms_to_ns(self.timeouts.cmd_ms) {
+            let now = bus.now_ns();
+            if now.saturating_sub(looked) >= ms_to_ns(1) {
+                looked = now;
+                if device_gone(bus) {
+                    self.gone = true;
+                    self.stuck |= 1 << slot;
+                    if uses_pools {
+                        self.pools_held_by = Some(slot);
+                    }
+                    return Err(Error::DeviceGone { command, opcode });
+                }
+            }
+            if now.saturating_sub(start) >= ms_to_ns(self.timeouts.cmd_ms) {
                 self.stuck |= 1 << slot;
                 if uses_pools {
                     self.pools_held_by = Some(slot);

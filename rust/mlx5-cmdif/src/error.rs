@@ -71,6 +71,15 @@ pub enum Error {
         /// The timeout, in milliseconds.
         ms: u64,
     },
+    /// The device is gone: its initialization segment reads all ones, as
+    /// a surprise-removed or dead PCI function's registers do. Further
+    /// commands fail at once with the same error.
+    DeviceGone {
+        /// The command's name.
+        command: &'static str,
+        /// Its opcode.
+        opcode: u16,
+    },
     /// The device refused the command (delivery status), failed it
     /// (status and syndrome), or returned too short an output.
     Cmd(CmdError),
@@ -148,6 +157,7 @@ pub enum Error {
 mod errno {
     pub(super) const EIO: i32 = 5;
     pub(super) const ENOMEM: i32 = 12;
+    pub(super) const ENODEV: i32 = 19;
     pub(super) const EBUSY: i32 = 16;
     pub(super) const EINVAL: i32 = 22;
     pub(super) const EOPNOTSUPP: i32 = 95;
@@ -171,14 +181,19 @@ impl Error {
             | Error::OutOfRange { .. }
             | Error::State { .. } => errno::EINVAL,
             Error::QueueBusy { .. } | Error::PagesNotReturned { .. } => errno::EBUSY,
+            Error::DeviceGone { .. } => errno::ENODEV,
             Error::PageAlloc { .. } => errno::ENOMEM,
         }
     }
 
     /// Whether the device stopped answering (a command or a wait timed
-    /// out): further commands would only time out too.
+    /// out, or its registers read all ones): further commands would only
+    /// time out or fail too.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::FwNotReady { .. } | Error::Timeout { .. })
+        matches!(
+            self,
+            Error::FwNotReady { .. } | Error::Timeout { .. } | Error::DeviceGone { .. }
+        )
     }
 }
 
@@ -212,6 +227,10 @@ impl fmt::Display for Error {
             } => {
                 write!(f, "{command} ({opcode:#x}): timed out after {ms} ms")
             }
+            Error::DeviceGone { command, opcode } => write!(
+                f,
+                "{command} ({opcode:#x}): the device is gone (its registers read all ones)"
+            ),
             Error::Cmd(e) => fmt::Display::fmt(e, f),
             Error::Signature { command, opcode } => {
                 write!(f, "{command} ({opcode:#x}): bad signature on completion")

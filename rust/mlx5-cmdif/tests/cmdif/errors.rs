@@ -411,3 +411,69 @@ fn device_dying_mid_bring_up_keeps_its_pages_and_teardown_is_bounded() {
     assert_eq!(rig.out.len(), 8);
     rig.assert_pages_consistent();
 }
+
+/// A function that vanishes (surprise removal: every register reads all
+/// ones) mid-command: the command fails with `DeviceGone` within about a
+/// millisecond instead of the 60-second command timeout, every later one
+/// fails at once without touching the queue, and teardown gives up at its
+/// first command.
+#[test]
+fn vanished_device_fails_commands_at_once() {
+    let mut rig = Rig::new(FwConfig::DEFAULT);
+    let mut cmd = enabled(&mut rig, Timeouts::default());
+    assert_eq!(cmd.timeouts().cmd_ms, 60_000);
+    // The doorbell is lost and the function goes away three relaxes in.
+    rig.drop_doorbells = 1;
+    rig.vanish_at_relax = Some(rig.relaxes + 3);
+    let start = rig.now;
+    let e = cmd
+        .exec::<QueryIssi, _>(&mut rig, &QueryIssiIn::default(), &[])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::DeviceGone {
+            command: "QUERY_ISSI",
+            opcode: 0x10a
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "QUERY_ISSI (0x10a): the device is gone (its registers read all ones)"
+    );
+    assert_eq!(e.errno(), 19);
+    assert!(e.is_timeout());
+    assert!(
+        rig.now - start <= 1_000_000 + rig.step_ns,
+        "waited {} ns",
+        rig.now - start
+    );
+    // The next command neither waits nor rings.
+    let (now, relaxes) = (rig.now, rig.relaxes);
+    let q = QueryPagesIn {
+        op_mod: QUERY_PAGES_BOOT,
+        ..QueryPagesIn::default()
+    };
+    assert!(matches!(
+        cmd.exec::<QueryPages, _>(&mut rig, &q, &[]),
+        Err(Error::DeviceGone { .. })
+    ));
+    assert_eq!((rig.now, rig.relaxes), (now, relaxes));
+}
+
+/// A function that is gone before teardown: teardown fails at once, with
+/// no command timeout spent.
+#[test]
+fn teardown_of_a_vanished_function_is_immediate() {
+    let mut rig = Rig::new(FwConfig::DEFAULT);
+    let mut f = Function::new(rig.cmd_mem(), Config::default());
+    f.bring_up(&mut rig).unwrap();
+    rig.vanish_at_relax = Some(rig.relaxes);
+    let start = rig.now;
+    let e = f.teardown(&mut rig).unwrap_err();
+    assert!(matches!(e, Error::DeviceGone { .. }), "{e:?}");
+    assert!(
+        rig.now - start < 1_000_000,
+        "teardown took {} ns",
+        rig.now - start
+    );
+}

@@ -145,6 +145,9 @@ pub(crate) struct Rig {
     pub(crate) unknown_frees: Vec<u64>,
     /// Calls of `relax`.
     pub(crate) relaxes: u64,
+    /// The function vanishes (surprise removal) at this relax count: from
+    /// then on its registers read all ones and writes go nowhere.
+    pub(crate) vanish_at_relax: Option<u64>,
 }
 
 impl Rig {
@@ -181,7 +184,13 @@ impl Rig {
             corrupt_next_block_read: false,
             unknown_frees: Vec::new(),
             relaxes: 0,
+            vanish_at_relax: None,
         }
+    }
+
+    /// Whether the function has vanished.
+    pub(crate) fn vanished(&self) -> bool {
+        self.vanish_at_relax.is_some_and(|n| self.relaxes >= n)
     }
 
     /// The command memory to give the driver.
@@ -230,10 +239,16 @@ impl Rig {
 
 impl Bus for Rig {
     fn read32(&mut self, offset: usize) -> u32 {
+        if self.vanished() {
+            return u32::MAX;
+        }
         self.fw.read32(offset)
     }
 
     fn write32(&mut self, offset: usize, value: u32) {
+        if self.vanished() {
+            return;
+        }
         if offset == CMD_DBELL_OFFSET {
             let dead = self
                 .die_after_commands
