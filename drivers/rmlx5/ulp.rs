@@ -148,7 +148,7 @@ pub unsafe extern "C" fn rmlx5_ib_query_device(index: c_int, attr: *mut DeviceAt
             max_cq: i.max_cq,
             max_pd: i.max_pd,
             max_mr: i.max_mr,
-            max_qp_wr: 1 << 12,
+            max_qp_wr: crate::ib::qp::MAX_QP_WR,
             max_cqe: i.max_cqe,
             max_sge: MAX_SGE as u32,
             max_qp_rd_atom: i.max_qp_rd_atom,

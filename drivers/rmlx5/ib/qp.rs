@@ -113,6 +113,10 @@ pub(crate) const SEND_SOLICITED: u32 = 4;
 
 /// Largest gather/scatter list of a kernel QP.
 pub(crate) const MAX_SGE: usize = 8;
+/// Largest `max_send_wr` and `max_recv_wr` of a kernel QP, as
+/// `rmlx5_ib_query_device` and ib_core report it: the SQ then holds
+/// `4 * MAX_QP_WR` WQEBBs, well inside what its 16-bit counters address.
+pub(crate) const MAX_QP_WR: u32 = 1 << 12;
 /// Receive WQE stride: `MAX_SGE` data segments.
 const RQ_STRIDE: u32 = (MAX_SGE * DS_SIZE) as u32;
 
@@ -299,6 +303,9 @@ impl Qp {
         if caps.max_send_sge as usize > MAX_SGE || caps.max_recv_sge as usize > MAX_SGE {
             return Err(EINVAL);
         }
+        if caps.max_send_wr > MAX_QP_WR || caps.max_recv_wr > MAX_QP_WR {
+            return Err(EINVAL);
+        }
         // A WQE with MAX_SGE data segments and an atomic segment spans at
         // most 3 WQEBBs; size the SQ so `max_send_wr` of them fit.
         let sq_wqebbs = pow2(caps.max_send_wr.checked_mul(4).ok_or(EINVAL)?)?;
@@ -306,7 +313,7 @@ impl Qp {
         if send_cq.hca() != usize::from(pd.hca()) || recv_cq.hca() != usize::from(pd.hca()) {
             return Err(EINVAL);
         }
-        let sq_offset = (rq_wqes * RQ_STRIDE) as usize;
+        let sq_offset = usize::try_from(rq_wqes.checked_mul(RQ_STRIDE).ok_or(EINVAL)?)?;
         let buf = dev
             .be
             .alloc_queue(sq_offset + sq_wqebbs as usize * WQEBB_SIZE)?;

@@ -392,6 +392,65 @@ mod verbs {
         p.destroy()
     }
 
+    /// QP sizes at and past `MAX_QP_WR`, the limit the device reports:
+    /// past it (up to `u32::MAX`, whose RQ size would overflow a `u32`)
+    /// creation fails with `EINVAL` and creates nothing; at it, the QP is
+    /// created, and its SQ goes round its ring more than once (its 16-bit
+    /// WQEBB counter with it) with every completion in order.
+    #[test]
+    fn qp_sizes_at_and_past_max_qp_wr() -> Result {
+        let p = Pair::new(None)?;
+        let caps = |send: u32, recv: u32| QpCaps {
+            max_send_wr: send,
+            max_recv_wr: recv,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            sq_sig_all: true,
+        };
+        for (send, recv) in [
+            (MAX_QP_WR + 1, 1),
+            (1, MAX_QP_WR + 1),
+            (u32::MAX, 1),
+            (1, u32::MAX),
+        ] {
+            assert_eq!(
+                Qp::new(&p.pds[0], &p.cqs[0], &p.cqs[0], &caps(send, recv)).err(),
+                Some(EINVAL)
+            );
+        }
+        let big = Qp::new(&p.pds[0], &p.cqs[0], &p.cqs[0], &caps(MAX_QP_WR, MAX_QP_WR))?;
+        big.destroy()?;
+        drop(big);
+        // The pair's QP 0 (an SQ of 128 WQEBBs) sends 70,000 one-WQEBB
+        // WRITEs in batches of 32: its 16-bit WQEBB counter wraps once
+        // and its ring 546 times, every completion in order.
+        let s = [p.sge(0, 0, 8)];
+        let wr = SendReq {
+            sges: &s,
+            opcode: WR_RDMA_WRITE,
+            flags: SEND_SIGNALED,
+            remote_addr: p.addr(1, 0),
+            rkey: p.mrs[1].key,
+            ..Default::default()
+        };
+        let mut batch = KVec::from_elem(wr, 32, GFP_KERNEL)?;
+        let mut next = 0u64;
+        while next < 70_000 {
+            for (i, b) in batch.iter_mut().enumerate() {
+                b.wr_id = next + i as u64;
+            }
+            p.qps[0].post_send(&batch).map_err(|(_, e)| e)?;
+            let w = poll_n(&p.cqs[0], 32)?;
+            assert_eq!(w.len(), 32);
+            for (i, c) in w.iter().enumerate() {
+                assert_eq!(c.status, WC_SUCCESS);
+                assert_eq!(c.wr_id, next + i as u64);
+            }
+            next += 32;
+        }
+        p.destroy()
+    }
+
     /// A ULP destroys a QP without draining while its CQ is polled: the
     /// poller, which looked the QP up for a CQE, then holds the last
     /// reference under its interrupts-off lock. Dropping it there would
