@@ -32,7 +32,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check frame-check ulp guest-programs dv-sample check demo perf bench stress pci-smoke clean rustfmt
+.PHONY: fuzz all setup kernel module module-check frame-check alias-check ulp guest-programs dv-sample check demo perf bench stress pci-smoke clean rustfmt
 
 all: module
 
@@ -82,7 +82,17 @@ module-check: | $(MO)
 		|| { echo "module: not rustfmt-clean (run make rustfmt)"; exit 1; }; \
 	$(MAKE) -s KDIR=$$kdir ulp || exit 1; \
 	$(MAKE) -s frame-check || exit 1; \
+	$(MAKE) -s alias-check || exit 1; \
 	echo "module: $(MO)/rmlx5.ko, $(ULP_MO)/rmlx5_ulp.ko and (with INFINIBAND) $(IBTEST_MO)/rmlx5_ibtest.ko built clean"
+
+# rmlx5 must never load by itself beside mlx5_core: no autoload aliases
+# in its .modinfo (Documentation/pci.md).
+alias-check:
+	@objcopy -O binary --only-section=.modinfo $(MO)/rmlx5.ko $(MO)/modinfo.bin && \
+	n=$$(tr '\0' '\n' < $(MO)/modinfo.bin | grep -c '^alias=' || true); \
+	rm -f $(MO)/modinfo.bin; \
+	if [ "$$n" != 0 ]; then echo "alias-check: $(MO)/rmlx5.ko has $$n autoload aliases"; exit 1; fi; \
+	echo "alias-check: $(MO)/rmlx5.ko has no autoload aliases"
 
 # Every function of the modules built into $(MO), $(ULP_MO) and
 # $(IBTEST_MO) within the kernel's 64-bit FRAME_WARN (rustc has no

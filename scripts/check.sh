@@ -165,6 +165,10 @@ print(d["guest_passed"], d["guest_failed"])' "$res")
                 # fall back to vector 0.
                 pci_guest "guest with an emulated ConnectX of one MSI-X vector" \
                     "PCI guest, one MSI-X vector" pci-one-vector-console.log --cx-emu-msix 1
+                # And behind SWIOTLB bounce buffers (swiotlb=force): kernel
+                # MRs, which would need DMA syncs, are refused.
+                pci_guest "guest with an emulated ConnectX and every DMA mapping bounced" \
+                    "PCI guest, swiotlb=force" pci-swiotlb-console.log --append swiotlb=force
             else
                 count_fail "QEMU or emulated ConnectX build"
             fi

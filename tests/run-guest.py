@@ -177,6 +177,7 @@ def run_qemu(args, initramfs, log_path, cx_emu=None):
         append.append("rmlx5.cxneverready=1")
     if args.cx_emu_msix:
         append.append(f"rmlx5.cxmsix={args.cx_emu_msix}")
+    append += args.append.split()
     if cx_emu:
         memory, device = cx_emu.qemu_args(args.memory)
         machine += ",memory-backend=mem"
@@ -280,6 +281,8 @@ def main():
     ap.add_argument("--cx-emu-msix", type=int, default=0,
                     help="MSI-X vectors of the emulated ConnectX (default: the emulator's 16; "
                          "told to the guest as rmlx5.cxmsix=N)")
+    ap.add_argument("--append", default="",
+                    help="more kernel command line arguments (e.g. swiotlb=force)")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--memory", default="1G")
     ap.add_argument("--timeout", type=int, default=900)

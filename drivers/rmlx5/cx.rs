@@ -59,6 +59,7 @@ use kernel::{
         Bound,
         Core, //
     },
+    device_id::IdArray,
     dma::{
         Device as DmaDevice,
         DmaMask, //
@@ -148,64 +149,147 @@ impl Model {
     }
 }
 
-kernel::pci_device_table!(
-    CX_TABLE,
-    <CxDriver as pci::Driver>::IdInfo,
-    [
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1013),
-            Model::pf("ConnectX-4")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1014),
-            Model::vf("ConnectX-4")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1015),
-            Model::pf("ConnectX-4 Lx")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1016),
-            Model::vf("ConnectX-4 Lx")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1017),
-            Model::pf("ConnectX-5")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1018),
-            Model::vf("ConnectX-5")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1019),
-            Model::pf("ConnectX-5 Ex")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101a),
-            Model::vf("ConnectX-5 Ex")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101b),
-            Model::pf("ConnectX-6")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101c),
-            Model::vf("ConnectX-6")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101d),
-            Model::pf("ConnectX-6 Dx")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101e),
-            Model::vf("ConnectX family")
-        ),
-        (
-            pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1021),
-            Model::pf("ConnectX-7")
-        ),
-    ]
-);
+/// The functions the driver knows: the IDs mlx5_core binds.
+///
+/// Deliberately not a module device table (`pci_device_table!` exports
+/// one): modpost would turn it into `alias pci:v000015B3d00001017...`
+/// lines, and udev would load rmlx5 for every ConnectX in the machine next
+/// to mlx5_core, the two racing for each NIC. rmlx5 takes a function only
+/// when a tester names it through its `driver_override` (see
+/// [`named_for_us`] and Documentation/pci.md).
+static CX_TABLE: IdArray<pci::DeviceId, Model, 13> = IdArray::new([
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1013),
+        &Model::pf("ConnectX-4"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1014),
+        &Model::vf("ConnectX-4"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1015),
+        &Model::pf("ConnectX-4 Lx"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1016),
+        &Model::vf("ConnectX-4 Lx"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1017),
+        &Model::pf("ConnectX-5"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1018),
+        &Model::vf("ConnectX-5"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1019),
+        &Model::pf("ConnectX-5 Ex"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101a),
+        &Model::vf("ConnectX-5 Ex"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101b),
+        &Model::pf("ConnectX-6"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101c),
+        &Model::vf("ConnectX-6"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101d),
+        &Model::pf("ConnectX-6 Dx"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101e),
+        &Model::vf("ConnectX family"),
+    ),
+    (
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1021),
+        &Model::pf("ConnectX-7"),
+    ),
+]);
+
+/// `CX_TABLE`'s device IDs and models, for [`model_of`].
+const MODELS: [(u16, Model); 13] = [
+    (0x1013, Model::pf("ConnectX-4")),
+    (0x1014, Model::vf("ConnectX-4")),
+    (0x1015, Model::pf("ConnectX-4 Lx")),
+    (0x1016, Model::vf("ConnectX-4 Lx")),
+    (0x1017, Model::pf("ConnectX-5")),
+    (0x1018, Model::vf("ConnectX-5")),
+    (0x1019, Model::pf("ConnectX-5 Ex")),
+    (0x101a, Model::vf("ConnectX-5 Ex")),
+    (0x101b, Model::pf("ConnectX-6")),
+    (0x101c, Model::vf("ConnectX-6")),
+    (0x101d, Model::pf("ConnectX-6 Dx")),
+    (0x101e, Model::vf("ConnectX family")),
+    (0x1021, Model::pf("ConnectX-7")),
+];
+
+/// Whether `pdev` was handed to rmlx5 through its `driver_override`. The
+/// PCI core offers the driver every unbound function of `CX_TABLE`, but
+/// binds a function whose override names another driver to that driver
+/// only, so an override set here names `rmlx5_cx`.
+fn named_for_us(pdev: &pci::Device<Core<'_>>) -> bool {
+    // SAFETY: `pdev` is a live PCI device for the duration of the call.
+    unsafe { rmlx5_pci_has_driver_override(raw_device(pdev)) }
+}
+
+/// The model of `pdev` if its vendor and device IDs are in `CX_TABLE` (a
+/// `driver_override` also binds functions the table does not list).
+fn model_of(pdev: &pci::Device<Core<'_>>) -> Option<Model> {
+    if pdev.vendor_id() != pci::Vendor::MELLANOX {
+        return None;
+    }
+    MODELS
+        .iter()
+        .find(|(id, _)| *id == pdev.device_id())
+        .map(|(_, m)| *m)
+}
+
+/// The C `struct device` of `pdev`, for the shim (`device::Device`
+/// wraps it transparently).
+fn raw_device(pdev: &pci::Device<Core<'_>>) -> *mut kernel::ffi::c_void {
+    let dev: &kernel::device::Device<Core<'_>> = pdev.as_ref();
+    core::ptr::from_ref(dev)
+        .cast::<kernel::ffi::c_void>()
+        .cast_mut()
+}
+
+/// Keeps the function enabled with bus mastering on while bound: dropped
+/// last (the last field of [`CxFunction`]), it turns bus mastering off
+/// and disables the function, after unbind or a failed probe.
+struct PciEnabled(*mut kernel::ffi::c_void);
+
+impl PciEnabled {
+    fn new(pdev: &pci::Device<Core<'_>>) -> Result<Self> {
+        pdev.enable_device_mem()?;
+        pdev.set_master();
+        Ok(Self(raw_device(pdev)))
+    }
+}
+
+impl Drop for PciEnabled {
+    fn drop(&mut self) {
+        // SAFETY: The driver data holding this guard is dropped while the
+        // device is still bound (after `unbind`, or on a failed probe), so
+        // the device is live; it was enabled by `PciEnabled::new`.
+        unsafe { rmlx5_pci_disable(self.0) };
+    }
+}
+
+// SAFETY: The pointer is only passed to the PCI core, from any thread.
+unsafe impl Send for PciEnabled {}
+// SAFETY: `&PciEnabled` offers nothing.
+unsafe impl Sync for PciEnabled {}
+
+extern "C" {
+    fn rmlx5_pci_has_driver_override(dev: *mut kernel::ffi::c_void) -> bool;
+    fn rmlx5_pci_disable(dev: *mut kernel::ffi::c_void);
+}
 
 /// The PCI driver of ConnectX functions.
 pub(crate) struct CxDriver;
@@ -230,6 +314,8 @@ pub(crate) struct CxFunction<'bound> {
     vectors: Owned<IrqVectorRegistration<'bound>>,
     /// BAR0, which the state's bus and the backend's doorbells borrow.
     bar: Owned<pci::Bar<'bound>>,
+    /// The function enabled, bus mastering on: set first, dropped last.
+    enabled: PciEnabled,
 }
 
 /// A function's verbs device: `rmlx5_<index>` over `backend`.
@@ -346,11 +432,33 @@ impl pci::Driver for CxDriver {
         pdev: &'bound pci::Device<Core<'_>>,
         info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
-        let model = info.copied().unwrap_or(Model::pf("ConnectX"));
+        let _ = info;
         // Fields are set in this order; if a later step fails, those set
-        // are dropped in reverse (free_irq, then the vectors).
+        // are dropped in reverse (free_irq, the vectors, the BAR, then the
+        // function is disabled).
         try_pin_init!(CxFunction {
-            model,
+            enabled: {
+                if !named_for_us(pdev) {
+                    dev_info!(
+                        pdev.as_ref(),
+                        "left alone: rmlx5 takes a function only when its driver_override names rmlx5_cx (Documentation/pci.md)\n"
+                    );
+                    return Err(ENODEV);
+                }
+                PciEnabled::new(pdev)?
+            },
+            model: match model_of(pdev) {
+                Some(m) => m,
+                None => {
+                    dev_err!(
+                        pdev.as_ref(),
+                        "{:04x}:{:04x} is not a ConnectX function rmlx5 knows\n",
+                        pdev.vendor_id().as_raw(),
+                        pdev.device_id()
+                    );
+                    return Err(ENODEV);
+                }
+            },
             bar: map_function(pdev).and_then(|()| Owned::new(pdev.iomap_region(0, c"rmlx5")?))?,
             vectors: alloc_vectors(pdev)?,
             device <- new_mutex!(None, "rmlx5_cx_device"),
@@ -601,11 +709,9 @@ fn detach<'bound>(
     Some(a.backend)
 }
 
-/// Enables the function's memory space and bus mastering and sets its DMA
-/// mask (before anything is allocated for it).
+/// Sets the function's DMA mask (before anything is allocated for it; the
+/// function is enabled by [`PciEnabled`]).
 fn map_function(pdev: &pci::Device<Core<'_>>) -> Result {
-    pdev.enable_device_mem()?;
-    pdev.set_master();
     // SAFETY: Called in probe, before any DMA allocation or mapping of
     // this device.
     unsafe { pdev.dma_set_mask_and_coherent(DmaMask::new::<64>()) }

@@ -25,6 +25,7 @@
 #include <linux/irqdomain.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/pci.h>
 #include <linux/platform_device.h>
 #include <linux/slab.h>
 #include <linux/workqueue.h>
@@ -253,6 +254,25 @@ bool rmlx5_may_sleep(void)
 	return preemptible();
 }
 
+/*
+ * Whether a PCI function's driver_override is set. The PCI core binds a
+ * function whose override names another driver to that driver only, so
+ * in rmlx5_cx's probe a set override names rmlx5_cx.
+ */
+bool rmlx5_pci_has_driver_override(struct device *dev)
+{
+	return device_has_driver_override(dev);
+}
+
+/* Undoes pci_enable_device_mem() and pci_set_master() on a PCI function. */
+void rmlx5_pci_disable(struct device *dev)
+{
+	struct pci_dev *pdev = to_pci_dev(dev);
+
+	pci_clear_master(pdev);
+	pci_disable_device(pdev);
+}
+
 /* The module's workqueue for frees deferred out of atomic context. */
 struct workqueue_struct *rmlx5_reap_wq_alloc(void)
 {
@@ -274,6 +294,17 @@ int rmlx5_shim_dma_map(struct device *dev, void *addr, size_t len, u64 *dma)
 	d = dma_map_single(dev, addr, len, DMA_BIDIRECTIONAL);
 	if (dma_mapping_error(dev, d))
 		return -ENOMEM;
+	/*
+	 * A kernel MR is the device's for its whole life, read and written by
+	 * both sides with no sync in between: a mapping that needs syncs (a
+	 * SWIOTLB bounce buffer, as with swiotlb=force or in confidential
+	 * guests, or a non-coherent device) would lose the data. Refuse it,
+	 * as the user path does.
+	 */
+	if (dma_need_sync(dev, d)) {
+		dma_unmap_single(dev, d, len, DMA_BIDIRECTIONAL);
+		return -EOPNOTSUPP;
+	}
 	*dma = d;
 	return 0;
 }

@@ -7,6 +7,7 @@
 
 struct device;
 struct work_struct;
+struct workqueue_struct;
 
 int rmlx5_shim_create(unsigned int nr_hcas, unsigned int irqs_per_hca);
 void rmlx5_shim_destroy(void);
@@ -14,6 +15,8 @@ void rmlx5_shim_raise_irq(unsigned int hwirq);
 int rmlx5_shim_hca_of_irq(unsigned int virq);
 void rmlx5_shim_flush_work(struct work_struct *work);
 bool rmlx5_may_sleep(void);
+bool rmlx5_pci_has_driver_override(struct device *dev);
+void rmlx5_pci_disable(struct device *dev);
 struct workqueue_struct *rmlx5_reap_wq_alloc(void);
 void rmlx5_reap_wq_destroy(struct workqueue_struct *wq);
 /* The platform device of software HCA `hca` (parent of its ib_device). */

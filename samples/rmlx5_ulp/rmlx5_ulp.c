@@ -52,6 +52,10 @@ static int dev1 = 1;
 module_param(dev1, int, 0444);
 MODULE_PARM_DESC(dev1, "device of side 1 (rmlx5_<dev1>; dev0 for a loopback pair)");
 
+static bool dma_syncs;
+module_param(dma_syncs, bool, 0444);
+MODULE_PARM_DESC(dma_syncs, "the device's DMA needs syncs (swiotlb=force): check that MRs are refused, run nothing else");
+
 static char *prefix = "ulp";
 module_param(prefix, charp, 0444);
 MODULE_PARM_DESC(prefix, "prefix of the test names");
@@ -702,6 +706,34 @@ static int __init rmlx5_ulp_init(void)
 			return 0;
 		}
 		lids[i] = attr.lid;
+	}
+	if (dma_syncs) {
+		/*
+		 * Memory a device reaches only through bounce buffers cannot be
+		 * an MR (the device and the CPU would see different copies):
+		 * registration must fail with EOPNOTSUPP, not succeed and lose
+		 * the data.
+		 */
+		struct rmlx5_ib_pd *pd;
+		struct rmlx5_ib_mr *mr;
+		void *buf = kzalloc(BUF_SIZE, GFP_KERNEL);
+		u32 key;
+
+		if (!buf || rmlx5_ib_alloc_pd(devs[0], &pd)) {
+			FAIL("mr_needing_dma_syncs_refused", "no PD or buffer");
+		} else {
+			err = rmlx5_ib_reg_mr(pd, buf, BUF_SIZE, ACCESS_ALL, &mr, &key);
+			if (err == -EOPNOTSUPP) {
+				PASS("mr_needing_dma_syncs_refused");
+			} else {
+				FAIL("mr_needing_dma_syncs_refused", "reg_mr returned %d", err);
+				if (!err)
+					rmlx5_ib_dereg_mr(mr);
+			}
+			rmlx5_ib_dealloc_pd(pd);
+		}
+		kfree(buf);
+		return 0;
 	}
 	if (leak) {
 		/* No work is left posted: the buffers are freed at exit while

@@ -121,11 +121,21 @@ if [ -f /lib/modules/rmlx5.ko ]; then
     ups() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 up"; }
     downs() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 down, every page returned"; }
     bound() { drv=$(readlink $dev/driver); [ "${drv##*/}" = rmlx5_cx ]; }
+    driver_of() { d=$(readlink $dev/driver); echo "${d##*/}"; }
+    # rmlx5 takes only a function handed to it (Documentation/pci.md): its
+    # driver_override names rmlx5_cx. hand_to DRIVER does what a tester
+    # does: set the override, unbind the function from its driver, probe.
+    hand_to() {
+        echo "$1" > $dev/driver_override
+        if [ -e $dev/driver ]; then echo "$bdf" > $dev/driver/unbind; fi
+        echo "$bdf" > /sys/bus/pci/drivers_probe
+    }
     msix=$(sed -n 's/.*rmlx5.cxmsix=\([0-9]*\).*/\1/p' /proc/cmdline)
     if [ "$msix" = 1 ]; then
         # A function with one MSI-X vector: the driver comes up with the
         # async EQ on vector 0, and the self-test falls back to a polled
         # completion EQ on that vector; unload returns every page.
+        echo rmlx5_cx > $dev/driver_override
         if insmod /lib/modules/rmlx5.ko cx_selftest=1; then
             dmesg | grep "rmlx5_cx $bdf"
             st="rmlx5_cx $bdf: self-test: RDMA WRITE 4 KiB + SEND 64 B over RC QPs 0x[0-9a-f]* -> 0x[0-9a-f]*, 3 CQEs ok, completion EQ [0-9]* on vector 0 "
@@ -162,10 +172,41 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         echo "==== end of pci-smoke"
         exit 0
     fi
+    if grep -q 'swiotlb=force' /proc/cmdline; then
+        # Every streaming DMA mapping bounces (swiotlb=force, as in a
+        # confidential guest with a passed-through VF): the function comes
+        # up on coherent memory, but a kernel MR, which the device and the
+        # CPU share with no syncs, must be refused (EOPNOTSUPP), not
+        # registered over a bounce buffer that would swallow the data.
+        echo rmlx5_cx > $dev/driver_override
+        if insmod /lib/modules/rmlx5.ko; then
+            n=$(dmesg | sed -n "s/.*rmlx5_cx $bdf: rmlx5_\([0-9]*\): verbs device.*/\1/p" | tail -n 1)
+            if bound && [ "$(ups)" = 1 ] && [ -n "$n" ]; then
+                pass cx_swiotlb_function_up
+                if insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_swiotlb dma_syncs=1; then
+                    rmmod rmlx5_ulp || fail cx_swiotlb_ulp_unload "rmmod rmlx5_ulp failed"
+                else
+                    fail cx_swiotlb_ulp_load "insmod rmlx5_ulp exited $?"
+                fi
+            else
+                fail cx_swiotlb_function_up "driver ${drv:-none}, $(ups) bring-up lines, verbs device ${n:-none}"
+            fi
+            if rmmod rmlx5 && [ "$(downs)" = 1 ]; then
+                pass cx_swiotlb_unload
+            else
+                fail cx_swiotlb_unload "rmmod or teardown: $(downs) teardown lines, expected 1"
+            fi
+        else
+            fail cx_swiotlb_load "insmod exited $?"
+        fi
+        echo "==== end of pci-smoke"
+        exit 0
+    fi
     if [ "$neverready" = 1 ]; then
         # A firmware that never becomes ready: probe waits cx_fw_wait_ms,
         # names the wait in the log and fails without issuing a command;
         # the module still loads (the software HCAs exist) and unloads.
+        echo rmlx5_cx > $dev/driver_override
         t0=$(cut -d. -f1 /proc/uptime)
         if insmod /lib/modules/rmlx5.ko cx_fw_wait_ms=3000; then
             t1=$(cut -d. -f1 /proc/uptime)
@@ -198,7 +239,30 @@ if [ -f /lib/modules/rmlx5.ko ]; then
     # naming the command, status and syndrome, and undo the bring-up with
     # every page back; a bind then brings the function up.
     cxfail=$(sed -n 's/.*rmlx5.cxfail=\([0-9a-fx]*\).*/\1/p' /proc/cmdline)
+    # Nothing is taken that was not handed over. The function starts on
+    # another driver (pci-stub, through its own override): loading rmlx5
+    # leaves it there. Then unbound with no override, the PCI core offers
+    # it to rmlx5_cx, which declines it. Only named does rmlx5 take it.
+    hand_to pci-stub
+    if [ "$(driver_of)" != pci-stub ]; then
+        fail cx_pci_stub_holds_the_function "driver of $bdf: $(driver_of), expected pci-stub"
+    fi
     if insmod /lib/modules/rmlx5.ko; then
+        if [ "$(driver_of)" = pci-stub ] && ! dmesg | grep -q "rmlx5_cx $bdf: ConnectX"; then
+            pass cx_function_of_another_driver_stays_with_it
+        else
+            fail cx_function_of_another_driver_stays_with_it "driver of $bdf after insmod: $(driver_of)"
+        fi
+        echo > $dev/driver_override
+        echo "$bdf" > $dev/driver/unbind
+        echo "$bdf" > /sys/bus/pci/drivers_probe
+        if [ -z "$(driver_of)" ] && dmesg | grep -q "rmlx5_cx $bdf: left alone: rmlx5 takes a function only when its driver_override names rmlx5_cx"; then
+            pass cx_unnamed_function_left_alone
+        else
+            fail cx_unnamed_function_left_alone "driver of $bdf: $(driver_of), or no 'left alone' line"
+        fi
+        # Handed over: its first probe runs now.
+        hand_to rmlx5_cx
         if [ -n "$cxfail" ]; then
             if ! bound &&
                 dmesg | grep -q "rmlx5_cx $bdf: ConnectX-5 bring-up failed: [A-Z_]* ($cxfail) failed: status BAD_PARAM_ERR (0x3), syndrome 0x200ff" &&
@@ -485,6 +549,16 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             fail cx_selftest_load "insmod cx_selftest=1 exited $?: $(dmesg | grep 'self-test' | tail -3)"
         fi
         dmesg | grep "rmlx5_cx $bdf"
+        # And handed back: the function goes to the driver named next.
+        hand_to pci-stub
+        # rmlx5 left it disabled, bus mastering off (PCI command bit 2).
+        cmd=$(hexdump -s 4 -n 2 -e '1/2 "%d"' $dev/config)
+        if [ "$(driver_of)" = pci-stub ] && [ "$(cat $dev/enable)" = 0 ] &&
+            [ $(( cmd & 4 )) = 0 ]; then
+            pass cx_function_handed_back_disabled
+        else
+            fail cx_function_handed_back_disabled "driver of $bdf: $(driver_of), enable $(cat $dev/enable), command $cmd"
+        fi
         # /init scans kmemleak after this script (cx_kmemleak).
     else
         fail cx_module_load "insmod exited $?"

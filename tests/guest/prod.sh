@@ -40,7 +40,8 @@ for d in /sys/bus/pci/devices/*; do
 done
 bdf=${dev##*/}
 
-echo "--- insmod rmlx5.ko"
+echo "--- insmod rmlx5.ko, the function handed over (driver_override)"
+[ -n "$dev" ] && echo rmlx5_cx > $dev/driver_override
 if insmod /lib/modules/rmlx5.ko; then
     pass prod_module_load
 else
