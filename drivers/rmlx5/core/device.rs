@@ -36,8 +36,9 @@ use kernel::{
 
 use super::{
     eq::{
+        comp_eq_log_size,
         Eq,
-        EQ_LOG_SIZE, //
+        ASYNC_EQ_LOG_SIZE, //
     },
     events::{
         EventHandlerFn,
@@ -122,12 +123,18 @@ impl Device {
         let slot = UniqueArc::<Self>::new_uninit(GFP_KERNEL)?;
         let mut eqs = KVec::with_capacity(geo.comp_eqs + 1, GFP_KERNEL)?;
         let made = (|| -> Result {
+            let comp_log = comp_eq_log_size(geo.max_cqs)?;
             for v in 0..=geo.comp_eqs {
                 let vector = u16::try_from(v)?;
-                let ring = Eq::alloc_ring(&*be, EQ_LOG_SIZE)?;
-                let eqn = be.create_eq(EQ_LOG_SIZE, vector, vector == 0, &ring)?;
+                let log = if vector == 0 {
+                    ASYNC_EQ_LOG_SIZE
+                } else {
+                    comp_log
+                };
+                let ring = Eq::alloc_ring(&*be, log)?;
+                let eqn = be.create_eq(log, vector, vector == 0, &ring)?;
                 // Capacity was reserved above: this does not fail.
-                eqs.push(Eq::new(vector, eqn, EQ_LOG_SIZE, ring), GFP_KERNEL)?;
+                eqs.push(Eq::new(vector, eqn, log, ring), GFP_KERNEL)?;
             }
             Ok(())
         })();

@@ -54,8 +54,24 @@ use crate::mlx5_prm::{
 
 /// EQEs consumed per handler run.
 pub(crate) const EQ_BUDGET: u32 = 64;
-/// log2 of the EQ size (EQEs).
-pub(crate) const EQ_LOG_SIZE: u8 = 7;
+/// log2 of the asynchronous EQ's size: 4,096 EQEs, as mlx5_core's.
+pub(crate) const ASYNC_EQ_LOG_SIZE: u8 = 12;
+
+/// log2 of a completion EQ's size on a device of `max_cqs` CQs. An armed
+/// CQ puts one completion EQE on its EQ and no more until it is armed
+/// again, so an EQ with room for one EQE per CQ of the device cannot
+/// overrun, however many CQs pick its vector and fire together; a
+/// ConnectX treats an overrun as fatal. (With 128 entries, as before, 129
+/// armed CQs firing at once on one vector overran it.)
+pub(crate) fn comp_eq_log_size(max_cqs: usize) -> Result<u8> {
+    let n = max_cqs.max(64).checked_next_power_of_two().ok_or(EINVAL)?;
+    let log = u8::try_from(n.trailing_zeros())?;
+    // The device limit (`log_max_eq_sz`) is 22 on every ConnectX.
+    if log > 22 {
+        return Err(EINVAL);
+    }
+    Ok(log)
+}
 
 /// One event queue of a device: the core's side (ring, consumer index,
 /// counters); the backend created it and owns its number.

@@ -682,11 +682,19 @@ impl Function {
 
     /// Whether anything the guest did was refused (see the module
     /// documentation).
-    pub(crate) fn failed(&self) -> bool {
+    pub(crate) fn failed(&mut self) -> bool {
         self.stats.doorbell_errors != 0
             || self.stats.fw_errors != 0
             || self.stats.stray_writes != 0
             || self.bus.stats.dma_faults != 0
+            || self.events_dropped() != 0
+    }
+
+    /// EQEs the device could not write: an EQ overrun (the driver left
+    /// more events unconsumed than the EQ holds), which a ConnectX treats
+    /// as fatal, or an event with no EQ to go to.
+    fn events_dropped(&mut self) -> u64 {
+        self.fabric.hca(0).map_or(0, |h| h.stats().events_dropped)
     }
 
     /// One line per area: what the function did.

@@ -24,7 +24,8 @@
 //! serves one client and exits when it disconnects: 0 if the guest did
 //! nothing wrong, 1 if anything was refused (a command, a doorbell, a DMA
 //! outside guest memory, a store where no register is, a vfio-user
-//! message), 2 if it could not start. The log goes to stderr.
+//! message) or an EQE was dropped (an EQ overrun), 2 if it could not
+//! start. The log goes to stderr.
 
 mod bar0;
 mod blueflame;
