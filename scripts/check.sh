@@ -163,8 +163,12 @@ print(d["guest_passed"], d["guest_failed"])' "$res")
                     --cx-emu-never-ready
                 # And with one MSI-X vector: the driver and its self-test
                 # fall back to vector 0.
+                # With every CREATE_CQ held 2 s by the emulator, so that a
+                # command keeps the function's mutex while completion
+                # interrupts arrive on that vector.
                 pci_guest "guest with an emulated ConnectX of one MSI-X vector" \
-                    "PCI guest, one MSI-X vector" pci-one-vector-console.log --cx-emu-msix 1
+                    "PCI guest, one MSI-X vector" pci-one-vector-console.log --cx-emu-msix 1 \
+                    --cx-emu-slow 0x400:2000 "${guest_tools[@]}"
                 # And behind SWIOTLB bounce buffers (swiotlb=force): kernel
                 # MRs, which would need DMA syncs, are refused.
                 pci_guest "guest with an emulated ConnectX and every DMA mapping bounced" \

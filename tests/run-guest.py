@@ -98,7 +98,8 @@ def build_initramfs(args, workdir):
 class CxEmu:
     """The emulated ConnectX-5: rmlx5-cx-emu serving one vfio-user socket."""
 
-    def __init__(self, binary, workdir, log_path, fail_opcode="", never_ready=False, msix=0):
+    def __init__(self, binary, workdir, log_path, fail_opcode="", never_ready=False, msix=0,
+                 slow=""):
         self.socket = os.path.join(workdir, "cx-emu.sock")
         self.log_path = log_path
         self.log = open(log_path, "w")
@@ -109,6 +110,8 @@ class CxEmu:
             cmd += ["--never-ready"]
         if msix:
             cmd += ["--msix", str(msix)]
+        if slow:
+            cmd += ["--slow-opcode", slow]
         # Extra emulator arguments for debugging (e.g. -v -v for its trace).
         cmd += os.environ.get("RMLX5_CX_EMU_ARGS", "").split()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
@@ -177,6 +180,9 @@ def run_qemu(args, initramfs, log_path, cx_emu=None):
         append.append("rmlx5.cxneverready=1")
     if args.cx_emu_msix:
         append.append(f"rmlx5.cxmsix={args.cx_emu_msix}")
+    if args.cx_emu_slow:
+        # The guest learns the hold (in ms) to time its checks.
+        append.append(f"rmlx5.cxslow={args.cx_emu_slow.split(':')[-1]}")
     append += args.append.split()
     if cx_emu:
         memory, device = cx_emu.qemu_args(args.memory)
@@ -281,6 +287,8 @@ def main():
     ap.add_argument("--cx-emu-msix", type=int, default=0,
                     help="MSI-X vectors of the emulated ConnectX (default: the emulator's 16; "
                          "told to the guest as rmlx5.cxmsix=N)")
+    ap.add_argument("--cx-emu-slow", default="",
+                    help="OP:MS: the emulator holds every command OP for MS ms (--slow-opcode)")
     ap.add_argument("--append", default="",
                     help="more kernel command line arguments (e.g. swiotlb=force)")
     ap.add_argument("--cpus", type=int, default=2)
@@ -300,7 +308,7 @@ def main():
     if args.cx_emu:
         cx_log = os.path.splitext(log_path)[0] + "-cx-emu.log"
         cx_emu = CxEmu(args.cx_emu, workdir, cx_log, args.cx_emu_fail,
-                       args.cx_emu_never_ready, args.cx_emu_msix)
+                       args.cx_emu_never_ready, args.cx_emu_msix, args.cx_emu_slow)
         if not cx_emu.wait_listening():
             cx_emu.stop(timeout=1)
             print(f"guest: FAIL cx_emu: the emulator did not start; its log ({cx_log}):")

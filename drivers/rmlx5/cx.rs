@@ -385,6 +385,15 @@ pub(crate) struct State<'bound> {
 /// The handler of vector 0: in hard-IRQ context the core's EQs on vector
 /// 0 (the device's async EQ, and the completion EQ when there is only one
 /// vector), in its thread the page-request EQ.
+///
+/// The thread takes the function's mutex, which a command holds for as
+/// long as the device takes (up to the 60-second command timeout). So the
+/// hard handler wakes the thread only for work of its own: when the page
+/// EQ has an EQE waiting and the thread is not already woken. An interrupt
+/// whose EQEs the hard handler consumed is handled there and then; were it
+/// passed to a thread stuck behind the mutex, the IRQ core would count it
+/// unhandled, and with one vector, where every completion arrives, 100,000
+/// of them would have the line disabled ("nobody cared").
 #[pin_data]
 struct AsyncIrq<'bound> {
     #[pin]
@@ -394,24 +403,63 @@ struct AsyncIrq<'bound> {
     core: SpinLockIrq<Option<(Arc<Device>, KVec<usize>)>>,
     /// The hard handler consumed EQEs of the core's EQs.
     core_handled: AtomicBool,
+    /// The page EQ's ring and consumer index as the thread last left them
+    /// (`None` until the EQ exists and after it is gone: then the thread
+    /// is woken to look).
+    #[pin]
+    page_peek: SpinLockIrq<Option<(Arc<buf::Buf>, u32)>>,
+    /// The thread was woken and has not taken its work yet.
+    thread_woken: AtomicBool,
+}
+
+impl AsyncIrq<'_> {
+    /// Records where the page EQ stands, for the hard handler (with the
+    /// function's mutex held, so `eq` cannot change meanwhile).
+    fn note_page_eq(&self, eq: Option<&PageEq>) {
+        *self.page_peek.lock() = eq.map(PageEq::peek);
+    }
+
+    /// Whether the page EQ may have an EQE for the thread.
+    fn page_work(&self) -> bool {
+        match &*self.page_peek.lock() {
+            Some((ring, ci)) => eq::eqe_waiting(ring, *ci),
+            None => true,
+        }
+    }
 }
 
 impl ThreadedHandler for AsyncIrq<'_> {
     fn handle(&self) -> ThreadedIrqReturn {
+        let mut core = false;
         if let Some((dev, positions)) = &*self.core.lock() {
             for &p in positions.iter() {
                 if eq_interrupt(dev, p).unwrap_or(false) {
-                    self.core_handled.store(true, Ordering::Relaxed);
+                    core = true;
                 }
             }
         }
-        ThreadedIrqReturn::WakeThread
+        if self.page_work() && !self.thread_woken.swap(true, Ordering::AcqRel) {
+            if core {
+                self.core_handled.store(true, Ordering::Relaxed);
+            }
+            return ThreadedIrqReturn::WakeThread;
+        }
+        if core {
+            ThreadedIrqReturn::Handled
+        } else {
+            ThreadedIrqReturn::None
+        }
     }
 
     fn handle_threaded(&self) -> IrqReturn {
         let mut st = self.state.lock();
+        // From here an EQE the poll below does not see raises an interrupt
+        // (the poll re-arms the EQ), and that interrupt wakes the thread
+        // again.
+        self.thread_woken.store(false, Ordering::Release);
         let State { bus, function, eq } = &mut *st;
         let consumed = eq.as_mut().map_or(0, |eq| eq.poll(bus, function));
+        self.note_page_eq(eq.as_ref());
         // The interrupt was for the core's EQs if it had nothing for the
         // page EQ: still handled (spurious-interrupt accounting).
         if consumed > 0 || self.core_handled.swap(false, Ordering::Relaxed) {
@@ -491,6 +539,8 @@ impl pci::Driver for CxDriver {
                             state <- new_mutex!(state, "rmlx5_cx_function"),
                             core <- new_spinlock_irq!(None, "rmlx5_cx_core"),
                             core_handled: AtomicBool::new(false),
+                            page_peek <- new_spinlock_irq!(None, "rmlx5_cx_page_peek"),
+                            thread_woken: AtomicBool::new(false),
                         }),
                     )
                 }
@@ -499,6 +549,7 @@ impl pci::Driver for CxDriver {
                 let uar = {
                     let mut st = irq.handler().state.lock();
                     let uar = bring_up(pdev, *model, &mut st)?;
+                    irq.handler().note_page_eq(st.eq.as_ref());
                     if crate::module_parameters::cx_selftest.value() {
                         // SAFETY: The borrow ends with the self-test, before
                         // this block does.

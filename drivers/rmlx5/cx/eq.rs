@@ -16,6 +16,7 @@ use kernel::sync::barrier::{
     dma_mb,
     Read, //
 };
+use kernel::sync::Arc;
 
 use super::{
     buf::Buf,
@@ -63,11 +64,22 @@ pub(super) struct PageEq {
     uar: u32,
     /// Consumer index (entries consumed so far).
     ci: u32,
-    ring: Buf,
+    /// Shared with the interrupt's hard handler, which looks whether an
+    /// EQE waits ([`PageEq::peek`], [`eqe_waiting`]).
+    ring: Arc<Buf>,
     /// PAGE_REQUEST events handled, and pages they moved (given minus
     /// taken back).
     pub(super) requests: u64,
     pub(super) pages_moved: i64,
+}
+
+/// Whether the device has written an EQE at consumer index `ci` of a
+/// page EQ's `ring` (the owner byte only; any context).
+pub(super) fn eqe_waiting(ring: &Buf, ci: u32) -> bool {
+    let log = u32::from(LOG_EQ_SIZE);
+    let off = ring::ring_index(ci, log) as usize * EQE_SIZE;
+    ring.byte(off + OWNER_OFFSET)
+        .is_ok_and(|owner| ring::eqe_valid(owner, ci, log))
 }
 
 /// Logs a command interface error (the crate's `Display`, which the log
@@ -86,7 +98,7 @@ impl PageEq {
         uar: u32,
         vector: u16,
     ) -> Result<Self> {
-        let ring = bus.alloc_buf(EQE_SIZE << LOG_EQ_SIZE)?;
+        let ring = Arc::new(bus.alloc_buf(EQE_SIZE << LOG_EQ_SIZE)?, GFP_KERNEL)?;
         for i in 0..1usize << LOG_EQ_SIZE {
             ring.write(i * EQE_SIZE + OWNER_OFFSET, &[ring::EQE_INIT_OWNER])?;
         }
@@ -130,6 +142,12 @@ impl PageEq {
         // An offset past BAR0 is reported by the bus, like any bad store.
         let off = uar_reg_offset(self.uar, UAR_EQ_ARM_OFFSET).unwrap_or(usize::MAX);
         bus.write32(off, u32::from_be_bytes(word));
+    }
+
+    /// The ring and the consumer index, for a context that cannot take
+    /// the function's lock to look whether an EQE waits ([`eqe_waiting`]).
+    pub(super) fn peek(&self) -> (Arc<Buf>, u32) {
+        (self.ring.clone(), self.ci)
     }
 
     /// The EQE at the consumer index, if the device has written one:

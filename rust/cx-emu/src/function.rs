@@ -75,6 +75,12 @@ pub(crate) struct Settings {
     pub(crate) fail_count: u32,
     /// The firmware never clears `initializing` (a driver must give up).
     pub(crate) never_ready: bool,
+    /// Commands with this opcode take `slow` longer than the others (a
+    /// busy firmware; 0: none): the device keeps the entry, and goes on
+    /// executing queues and raising interrupts, until the time is up.
+    pub(crate) slow_opcode: u16,
+    /// How much longer.
+    pub(crate) slow: Duration,
 }
 
 impl Settings {
@@ -86,6 +92,8 @@ impl Settings {
         fail_opcode: 0,
         fail_count: 0,
         never_ready: false,
+        slow_opcode: 0,
+        slow: Duration::ZERO,
     };
 
     fn fw_config(&self) -> FwConfig {
@@ -125,6 +133,8 @@ pub(crate) struct FnStats {
     pub(crate) overtaken: u64,
     /// Refusals in the firmware's log (commands, entries, doorbell bits).
     pub(crate) fw_errors: u64,
+    /// Commands made slow on purpose (`Settings::slow_opcode`).
+    pub(crate) slowed: u64,
     /// Commands failed on purpose (`Settings::fail_opcode`).
     pub(crate) injected: u64,
     /// BAR0 stores that reached no register.
@@ -148,6 +158,8 @@ pub(crate) struct Function {
     /// (`Function::tick`); armed after anything ran, disarmed when no QP
     /// is in ERR.
     err_watch_at: Option<u64>,
+    /// When the command held by `Settings::slow_opcode` runs.
+    slow_until: Option<u64>,
     /// Firmware log entries already reported.
     fw_seen: u64,
     state: HcaState,
@@ -178,6 +190,7 @@ impl Function {
             start: Instant::now(),
             more: false,
             err_watch_at: None,
+            slow_until: None,
             fw_seen: 0,
             state: HcaState::Disabled,
             stats: FnStats::default(),
@@ -284,19 +297,47 @@ impl Function {
             let v = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
             self.fw.write32(o + 4 * i, v);
         }
-        if self.fw.has_pending() {
-            let Some(hca) = self.fabric.hca(0) else {
-                return;
-            };
-            let done = self.fw.process(&mut self.bus, hca);
-            let s = self.fw.stats();
-            debug!(
-                "command doorbell: {done} entries handed back ({} commands, {} failed so far)",
-                s.commands, s.failed
-            );
-            self.run_fabric();
+        if self.fw.has_pending() && !self.hold_slow_command() {
+            self.run_commands();
         }
         self.check_firmware();
+    }
+
+    /// Runs the pending commands.
+    fn run_commands(&mut self) {
+        let Some(hca) = self.fabric.hca(0) else {
+            return;
+        };
+        let done = self.fw.process(&mut self.bus, hca);
+        let s = self.fw.stats();
+        debug!(
+            "command doorbell: {done} entries handed back ({} commands, {} failed so far)",
+            s.commands, s.failed
+        );
+        self.run_fabric();
+    }
+
+    /// Whether the pending command waits (`Settings::slow_opcode`): the
+    /// first time it is seen, its deadline is set; [`Function::tick`]
+    /// runs it then.
+    fn hold_slow_command(&mut self) -> bool {
+        if self.slow_until.is_some() {
+            return true;
+        }
+        if self.settings.slow.is_zero()
+            || self.fw.pending_opcode(&mut self.bus) != Some(self.settings.slow_opcode)
+        {
+            return false;
+        }
+        let ns = u64::try_from(self.settings.slow.as_nanos()).unwrap_or(u64::MAX);
+        self.slow_until = Some(self.now().saturating_add(ns));
+        self.stats.slowed += 1;
+        info!(
+            "command {:#06x} held for {} ms (--slow-opcode)",
+            self.settings.slow_opcode,
+            self.settings.slow.as_millis()
+        );
+        true
     }
 
     fn uar_write(&mut self, index: u32, o: usize, data: &[u8]) {
@@ -633,6 +674,11 @@ impl Function {
     /// queues while work is left or a retry is due.
     pub(crate) fn tick(&mut self) {
         let now = self.now();
+        if self.slow_until.is_some_and(|d| d <= now) {
+            self.slow_until = None;
+            self.run_commands();
+            self.check_firmware();
+        }
         if self
             .bf
             .deadline(self.bf_idle_ns())
@@ -669,7 +715,10 @@ impl Function {
         let now = self.now();
         let bf = self.bf.deadline(self.bf_idle_ns());
         let retry = self.fabric.next_deadline();
-        let at = [bf, retry, self.err_watch_at].into_iter().flatten().min()?;
+        let at = [bf, retry, self.err_watch_at, self.slow_until]
+            .into_iter()
+            .flatten()
+            .min()?;
         Some(Duration::from_nanos(at.saturating_sub(now)))
     }
 
@@ -707,8 +756,8 @@ impl Function {
         vec![
             format!(
                 "firmware: state {:?}, {} commands ({} failed, {} delivery errors, {} ignored \
-                 doorbell bits), {} refusals logged, {} injected; pages held {}, given {}, \
-                 returned {}",
+                 doorbell bits), {} refusals logged, {} injected, {} held; pages held {}, \
+                 given {}, returned {}",
                 self.fw.state(),
                 fw.commands,
                 fw.failed,
@@ -716,6 +765,7 @@ impl Function {
                 fw.ignored,
                 s.fw_errors,
                 s.injected,
+                s.slowed,
                 p.held,
                 p.given_total,
                 p.returned_total

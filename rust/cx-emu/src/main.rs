@@ -11,13 +11,16 @@
 //! fabric of one. Documentation/cx-emu.md describes the whole route.
 //!
 //! ```text
-//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [-v]... [-q]
+//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]
 //!
 //! `--fail-opcode` makes the firmware fail the first `--fail-count`
 //! (default 1) commands with that opcode (a test of the driver's error
 //! path); those refusals are counted apart and do not fail the run.
 //! `--never-ready` keeps `initializing` set forever (a firmware hung in
 //! its initialisation: the driver must give up after its timeout).
+//! `--slow-opcode OP:MS` holds every command with that opcode MS
+//! milliseconds before running it (a busy firmware), while the queues,
+//! doorbells and interrupts go on.
 //! ```
 //!
 //! The socket appears at PATH once it accepts a connection; the process
@@ -50,7 +53,7 @@ use log::{error, info};
 use server::Server;
 use vfio_user::socket::Connection;
 
-const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [-v]... [-q]";
+const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]";
 
 struct Args {
     socket: PathBuf,
@@ -94,6 +97,18 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 }
             }
             "--never-ready" => settings.never_ready = true,
+            "--slow-opcode" => {
+                // OP:MS, e.g. 0x400:3000 (every CREATE_CQ 3 s longer).
+                let v = value("--slow-opcode")?;
+                let (op, ms) = v.split_once(':').ok_or("--slow-opcode: OP:MS")?;
+                settings.slow_opcode = match op.strip_prefix("0x") {
+                    Some(hex) => u16::from_str_radix(hex, 16),
+                    None => op.parse(),
+                }
+                .map_err(|e| format!("--slow-opcode: {e}"))?;
+                let ms: u64 = ms.parse().map_err(|e| format!("--slow-opcode: {e}"))?;
+                settings.slow = Duration::from_millis(ms);
+            }
             "--fail-count" => {
                 settings.fail_count = value("--fail-count")?
                     .parse()
@@ -214,6 +229,10 @@ mod tests {
         assert!(args(&["--msix", "8"]).is_err());
         assert!(args(&["--socket", "/tmp/s", "--msix", "0"]).is_err());
         assert!(args(&["--socket", "/tmp/s", "--msix", "257"]).is_err());
+        let a = args(&["--socket", "/tmp/s", "--slow-opcode", "0x400:3000"]).unwrap();
+        assert_eq!(a.settings.slow_opcode, 0x400);
+        assert_eq!(a.settings.slow, Duration::from_millis(3000));
+        assert!(args(&["--socket", "/tmp/s", "--slow-opcode", "0x400"]).is_err());
         assert!(args(&["--socket"]).is_err());
         assert!(args(&["--socket", "x", "--bogus"]).is_err());
         assert!(

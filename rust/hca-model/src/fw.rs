@@ -374,6 +374,23 @@ impl<B: PageStore> Firmware<B> {
         self.pending != 0
     }
 
+    /// The opcode of the first pending command (from its entry's inline
+    /// input), for an embedder that lets some commands take longer, as a
+    /// busy firmware does. `None` if nothing is pending or the entry cannot
+    /// be read.
+    pub fn pending_opcode<M: super::mem::DmaMemory>(&self, m: &mut M) -> Option<u16> {
+        if self.pending == 0 {
+            return None;
+        }
+        let (base, _, log_stride) = self.seg.cmdq()?;
+        let slot = u64::from(self.pending.trailing_zeros());
+        let addr = base.checked_add(slot << log_stride)?;
+        let mut entry = [0u8; super::prm::cmd_queue::CMD_LAYOUT_SIZE];
+        m.read(addr, &mut entry).ok()?;
+        let l = super::prm::cmd_queue::CmdLayout::decode(&entry);
+        Some(u16::from_be_bytes([l.in_data[0], l.in_data[1]]))
+    }
+
     /// Runs every entry whose doorbell bit is pending, in entry order, on
     /// instance `hca`, reaching memory and raising interrupts through `p`.
     /// Returns how many entries were handed back to the driver.
