@@ -22,6 +22,21 @@ failures=()
 start=$(date +%s)
 step() { printf '\n=== %s\n' "$*"; }
 count_fail() { failed=$((failed + 1)); failures+=("$1"); }
+# add_guest_results RESULTS WHAT: adds the guest test counts of a guest
+# run without KUnit (run-guest.py --results) and removes the file.
+add_guest_results() {
+    local gp gf
+    if [ -s "$1" ]; then
+        read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+print(d["guest_passed"], d["guest_failed"])' "$1")
+        passed=$((passed + gp))
+        failed=$((failed + gf))
+        [ "$gf" = 0 ] || failures+=("$2: $gf failed")
+    else
+        count_fail "$2 runner"
+    fi
+    rm -f "$1"
+}
 
 step "setup"
 bash "$here/setup.sh" || { echo "setup failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -131,16 +146,7 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                     --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-devinfo" \
                     --module "$top/build/module/rmlx5.ko" --kunit-filter none \
                     "$@" --timeout 600 --log "$top/build/$log" --results "$res"
-                if [ -s "$res" ]; then
-                    read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
-print(d["guest_passed"], d["guest_failed"])' "$res")
-                    passed=$((passed + gp))
-                    failed=$((failed + gf))
-                    [ "$gf" = 0 ] || failures+=("$what: $gf failed")
-                else
-                    count_fail "$what runner"
-                fi
-                rm -f "$res"
+                add_guest_results "$res" "$what"
             }
             if qemu=$(bash "$here/qemu.sh") &&
                 cargo build --quiet --release -p cx-emu --bin rmlx5-cx-emu &&
@@ -203,16 +209,7 @@ print(d["guest_passed"], d["guest_failed"])' "$res")
                 --module "$pmo/rmlx5.ko" --ulp "$pulp/rmlx5_ulp.ko" --ibtest "$pib/rmlx5_ibtest.ko" \
                 "${guest_tools[@]}" --timeout 900 --log "$top/build/prod-console.log" \
                 --results "$res"
-            if [ -s "$res" ]; then
-                read -r gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
-print(d["guest_passed"], d["guest_failed"])' "$res")
-                passed=$((passed + gp))
-                failed=$((failed + gf))
-                [ "$gf" = 0 ] || failures+=("production-like guest: $gf failed")
-            else
-                count_fail "production-like guest runner"
-            fi
-            rm -f "$res"
+            add_guest_results "$res" "production-like guest"
         else
             count_fail "production-like module, QEMU or emulator build"
         fi

@@ -149,71 +149,9 @@ impl Model {
     }
 }
 
-/// The functions the driver knows: the IDs mlx5_core binds.
-///
-/// Deliberately not a module device table (`pci_device_table!` exports
-/// one): modpost would turn it into `alias pci:v000015B3d00001017...`
-/// lines, and udev would load rmlx5 for every ConnectX in the machine next
-/// to mlx5_core, the two racing for each NIC. rmlx5 takes a function only
-/// when a tester names it through its `driver_override` (see
-/// [`named_for_us`] and Documentation/pci.md).
-static CX_TABLE: IdArray<pci::DeviceId, Model, 13> = IdArray::new([
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1013),
-        &Model::pf("ConnectX-4"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1014),
-        &Model::vf("ConnectX-4"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1015),
-        &Model::pf("ConnectX-4 Lx"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1016),
-        &Model::vf("ConnectX-4 Lx"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1017),
-        &Model::pf("ConnectX-5"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1018),
-        &Model::vf("ConnectX-5"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1019),
-        &Model::pf("ConnectX-5 Ex"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101a),
-        &Model::vf("ConnectX-5 Ex"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101b),
-        &Model::pf("ConnectX-6"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101c),
-        &Model::vf("ConnectX-6"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101d),
-        &Model::pf("ConnectX-6 Dx"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x101e),
-        &Model::vf("ConnectX family"),
-    ),
-    (
-        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0x1021),
-        &Model::pf("ConnectX-7"),
-    ),
-]);
-
-/// `CX_TABLE`'s device IDs and models, for [`model_of`].
-const MODELS: [(u16, Model); 13] = [
+/// The functions the driver knows, the IDs mlx5_core binds (vendor
+/// 0x15b3): device ID and model.
+static MODELS: [(u16, Model); 13] = [
     (0x1013, Model::pf("ConnectX-4")),
     (0x1014, Model::vf("ConnectX-4")),
     (0x1015, Model::pf("ConnectX-4 Lx")),
@@ -228,6 +166,32 @@ const MODELS: [(u16, Model); 13] = [
     (0x101e, Model::vf("ConnectX family")),
     (0x1021, Model::pf("ConnectX-7")),
 ];
+
+/// [`MODELS`] as the PCI driver's ID table.
+///
+/// Deliberately not a module device table (`pci_device_table!` exports
+/// one): modpost would turn it into `alias pci:v000015B3d00001017...`
+/// lines, and udev would load rmlx5 for every ConnectX in the machine next
+/// to mlx5_core, the two racing for each NIC. rmlx5 takes a function only
+/// when a tester names it through its `driver_override` (see
+/// [`named_for_us`] and Documentation/pci.md).
+static CX_TABLE: IdArray<pci::DeviceId, Model, 13> = IdArray::new(cx_ids());
+
+const fn cx_ids() -> [(pci::DeviceId, &'static Model); 13] {
+    let mut ids = [(
+        pci::DeviceId::from_id(pci::Vendor::MELLANOX, 0),
+        &MODELS[0].1,
+    ); 13];
+    let mut i = 0;
+    while i < MODELS.len() {
+        ids[i] = (
+            pci::DeviceId::from_id(pci::Vendor::MELLANOX, MODELS[i].0 as u32),
+            &MODELS[i].1,
+        );
+        i += 1;
+    }
+    ids
+}
 
 /// Whether `pdev` was handed to rmlx5 through its `driver_override`. The
 /// PCI core offers the driver every unbound function of `CX_TABLE`, but

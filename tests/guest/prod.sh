@@ -57,20 +57,27 @@ else
     fail prod_software_hcas "no /dev/rmlx5_uverbs0 and 1"
 fi
 
-# The pingpong between the two software HCAs, as make demo runs it.
-for mode in polling events; do
-    flag=
-    [ $mode = events ] && flag=--events
-    echo "--- rmlx5-pingpong $flag: rmlx5_0 <-> rmlx5_1, 4096 B x 500"
-    if out=$(rmlx5-pingpong --size 4096 --iters 500 $flag --device 0 --peer-device 1 2>&1) &&
-        echo "$out" | grep -q "Mbit/sec"; then
-        echo "$out" | sed 's/^/  /'
-        pass prod_pingpong_$mode
-    else
-        echo "$out" | sed 's/^/  /'
-        fail prod_pingpong_$mode "rmlx5-pingpong $flag failed or printed no Mbit/sec line"
-    fi
-done
+# pingpong NAME DEVICE PEER ITERS: rmlx5-pingpong of 4 KiB messages in
+# polling and in event mode, as make demo runs it; cases NAME_polling and
+# NAME_events.
+pingpong() {
+    for mode in polling events; do
+        flag=
+        [ $mode = events ] && flag=--events
+        echo "--- rmlx5-pingpong $flag: rmlx5_$2 <-> rmlx5_$3, 4096 B x $4"
+        if out=$(rmlx5-pingpong --size 4096 --iters $4 $flag --device $2 --peer-device $3 2>&1) &&
+            echo "$out" | grep -q "Mbit/sec"; then
+            echo "$out" | sed 's/^/  /'
+            pass $1_$mode
+        else
+            echo "$out" | sed 's/^/  /'
+            fail $1_$mode "rmlx5-pingpong $flag on rmlx5_$2 and rmlx5_$3 failed or printed no Mbit/sec line"
+        fi
+    done
+}
+
+# The pingpong between the two software HCAs.
+pingpong prod_pingpong 0 1 500
 
 # The software HCAs as ib_core devices with an active port.
 ok=1
@@ -120,19 +127,7 @@ fi
 # User traffic on the function: the pingpong as a loopback pair, its
 # doorbells BAR stores (no KICK), in both modes.
 if [ -n "$n" ]; then
-    for mode in polling events; do
-        flag=
-        [ $mode = events ] && flag=--events
-        echo "--- rmlx5-pingpong $flag: rmlx5_$n loopback, 4096 B x 200"
-        if out=$(rmlx5-pingpong --size 4096 --iters 200 $flag --device $n --peer-device $n 2>&1) &&
-            echo "$out" | grep -q "Mbit/sec"; then
-            echo "$out" | sed 's/^/  /'
-            pass prod_cx_pingpong_$mode
-        else
-            echo "$out" | sed 's/^/  /'
-            fail prod_cx_pingpong_$mode "rmlx5-pingpong $flag on rmlx5_$n failed or printed no Mbit/sec line"
-        fi
-    done
+    pingpong prod_cx_pingpong $n $n 200
 fi
 
 # Unload: the function goes down with every page back, the nodes go.
