@@ -7,7 +7,8 @@
 # The packages are Debian's, the same release as the host (so the host's C
 # library and loader fit them): downloaded with `apt-get download`, unpacked
 # with dpkg-deb, and only the programs the benchmark runs are staged, with
-# every shared library `ldd` says they need. Providers: rxe and siw only.
+# every shared library `ldd` says they need. Providers: rxe and siw for the
+# benchmark, mlx5 (libmlx5) for make check.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
@@ -25,8 +26,9 @@ bench)
               iproute2 libpci3 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1)
     ;;
 check)
-    PROGRAMS=(rdma ip)
-    PACKAGES=(iproute2 libmnl0 libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g)
+    PROGRAMS=(rdma ip ibv_devices ibv_devinfo ibv_rc_pingpong)
+    PACKAGES=(iproute2 libmnl0 libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g
+              ibverbs-utils ibverbs-providers libibverbs1 rdma-core libnl-3-200 libnl-route-3-200)
     ;;
 *)
     echo "usage: $0 [bench|check]" >&2
@@ -98,7 +100,9 @@ for prog in "${PROGRAMS[@]}"; do
     cp "$src" "$root/usr/bin/$prog"
     stage_deps "$src"
 done
-providers=()
+# Providers: rxe and siw for the benchmark's comparison; rdma-core's mlx5
+# provider (libmlx5) for make check, which runs rdma-core's tools on rmlx5.
+providers=(mlx5)
 [ "$profile" = bench ] && providers=(rxe siw)
 for drv in "${providers[@]}"; do
     so=$(ls "$pkg"/usr/lib/x86_64-linux-gnu/libibverbs/lib$drv-rdmav*.so)

@@ -146,6 +146,13 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "kick_elision {}", u8::from(r.soft.elision))?;
     writeln!(f, "watch_runs {}", st.watch.runs)?;
     writeln!(f, "watch_doorbells {}", st.watch.doorbells)?;
+    // The UAR trap (rdma-core's provider; fabric-wide).
+    let t = &st.trap;
+    writeln!(f, "trap_faults {}", t.faults)?;
+    writeln!(f, "trap_runs {}", t.runs)?;
+    writeln!(f, "trap_zaps {}", t.zaps)?;
+    writeln!(f, "trap_doorbells {}", t.doorbells)?;
+    writeln!(f, "trap_arms {}", t.arms)?;
     let (runs, calls) = dev.as_ref().map_or((0, 0), |d| {
         (
             d.dispatch_runs.load(Ordering::Relaxed),

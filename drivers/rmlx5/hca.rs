@@ -34,6 +34,7 @@
 pub(crate) mod backend;
 pub(crate) mod dma;
 pub(crate) mod irq;
+pub(crate) mod trap;
 pub(crate) mod uar;
 pub(crate) mod watch;
 
@@ -175,6 +176,8 @@ pub(crate) struct Locked {
     pub(crate) timer_fires: u64,
     /// What the doorbell watcher reads and writes (`hca/watch.rs`).
     pub(crate) watch: watch::WatchSet,
+    /// What the UAR trap reads (`hca/trap.rs`).
+    pub(crate) trap: trap::TrapSet,
     /// The path figures, shared with [`SoftHca::perf`], so that the
     /// platform can stamp the interrupts it raises.
     perf: Arc<Perf>,
@@ -217,6 +220,9 @@ pub(crate) struct SoftHca {
     /// The doorbell watcher (`hca/watch.rs`), on the unbound workqueue.
     #[pin]
     pub(crate) watch_work: Work<SoftHca, 3>,
+    /// The UAR trap's poller (`hca/trap.rs`), on the unbound workqueue.
+    #[pin]
+    pub(crate) trap_work: Work<SoftHca, 4>,
     /// The watcher is queued or running.
     pub(crate) watching: AtomicBool,
     /// The watcher is not started before this time (perf clock, ns).
@@ -242,6 +248,7 @@ pub(crate) struct SoftHca {
 kernel::impl_has_work! {
     impl HasWork<Self, 2> for SoftHca { self.engine_work }
     impl HasWork<Self, 3> for SoftHca { self.watch_work }
+    impl HasWork<Self, 4> for SoftHca { self.trap_work }
 }
 
 #[pinned_drop]
@@ -310,6 +317,7 @@ impl SoftHca {
             timer_at: None,
             timer_fires: 0,
             watch: watch::WatchSet::new(nr_hcas, MAX_QPS)?,
+            trap: trap::TrapSet::new(nr_hcas, MAX_QPS)?,
             perf: perf.clone(),
         };
         Arc::pin_init(
@@ -319,6 +327,7 @@ impl SoftHca {
                 irqs_per_hca,
                 engine_work <- new_work!("rmlx5_engine"),
                 watch_work <- new_work!("rmlx5_watch"),
+                trap_work <- new_work!("rmlx5_trap"),
                 watching: AtomicBool::new(false),
                 watch_backoff: AtomicU64::new(0),
                 watch_run <- new_spinlock!((), "rmlx5_watch_run"),
@@ -433,6 +442,7 @@ impl SoftHca {
             [
                 Work::<SoftHca, 2>::raw_get(&self.engine_work),
                 Work::<SoftHca, 3>::raw_get(&self.watch_work),
+                Work::<SoftHca, 4>::raw_get(&self.trap_work),
             ]
         };
         for w in works {

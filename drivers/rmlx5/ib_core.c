@@ -46,6 +46,7 @@
 #include <rdma/rmlx5_ib.h>
 
 #include "ib_core.h"
+#include "ib_priv.h"
 #include "rmlx5_shim.h"
 
 /* In the Rust crate (ulp.rs), not exported: ib_core's event handler slot. */
@@ -132,6 +133,9 @@ static_assert(offsetof(struct rmlx5_ib_sge, lkey) == offsetof(struct ib_sge, lke
 
 #define RMLX5_IBC_MAX_DEVS 8
 
+/* Whether user objects (ib_user.c) exist on this kernel. */
+#define RMLX5_IBC_USER IS_ENABLED(CONFIG_INFINIBAND_USER_ACCESS)
+
 /* RoCE ports: at most this many GIDs (ib_core fills them from the netdev). */
 #define RMLX5_IBC_ROCE_GIDS 16
 
@@ -139,61 +143,6 @@ static char *roce_netdevs;
 module_param(roce_netdevs, charp, 0444);
 MODULE_PARM_DESC(roce_netdevs,
 		 "Comma-separated netdev names: rmlx5_<n> becomes a RoCE device on the n-th (in any network namespace); an empty or missing name keeps rmlx5_<n> InfiniBand");
-
-struct rmlx5_ibc_dev {
-	struct ib_device ibdev;
-	int index;
-	/*
-	 * QPN -> QP (wc->qp, QP events) and CQN -> CQ (CQ events). An event
-	 * handler looks up and calls under ev_lock; destroy removes the entry
-	 * under it, so no handler runs on an object ib_core is about to free.
-	 */
-	struct xarray qps;
-	struct xarray cqs;
-	spinlock_t ev_lock;
-	/* A RoCE port (bound to a netdev at registration), else InfiniBand. */
-	bool roce;
-	/* Registered with ib_core (under rmlx5_ibc_lock). */
-	bool registered;
-	/* A ConnectX function (rmlx5_ibc_add_pci), not a software HCA. */
-	bool pci;
-};
-
-struct rmlx5_ibc_pd {
-	struct ib_pd ibpd;
-	struct rmlx5_ib_pd *pd;
-};
-
-struct rmlx5_ibc_mr {
-	struct ib_mr ibmr;
-	struct rmlx5_ib_mr *mr;
-	/* Fast registration: pages ib_sg_to_pages has set, and the room. */
-	u32 npages;
-	u32 max_pages;
-	int set_page_err;
-};
-
-/*
- * The model resolves an access into at most 64 DMA ranges (transfer.rs,
- * MAX_PIECES), one per run of adjacent pages: at most that many pages.
- */
-#define RMLX5_IBC_MAX_FAST_PAGES 64
-
-struct rmlx5_ibc_cq {
-	struct ib_cq ibcq;
-	struct rmlx5_ib_cq *cq;
-	u32 cqn;
-};
-
-struct rmlx5_ibc_qp {
-	struct ib_qp ibqp;
-	struct rmlx5_ib_qp *qp;
-	/* What query_qp reports besides the state: the QP's attributes only
-	 * change by modify_qp, so the last accepted values are its own. */
-	struct ib_qp_attr attr;
-	struct ib_qp_cap cap;
-	enum ib_sig_type sq_sig_type;
-};
 
 /*
  * Registered devices. The table changes under rmlx5_ibc_lock, which the
@@ -204,31 +153,6 @@ static DEFINE_MUTEX(rmlx5_ibc_lock);
 static struct rmlx5_ibc_dev *rmlx5_ibc_devs[RMLX5_IBC_MAX_DEVS];
 static unsigned int rmlx5_ibc_nr;
 static bool rmlx5_ibc_notifier;
-
-static struct rmlx5_ibc_dev *to_dev(struct ib_device *ibdev)
-{
-	return container_of(ibdev, struct rmlx5_ibc_dev, ibdev);
-}
-
-static struct rmlx5_ibc_pd *to_pd(struct ib_pd *ibpd)
-{
-	return container_of(ibpd, struct rmlx5_ibc_pd, ibpd);
-}
-
-static struct rmlx5_ibc_mr *to_mr(struct ib_mr *ibmr)
-{
-	return container_of(ibmr, struct rmlx5_ibc_mr, ibmr);
-}
-
-static struct rmlx5_ibc_cq *to_cq(struct ib_cq *ibcq)
-{
-	return container_of(ibcq, struct rmlx5_ibc_cq, ibcq);
-}
-
-static struct rmlx5_ibc_qp *to_qp(struct ib_qp *ibqp)
-{
-	return container_of(ibqp, struct rmlx5_ibc_qp, ibqp);
-}
 
 /*
  * The identity rmlx5's own uverbs device reports for the same HCA
@@ -260,7 +184,7 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 	struct rmlx5_ib_device_attr a;
 	int err;
 
-	if (udata && (udata->inlen || udata->outlen))
+	if (udata && !RMLX5_IBC_USER && (udata->inlen || udata->outlen))
 		return -EINVAL;
 	err = rmlx5_ib_query_device(to_dev(ibdev)->index, &a);
 	if (err)
@@ -294,6 +218,10 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 	props->masked_atomic_cap = IB_ATOMIC_HCA;
 	props->max_pkeys = 1;
 	props->local_ca_ack_delay = 16;
+#if RMLX5_IBC_USER
+	if (udata)
+		return rmlx5_ibc_user_query_device(ibdev, udata);
+#endif
 	return 0;
 }
 
@@ -392,9 +320,19 @@ static int rmlx5_ibc_query_pkey(struct ib_device *ibdev, u32 port, u16 index,
 
 static int rmlx5_ibc_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 {
-	if (udata)
+	int err;
+
+	if (udata && !RMLX5_IBC_USER)
 		return -EOPNOTSUPP;
-	return rmlx5_ib_alloc_pd(to_dev(ibpd->device)->index, &to_pd(ibpd)->pd);
+	err = rmlx5_ib_alloc_pd(to_dev(ibpd->device)->index, &to_pd(ibpd)->pd);
+#if RMLX5_IBC_USER
+	if (!err && udata) {
+		err = rmlx5_ibc_user_alloc_pd(ibpd, udata);
+		if (err)
+			rmlx5_ib_dealloc_pd(to_pd(ibpd)->pd);
+	}
+#endif
+	return err;
 }
 
 static int rmlx5_ibc_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
@@ -431,8 +369,14 @@ static struct ib_mr *rmlx5_ibc_reg_user_mr(struct ib_pd *ibpd, u64 start,
 					   int access, struct ib_dmah *dmah,
 					   struct ib_udata *udata)
 {
-	/* User space reaches rmlx5 through its own uverbs device. */
+#if RMLX5_IBC_USER
+	if (dmah)
+		return ERR_PTR(-EOPNOTSUPP);
+	return rmlx5_ibc_user_reg_mr(ibpd, start, length, virt_addr, access,
+				     udata);
+#else
 	return ERR_PTR(-EOPNOTSUPP);
+#endif
 }
 
 static struct ib_mr *rmlx5_ibc_alloc_mr(struct ib_pd *ibpd,
@@ -498,6 +442,10 @@ static int rmlx5_ibc_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	struct rmlx5_ibc_mr *mr = to_mr(ibmr);
 	int err;
 
+#if RMLX5_IBC_USER
+	if (mr->umr)
+		return rmlx5_ibc_user_dereg_mr(mr);
+#endif
 	err = rmlx5_ib_dereg_mr(mr->mr);
 	if (!err)
 		kfree(mr);
@@ -549,6 +497,10 @@ static int rmlx5_ibc_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	struct rmlx5_ibc_cq *cq = to_cq(ibcq);
 	int err;
 
+#if RMLX5_IBC_USER
+	if (cq->ucq)
+		return rmlx5_ibc_user_destroy_cq(cq);
+#endif
 	err = rmlx5_ib_destroy_cq(cq->cq);
 	if (err)
 		return err;
@@ -564,6 +516,9 @@ static int rmlx5_ibc_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 	struct rmlx5_ib_wc w[8];
 	int done = 0;
 
+	/* A CQ of rdma-core's provider is polled in its process. */
+	if (!to_cq(ibcq)->cq)
+		return -EOPNOTSUPP;
 	while (done < num) {
 		int want = min_t(int, num - done, ARRAY_SIZE(w));
 		int n = rmlx5_ib_poll_cq(to_cq(ibcq)->cq, want, w);
@@ -607,6 +562,8 @@ static int rmlx5_ibc_req_notify_cq(struct ib_cq *ibcq,
 	u32 arm = (flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED ?
 		RMLX5_IB_CQ_SOLICITED : RMLX5_IB_CQ_NEXT_COMP;
 
+	if (!to_cq(ibcq)->cq)
+		return -EOPNOTSUPP;
 	return rmlx5_ib_req_notify_cq(to_cq(ibcq)->cq,
 				      arm | (flags & IB_CQ_REPORT_MISSED_EVENTS));
 }
@@ -623,8 +580,13 @@ static int rmlx5_ibc_create_qp(struct ib_qp *ibqp,
 	void *old;
 	int err;
 
+#if RMLX5_IBC_USER
+	if (udata)
+		return rmlx5_ibc_user_create_qp(ibqp, init, udata);
+#else
 	if (udata)
 		return -EOPNOTSUPP;
+#endif
 	if (init->qp_type != IB_QPT_RC || init->srq || init->xrcd ||
 	    init->rwq_ind_tbl || init->create_flags)
 		return -EOPNOTSUPP;
@@ -705,7 +667,7 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 	};
 	int err;
 
-	if (udata)
+	if (udata && !qp->uqp)
 		return -EOPNOTSUPP;
 	if (mask & ~RMLX5_IBC_QP_MASK)
 		return -EOPNOTSUPP;
@@ -734,7 +696,12 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			return -EINVAL;
 		a.dlid = pci ? dlid : dlid - 1;
 	}
-	err = rmlx5_ib_modify_qp(qp->qp, &a, mask);
+#if RMLX5_IBC_USER
+	if (qp->uqp)
+		err = rmlx5_ibc_user_modify_qp(qp, &a, mask, udata);
+	else
+#endif
+		err = rmlx5_ib_modify_qp(qp->qp, &a, mask);
 	if (err)
 		return err;
 	if (mask & IB_QP_STATE)
@@ -788,7 +755,14 @@ static int rmlx5_ibc_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			      int mask, struct ib_qp_init_attr *init)
 {
 	struct rmlx5_ibc_qp *qp = to_qp(ibqp);
-	int state = rmlx5_ib_query_qp_state(qp->qp);
+	int state;
+
+#if RMLX5_IBC_USER
+	if (qp->uqp)
+		state = rmlx5_ibc_user_qp_state(qp);
+	else
+#endif
+		state = rmlx5_ib_query_qp_state(qp->qp);
 
 	if (state < 0)
 		return state;
@@ -813,6 +787,10 @@ static int rmlx5_ibc_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	struct rmlx5_ibc_qp *qp = to_qp(ibqp);
 	int err;
 
+#if RMLX5_IBC_USER
+	if (qp->uqp)
+		return rmlx5_ibc_user_destroy_qp(qp);
+#endif
 	err = rmlx5_ib_destroy_qp(qp->qp);
 	if (err)
 		return err;
@@ -828,6 +806,11 @@ static int rmlx5_ibc_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	struct rmlx5_ib_qp *qp = to_qp(ibqp)->qp;
 	int err = 0;
 
+	/* A QP of rdma-core's provider is posted to in its process. */
+	if (!qp) {
+		*bad_wr = wr;
+		return -EOPNOTSUPP;
+	}
 	for (; wr; wr = wr->next) {
 		struct rmlx5_ib_send_wr w = {
 			.wr_id = wr->wr_id,
@@ -905,6 +888,10 @@ static int rmlx5_ibc_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	struct rmlx5_ib_qp *qp = to_qp(ibqp)->qp;
 	int err = 0;
 
+	if (!qp) {
+		*bad_wr = wr;
+		return -EOPNOTSUPP;
+	}
 	for (; wr; wr = wr->next) {
 		struct rmlx5_ib_recv_wr w = {
 			.wr_id = wr->wr_id,
@@ -938,37 +925,43 @@ static void rmlx5_ibc_qp_event(struct rmlx5_ibc_dev *dev, u32 qpn,
 	spin_unlock_bh(&dev->ev_lock);
 }
 
+/* The ib_event of an mlx5 QP async event type, or -1 if it is none. */
+int rmlx5_ibc_qp_event_type(u8 type)
+{
+	switch (type) {
+	case 0x01: /* MLX5_EVENT_TYPE_PATH_MIG */
+		return IB_EVENT_PATH_MIG;
+	case 0x02: /* MLX5_EVENT_TYPE_COMM_EST */
+		return IB_EVENT_COMM_EST;
+	case 0x03: /* MLX5_EVENT_TYPE_SQ_DRAINED */
+		return IB_EVENT_SQ_DRAINED;
+	case 0x05: /* MLX5_EVENT_TYPE_WQ_CATAS_ERROR */
+		return IB_EVENT_QP_FATAL;
+	case 0x07: /* MLX5_EVENT_TYPE_PATH_MIG_FAILED */
+		return IB_EVENT_PATH_MIG_ERR;
+	case 0x10: /* MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR */
+		return IB_EVENT_QP_REQ_ERR;
+	case 0x11: /* MLX5_EVENT_TYPE_WQ_ACCESS_ERROR */
+		return IB_EVENT_QP_ACCESS_ERR;
+	case 0x13: /* MLX5_EVENT_TYPE_SRQ_LAST_WQE */
+		return IB_EVENT_QP_LAST_WQE_REACHED;
+	default:
+		return -1;
+	}
+}
+
 static void rmlx5_ibc_event(int index, u32 type, u32 element, void *context)
 {
 	struct rmlx5_ibc_dev *dev = context;
 	struct ib_event ev = { .device = &dev->ibdev };
 	struct rmlx5_ibc_cq *cq;
+	int qp_event = type <= 0xff ? rmlx5_ibc_qp_event_type(type) : -1;
 
+	if (qp_event >= 0) {
+		rmlx5_ibc_qp_event(dev, element, qp_event);
+		return;
+	}
 	switch (type) {
-	case 0x01: /* MLX5_EVENT_TYPE_PATH_MIG */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_PATH_MIG);
-		break;
-	case 0x02: /* MLX5_EVENT_TYPE_COMM_EST */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_COMM_EST);
-		break;
-	case 0x03: /* MLX5_EVENT_TYPE_SQ_DRAINED */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_SQ_DRAINED);
-		break;
-	case 0x05: /* MLX5_EVENT_TYPE_WQ_CATAS_ERROR */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_FATAL);
-		break;
-	case 0x07: /* MLX5_EVENT_TYPE_PATH_MIG_FAILED */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_PATH_MIG_ERR);
-		break;
-	case 0x10: /* MLX5_EVENT_TYPE_WQ_INVAL_REQ_ERROR */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_REQ_ERR);
-		break;
-	case 0x11: /* MLX5_EVENT_TYPE_WQ_ACCESS_ERROR */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_ACCESS_ERR);
-		break;
-	case 0x13: /* MLX5_EVENT_TYPE_SRQ_LAST_WQE */
-		rmlx5_ibc_qp_event(dev, element, IB_EVENT_QP_LAST_WQE_REACHED);
-		break;
 	case 0x04: /* MLX5_EVENT_TYPE_CQ_ERROR */
 		spin_lock_bh(&dev->ev_lock);
 		cq = xa_load(&dev->cqs, element);
@@ -1191,6 +1184,11 @@ static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device)
 		sizeof(dev->ibdev.node_desc));
 	dev->ibdev.dev.parent = dma_device ?: rmlx5_shim_hca_device(index);
 	ib_set_device_ops(&dev->ibdev, &rmlx5_ibc_ops);
+#if RMLX5_IBC_USER
+	/* A uverbs device with mlx5_ib's ABI (alloc_ucontext refuses the
+	 * contexts of a function that cannot have them yet). */
+	ib_set_device_ops(&dev->ibdev, &rmlx5_ibu_ops);
+#endif
 	/* In the table before its netdev is bound (see bind_netdev). */
 	mutex_lock(&rmlx5_ibc_lock);
 	if (rmlx5_ibc_devs[index]) {

@@ -84,6 +84,17 @@ pub(crate) struct Perf {
     pub(crate) kick_send: Timed,
     /// `KICK` system calls for a CQ arm.
     pub(crate) kick_arm: Timed,
+    /// UAR trap (`hca/trap.rs`): faults on a trapped UAR page, each with
+    /// its reading of the records and engine run.
+    pub(crate) trap_fault: Timed,
+    /// Poller queued → its run starts.
+    pub(crate) trap_delay: Timed,
+    /// Poller runs, first pass to stop (the unmapping included).
+    pub(crate) trap_run: Timed,
+    /// Unmapping every trapped UAR page (one per idle poller).
+    pub(crate) trap_zap: Timed,
+    /// When the poller was queued and has not started since.
+    pub(crate) trap_queued: Stamp,
     /// Engine runs (one budget each) and the time they held the lock.
     pub(crate) engine: Timed,
     /// Budget units the engine used (one per WQE, plus one per 4 KiB).
@@ -114,6 +125,11 @@ impl Perf {
             epoch: Instant::now(),
             kick_send: Timed::default(),
             kick_arm: Timed::default(),
+            trap_fault: Timed::default(),
+            trap_delay: Timed::default(),
+            trap_run: Timed::default(),
+            trap_zap: Timed::default(),
+            trap_queued: Stamp::default(),
             engine: Timed::default(),
             engine_units: AtomicU64::new(0),
             dma: Timed::default(),
@@ -137,6 +153,10 @@ impl Perf {
         for t in [
             &self.kick_send,
             &self.kick_arm,
+            &self.trap_fault,
+            &self.trap_delay,
+            &self.trap_run,
+            &self.trap_zap,
             &self.engine,
             &self.dma,
             &self.irq_delay,
@@ -150,6 +170,7 @@ impl Perf {
         self.engine_units.store(0, Ordering::Relaxed);
         let _ = self.irq_raised.take(0);
         let _ = self.bh_queued.take(0);
+        let _ = self.trap_queued.take(0);
     }
 }
 
@@ -163,6 +184,17 @@ impl fmt::Display for Perf {
         self.kick_send
             .show(f, "kick_send", "KICK send ioctl, engine run included")?;
         self.kick_arm.show(f, "kick_arm", "KICK CQ-arm ioctl")?;
+        self.trap_fault.show(
+            f,
+            "trap_fault",
+            "UAR trap fault, records read and engine run",
+        )?;
+        self.trap_delay
+            .show(f, "trap_delay", "UAR trap poller queued -> runs")?;
+        self.trap_run
+            .show(f, "trap_run", "UAR trap poller run, unmapping included")?;
+        self.trap_zap
+            .show(f, "trap_zap", "unmapping the trapped UAR pages")?;
         self.engine
             .show(f, "engine", "one engine budget under the fabric lock")?;
         writeln!(

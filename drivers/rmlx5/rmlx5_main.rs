@@ -27,6 +27,8 @@ mod hca;
 pub mod ib;
 #[cfg(CONFIG_INFINIBAND)]
 mod ibdev;
+#[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
+pub mod ibu;
 mod mem;
 #[path = "core.rs"]
 mod mlx5_core;

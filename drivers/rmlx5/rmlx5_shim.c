@@ -243,6 +243,12 @@ void rmlx5_shim_flush_work(struct work_struct *work)
 	flush_work(work);
 }
 
+/* cond_resched() is a macro (a static call on PREEMPT_DYNAMIC kernels). */
+void rmlx5_shim_cond_resched(void)
+{
+	cond_resched();
+}
+
 /*
  * Whether the caller may sleep, and so free memory whose release may
  * sleep (coherent DMA memory, an IOMMU unmap). Without a preemption count

@@ -14,6 +14,7 @@ void rmlx5_shim_destroy(void);
 void rmlx5_shim_raise_irq(unsigned int hwirq);
 int rmlx5_shim_hca_of_irq(unsigned int virq);
 void rmlx5_shim_flush_work(struct work_struct *work);
+void rmlx5_shim_cond_resched(void);
 bool rmlx5_may_sleep(void);
 bool rmlx5_pci_has_driver_override(struct device *dev);
 void rmlx5_pci_disable(struct device *dev);

@@ -27,7 +27,7 @@ mod context;
 mod event;
 mod event_file;
 pub(crate) mod node;
-mod objects;
+pub(crate) mod objects;
 mod table;
 #[cfg(CONFIG_KUNIT)]
 mod tests;

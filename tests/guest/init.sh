@@ -203,6 +203,13 @@ if [ "$mode" != stress ] && [ -d /sys/class/infiniband ] &&
     fi
 fi
 
+# rdma-core's own programs (libmlx5, ibv_devinfo, ibv_rc_pingpong) on rmlx5
+# through ib_uverbs, on kernels with it.
+if [ "$mode" != stress ] && [ -d /sys/class/infiniband_verbs ] &&
+    [ -z "$filter" -o "${filter#rdmacore}" != "$filter" ]; then
+    RMLX5_NUM_HCAS=$RMLX5_NUM_HCAS /tests/rdma-core.sh
+fi
+
 # The EQ interrupts of the software HCAs, with their counts (the KUnit
 # suites above drove completions through them).
 echo "rmlx5-guest: /proc/interrupts"

@@ -203,6 +203,44 @@ pub struct QpAttrC {
     pub reserved: u8,
 }
 
+impl QpAttrC {
+    /// The device's modify request for these attributes and `mask`
+    /// (`IB_QP_*` bits).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` for a state, access right or MTU out of range.
+    pub(crate) fn modify_request(&self, mask: u32) -> Result<QpModify> {
+        let a = self;
+        let state = QpState::from_raw(a.qp_state).ok_or(EINVAL)?;
+        let cur_state = QpState::from_raw(a.cur_qp_state).unwrap_or_default();
+        Ok(QpModify {
+            mask: AttrMask(mask),
+            state,
+            cur_state,
+            attrs: ConnAttrs {
+                access: Access::from_bits(a.qp_access_flags).ok_or(EINVAL)?,
+                pkey_index: a.pkey_index,
+                port: a.port_num,
+                path_mtu: u8::try_from(a.path_mtu).map_err(|_| EINVAL)?,
+                dest: RemoteQp {
+                    hca: a.dlid,
+                    qpn: a.dest_qp_num,
+                },
+                rq_psn: a.rq_psn,
+                sq_psn: a.sq_psn,
+                max_dest_rd_atomic: a.max_dest_rd_atomic,
+                max_rd_atomic: a.max_rd_atomic,
+                min_rnr_timer: a.min_rnr_timer,
+                timeout: a.timeout,
+                retry_cnt: a.retry_cnt,
+                rnr_retry: a.rnr_retry,
+                ..ConnAttrs::default()
+            },
+        })
+    }
+}
+
 struct SqState {
     /// Producer counter in WQEBBs.
     pi: u16,
@@ -437,32 +475,8 @@ impl Qp {
         if self.gone.load(Ordering::Acquire) {
             return Err(EINVAL);
         }
-        let state = QpState::from_raw(a.qp_state).ok_or(EINVAL)?;
-        let cur_state = QpState::from_raw(a.cur_qp_state).unwrap_or_default();
-        let m = QpModify {
-            mask: AttrMask(mask),
-            state,
-            cur_state,
-            attrs: ConnAttrs {
-                access: Access::from_bits(a.qp_access_flags).ok_or(EINVAL)?,
-                pkey_index: a.pkey_index,
-                port: a.port_num,
-                path_mtu: u8::try_from(a.path_mtu).map_err(|_| EINVAL)?,
-                dest: RemoteQp {
-                    hca: a.dlid,
-                    qpn: a.dest_qp_num,
-                },
-                rq_psn: a.rq_psn,
-                sq_psn: a.sq_psn,
-                max_dest_rd_atomic: a.max_dest_rd_atomic,
-                max_rd_atomic: a.max_rd_atomic,
-                min_rnr_timer: a.min_rnr_timer,
-                timeout: a.timeout,
-                retry_cnt: a.retry_cnt,
-                rnr_retry: a.rnr_retry,
-                ..ConnAttrs::default()
-            },
-        };
+        let m = a.modify_request(mask)?;
+        let state = m.state;
         let to_reset = mask & 1 != 0 && state == QpState::Reset;
         // The backend may sleep (a command to a PCI function): no queue
         // lock is held across it. Posting while the QP is being reset is

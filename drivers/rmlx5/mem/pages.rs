@@ -488,6 +488,21 @@ impl PinnedPages {
     }
 }
 
+// SAFETY: the vmap covers every pinned page and lives as long as the
+// value; `kaddr()..kaddr() + len()` lies inside it (the region starts at
+// `offset` in the first page). Callers that give a region to a device
+// check that it starts 8-byte aligned (`rmlx5_ibu_*`).
+unsafe impl DmaBacking for PinnedPages {
+    fn kaddr(&self) -> u64 {
+        PinnedPages::kaddr(self)
+    }
+
+    fn len(&self) -> usize {
+        // `pin` checked that the length fits a `usize`.
+        self.length as usize
+    }
+}
+
 impl PinnedPages {
     /// Maps every pinned page for DMA by `dev` (both directions); the
     /// result must be dropped before `self` (its owner keeps it in a

@@ -195,7 +195,7 @@ fn reg_mr(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
         o.pds.hold(a.pd_handle)?;
         pd
     };
-    let mr = Umr::new(&pd, a.pd_handle, pages, a.iova, a.access)
+    let mr = Umr::new(&pd.pd, a.pd_handle, pages, a.iova, a.access)
         .and_then(|mr| Ok(Arc::new(mr, GFP_KERNEL)?));
     let mr = match mr {
         Ok(mr) => mr,

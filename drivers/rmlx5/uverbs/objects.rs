@@ -156,13 +156,13 @@ pub(crate) struct Umr {
 impl Umr {
     /// Registers `pages` with IOVA `iova` and `access` on `pd`.
     pub(crate) fn new(
-        pd: &Upd,
+        pd: &Pd,
         pd_handle: u32,
         pages: PinnedPages,
         iova: u64,
         access: u32,
     ) -> Result<Self> {
-        let dma = match pd.pd.dev.be.dma_device() {
+        let dma = match pd.dev.be.dma_device() {
             Some(dev) => {
                 // The key's translation starts at the page holding the
                 // first byte: the IOVA must sit at the same offset in its
@@ -175,7 +175,7 @@ impl Umr {
             None => None,
         };
         let list = dma.as_ref().map_or(&[][..], |d| d.addrs());
-        let mr = Mr::new_user(&pd.pd, iova, pages.kaddr(), pages.length(), access, list)?;
+        let mr = Mr::new_user(pd, iova, pages.kaddr(), pages.length(), access, list)?;
         // INVARIANT: `pages` stays until drop, after `mr` is destroyed.
         Ok(Self {
             mr,

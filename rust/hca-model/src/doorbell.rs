@@ -44,9 +44,9 @@ use super::dev::Dev;
 use super::hca::Hca;
 use super::mem::{DmaMemory, Platform};
 use super::prm::doorbell::{
-    bf_half_offset, send_doorbell, CqDbRec, EqDoorbell, QpDbRec, SendDoorbellWord, UarCqDoorbell,
-    BF_BUF_SIZE, CQ_DBR_SIZE, QP_DBR_SIZE, UAR_CQ_DOORBELL_OFFSET, UAR_EQ_ARM_OFFSET,
-    UAR_EQ_UPDATE_OFFSET,
+    bf_half_offset, send_doorbell, CqArm, CqDbRec, EqDoorbell, QpDbRec, SendDoorbellWord,
+    UarCqDoorbell, BF_BUF_SIZE, CQ_DBR_SIZE, QP_DBR_SIZE, UAR_CQ_DOORBELL_OFFSET,
+    UAR_EQ_ARM_OFFSET, UAR_EQ_UPDATE_OFFSET,
 };
 use super::prm::eqe::EqeData;
 use super::prm::opcode::EventType;
@@ -205,6 +205,45 @@ impl<S: Storage> Hca<S> {
         let r = arm_cq(&mut dev, p, uar_addr);
         match r {
             Ok(()) => bump(&mut dev.stats.doorbells),
+            Err(e) => dev.stats.doorbell_error(e),
+        }
+        r
+    }
+
+    /// Reads CQ `cqn`'s ARM word from its doorbell record and, if it is
+    /// not `*last` (the word this caller read before), takes it as the UAR
+    /// CQ doorbell that follows it would be taken, and remembers it in
+    /// `*last`. This is for a device that cannot see UAR stores and finds
+    /// arm requests by reading records (the software HCA under rdma-core's
+    /// provider, which stores the ARM word in the record before its UAR
+    /// doorbell). A change is an exact stand-in for the doorbell: two arm
+    /// requests in a row carry the same word only if no event fired
+    /// between them (each fired event bumps the sequence number the next
+    /// request carries), and then the second changes nothing on a device
+    /// either. A word with reserved bits set is no request: its owner
+    /// writes [`CQ_ARM_RECORD_UNARMED`] into the record when it creates the
+    /// CQ, so that the zeroed record of a new CQ is not taken for an arm
+    /// at sequence number 0 and consumer index 0.
+    ///
+    /// Returns whether a new request was applied.
+    ///
+    /// # Errors
+    ///
+    /// [`DoorbellError::NoSuchObject`] for no such CQ (not counted),
+    /// [`DoorbellError::Unreadable`] for an unreadable record, and
+    /// [`DoorbellError::BadCounter`] for a new word with reserved bits set
+    /// (both counted).
+    pub fn cq_arm_record<P: Platform>(
+        &mut self,
+        p: &mut P,
+        cqn: u32,
+        last: &mut u32,
+    ) -> Result<bool, DoorbellError> {
+        let mut dev = self.dev();
+        let r = arm_from_record(&mut dev, p, cqn, last);
+        match r {
+            Ok(true) => bump(&mut dev.stats.doorbells),
+            Ok(false) | Err(DoorbellError::NoSuchObject) => {}
             Err(e) => dev.stats.doorbell_error(e),
         }
         r
@@ -444,14 +483,45 @@ fn arm_cq<P: Platform>(dev: &mut Dev<'_>, p: &mut P, uar_addr: u64) -> Result<()
     if rec.arm != db.arm {
         return Err(DoorbellError::ArmMismatch);
     }
+    apply_arm(dev, p, db.cqn, db.arm);
+    Ok(())
+}
+
+/// What the record holds until the CQ's owner first arms it: not an ARM
+/// word (bit 31 is reserved), see [`Hca::cq_arm_record`].
+pub const CQ_ARM_RECORD_UNARMED: u32 = 0x8000_0000;
+
+fn arm_from_record<P: Platform>(
+    dev: &mut Dev<'_>,
+    p: &mut P,
+    cqn: u32,
+    last: &mut u32,
+) -> Result<bool, DoorbellError> {
+    let cq = get_mut(dev.t.cqs, cqn).ok_or(DoorbellError::NoSuchObject)?;
+    let rec: [u8; CQ_DBR_SIZE] = read8(p, cq.attr.dbr_addr)?;
+    let word = u32::from_be_bytes([rec[4], rec[5], rec[6], rec[7]]);
+    if word == *last {
+        return Ok(false);
+    }
+    *last = word;
+    let arm = CqArm::from_word(word).map_err(|_| DoorbellError::BadCounter)?;
+    apply_arm(dev, p, cqn, arm);
+    Ok(true)
+}
+
+/// Applies an accepted arm request to CQ `cqn`: a CQ that already holds
+/// a qualifying CQE fires at once.
+fn apply_arm<P: Platform>(dev: &mut Dev<'_>, p: &mut P, cqn: u32, arm: CqArm) {
+    let Some(cq) = get_mut(dev.t.cqs, cqn) else {
+        return;
+    };
     let eqn = cq.attr.eqn;
-    match cq.arm(db.arm) {
+    match cq.arm(arm) {
         ArmOutcome::Armed => {}
         ArmOutcome::Ignored => bump(&mut dev.stats.stale_arms),
         ArmOutcome::Fire => {
             bump(&mut dev.stats.comp_events);
             let id = dev.id;
-            let cqn = db.cqn;
             let posted = get_mut(dev.t.eqs, u32::from(eqn))
                 .is_some_and(|eq| eq.post(p, id, EventType::Comp, EqeData::Comp { cqn }));
             if !posted {
@@ -459,7 +529,6 @@ fn arm_cq<P: Platform>(dev: &mut Dev<'_>, p: &mut P, uar_addr: u64) -> Result<()
             }
         }
     }
-    Ok(())
 }
 
 fn eq<P: Platform>(

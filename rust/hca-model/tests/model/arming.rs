@@ -188,3 +188,117 @@ fn eq_rearm_with_pending_eqes_interrupts_at_once() {
         (2, 2, false)
     );
 }
+
+/// Writes an ARM word into `cq`'s doorbell record only, as rdma-core's
+/// provider does before its UAR doorbell (which the record reader never
+/// sees), and lets the model read the record.
+fn arm_by_record(w: &mut World, cq: (usize, u32, u64), word: u32, last: &mut u32) -> bool {
+    let (hca, cqn, dbr) = cq;
+    w.mem.put(
+        dbr + mlx5_prm::doorbell::CQ_DBR_ARM_OFFSET as u64,
+        &word.to_be_bytes(),
+    );
+    let mem = &mut w.mem;
+    w.fabric
+        .hca(hca as u16)
+        .unwrap()
+        .cq_arm_record(mem, cqn, last)
+        .unwrap()
+}
+
+fn arm_word(sn: u8, solicited: bool, ci: u32) -> u32 {
+    mlx5_prm::doorbell::CqArm {
+        sn: sn & 3,
+        cmd: if solicited {
+            mlx5_prm::doorbell::ArmCmd::Solicited
+        } else {
+            mlx5_prm::doorbell::ArmCmd::Next
+        },
+        ci,
+    }
+    .word()
+}
+
+#[test]
+fn arm_read_from_the_record_is_the_doorbell() {
+    use hca_model::doorbell::CQ_ARM_RECORD_UNARMED;
+    let mut p = Pair::new(false);
+    let acq = (p.acq.hca, p.acq.cqn, p.acq.dbr);
+    // The owner marks the new CQ's record: an unchanged mark arms nothing.
+    let mut last = CQ_ARM_RECORD_UNARMED;
+    assert!(!arm_by_record(
+        &mut p.w,
+        acq,
+        CQ_ARM_RECORD_UNARMED,
+        &mut last
+    ));
+    p.send_a(&Wr::new(1, WrOp::Nop, &[])).unwrap();
+    assert!(comp_cqns(&mut p.w, 0).is_empty(), "not armed: no event");
+    // Arm at sn 0, ci 0 (the word a zeroed record would hold) with a CQE
+    // pending: fires at once, as the UAR doorbell would.
+    assert!(arm_by_record(
+        &mut p.w,
+        acq,
+        arm_word(0, false, 0),
+        &mut last
+    ));
+    assert_eq!(comp_cqns(&mut p.w, 0), [acq.1]);
+    // Read again unchanged: nothing new, nothing fires.
+    assert!(!arm_by_record(
+        &mut p.w,
+        acq,
+        arm_word(0, false, 0),
+        &mut last
+    ));
+    p.send_a(&Wr::new(2, WrOp::Nop, &[])).unwrap();
+    assert!(comp_cqns(&mut p.w, 0).is_empty(), "one shot");
+    // The provider read the event (sn 1) and polled both CQEs; the next
+    // arm waits for the next CQE.
+    p.acq.arm_sn = 1;
+    assert_eq!(p.apoll().len(), 2);
+    let ci = p.acq.ci;
+    assert!(arm_by_record(
+        &mut p.w,
+        acq,
+        arm_word(1, false, ci),
+        &mut last
+    ));
+    assert!(comp_cqns(&mut p.w, 0).is_empty());
+    p.send_a(&Wr::new(3, WrOp::Nop, &[])).unwrap();
+    assert_eq!(comp_cqns(&mut p.w, 0), [acq.1]);
+    // A word with reserved bits is refused and counted, once.
+    let errors = p.w.hca(0).stats().doorbell_errors;
+    let mut l2 = last;
+    let r = {
+        p.w.mem.put(
+            acq.2 + mlx5_prm::doorbell::CQ_DBR_ARM_OFFSET as u64,
+            &0x4000_0000u32.to_be_bytes(),
+        );
+        let mem = &mut p.w.mem;
+        p.w.fabric
+            .hca(0)
+            .unwrap()
+            .cq_arm_record(mem, acq.1, &mut l2)
+    };
+    assert_eq!(r, Err(DoorbellError::BadCounter));
+    assert_eq!(p.w.hca(0).stats().doorbell_errors, errors + 1);
+    assert!(!arm_by_record(&mut p.w, acq, 0x4000_0000, &mut l2));
+}
+
+#[test]
+fn set_ci_is_read_whatever_the_arm_word_holds() {
+    use hca_model::doorbell::CQ_ARM_RECORD_UNARMED;
+    let mut p = Pair::new(false);
+    // A CQ never armed: its ARM word holds the owner's mark, which is no
+    // ARM word. The consumer index beside it still frees the ring.
+    p.w.mem.put(
+        p.acq.dbr + mlx5_prm::doorbell::CQ_DBR_ARM_OFFSET as u64,
+        &CQ_ARM_RECORD_UNARMED.to_be_bytes(),
+    );
+    let n = 1u64 << p.acq.log;
+    for i in 0..3 * n {
+        p.send_a(&Wr::new(i, WrOp::Nop, &[])).unwrap();
+        assert_eq!(p.apoll().len(), 1, "completion {i}");
+    }
+    assert_eq!(p.w.hca(0).stats().cqes_dropped, 0);
+}

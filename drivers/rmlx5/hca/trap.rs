@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The UAR trap: how the software HCA sees the doorbells of rdma-core's
+//! mlx5 provider, which never enters the kernel on the data path.
+//!
+//! A ConnectX sees a doorbell when the provider stores it to the UAR page.
+//! The software HCA's UAR pages are plain memory, and libmlx5 sends no
+//! KICK. What it does do, always in this order, is store the doorbell
+//! record (the QP's send counter, or the CQ's ARM word) and then store to
+//! the UAR page. So the pages of those contexts are mapped lazily
+//! (`VM_MIXEDMAP`, no page table entry until the first store) and the store
+//! traps:
+//!
+//! - **The fault** (`rmlx5_ibu_uar_fault`, in the faulting process) maps
+//!   the page, reads every trapped record at once and runs the engine (so
+//!   the first message after an idle period costs one fault, not a
+//!   wake-up), then starts the poller.
+//! - **The poller** (a work item on the unbound workqueue) reads the
+//!   records over and over, running the engine between passes and
+//!   yielding the CPU after each, while doorbells keep coming. After
+//!   [`IDLE_NS`] without one it unmaps every trapped UAR page of the
+//!   fabric (`rmlx5_ibu_zap_uars`, which sleeps), reads the records one
+//!   last time and stops. From then on no CPU is spent until the next
+//!   store faults.
+//!
+//! Nothing is lost at the hand-over: a store that landed before the unmap
+//! followed its record, which the last reading sees; a store after it
+//! faults, and the fault handler reads the records and queues the poller
+//! again (queueing a running work item runs it once more). A run keeps
+//! polling for at most [`MAX_NS`], then queues itself again without
+//! unmapping, so no single work item holds a worker for long.
+//!
+//! What is read: the send doorbell record of every trapped QP
+//! ([`Hca::send_doorbell_record`](crate::hca_model::hca::Hca)) and the ARM
+//! word of every trapped CQ's record
+//! ([`Hca::cq_arm_record`](crate::hca_model::hca::Hca), which explains
+//! why a change of that word is an exact stand-in for the UAR CQ
+//! doorbell). Receive records need no trap: the model reads them when a
+//! message arrives, as a ConnectX does.
+
+use kernel::{
+    bitmap::BitmapVec,
+    ffi::c_int,
+    prelude::*,
+    sync::Arc,
+    time::{
+        delay::fsleep,
+        Delta, //
+    },
+    workqueue::{
+        self,
+        WorkItem, //
+    },
+};
+
+use super::{
+    Locked,
+    SoftHca,
+    MAX_CQS, //
+};
+use crate::hca_model::{
+    doorbell::{
+        DoorbellError,
+        CQ_ARM_RECORD_UNARMED, //
+    },
+    qp::QPN_BASE,
+};
+
+#[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
+extern "C" {
+    /// `ib_user.c`: removes the page table entries of every trapped UAR
+    /// page mapping of HCA `hca`, so the next store to one faults. Sleeps.
+    fn rmlx5_ibu_zap_uars(hca: c_int);
+}
+
+extern "C" {
+    /// `rmlx5_shim.c`: `cond_resched()`.
+    fn rmlx5_shim_cond_resched();
+}
+
+/// The poller unmaps the UAR pages and stops after this long without a
+/// new doorbell or engine work.
+pub(crate) const IDLE_NS: u64 = 20_000;
+/// For this long after the last doorbell the poller passes back to back
+/// (yielding the CPU between passes if a task wants it): a reply to a
+/// message usually comes within it.
+pub(crate) const SPIN_NS: u64 = 100_000;
+/// Later, after a pass that found nothing, the poller sleeps this long: it
+/// leaves the CPU to the processes (which may be spinning on their CQs)
+/// and costs a doorbell at most this much latency while it runs.
+pub(crate) const POLL_GAP_US: i64 = 20;
+/// The longest one poller run lasts before it queues itself again.
+pub(crate) const MAX_NS: u64 = 20_000_000;
+
+/// The QPs and CQs whose records the trap reads, per HCA, under the fabric
+/// lock. Adding and removing never allocates.
+pub(crate) struct TrapSet {
+    /// Per HCA, the QPs (by QPN - `QPN_BASE`).
+    qps: KVec<BitmapVec>,
+    /// Per HCA, the CQs (by CQN).
+    cqs: KVec<BitmapVec>,
+    /// Per HCA and CQN, the ARM word last read.
+    arm_words: KVec<KVVec<u32>>,
+    /// Doorbells taken from send records (debugfs).
+    pub(crate) doorbells: u64,
+    /// Arm requests taken from CQ records (debugfs).
+    pub(crate) arms: u64,
+    /// Faults on trapped UAR pages (debugfs).
+    pub(crate) faults: u64,
+    /// Poller runs, and how many of them ended by unmapping (debugfs).
+    pub(crate) runs: u64,
+    pub(crate) zaps: u64,
+}
+
+impl TrapSet {
+    pub(super) fn new(nr_hcas: usize, max_qps: usize) -> Result<Self> {
+        let mut qps = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+        let mut cqs = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+        let mut arm_words = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+        for _ in 0..nr_hcas {
+            qps.push(BitmapVec::new(max_qps, GFP_KERNEL)?, GFP_KERNEL)?;
+            cqs.push(BitmapVec::new(MAX_CQS, GFP_KERNEL)?, GFP_KERNEL)?;
+            arm_words.push(
+                KVVec::from_elem(CQ_ARM_RECORD_UNARMED, MAX_CQS, GFP_KERNEL)?,
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(Self {
+            qps,
+            cqs,
+            arm_words,
+            doorbells: 0,
+            arms: 0,
+            faults: 0,
+            runs: 0,
+            zaps: 0,
+        })
+    }
+
+    fn qp_slot(&mut self, hca: usize, qpn: u32) -> Option<(&mut BitmapVec, usize)> {
+        let slot = qpn.checked_sub(QPN_BASE)? as usize;
+        let bits = self.qps.get_mut(hca)?;
+        (slot < bits.len()).then_some((bits, slot))
+    }
+
+    /// Traps QP `qpn` of HCA `hca` (a QP of rdma-core's provider).
+    pub(crate) fn add_qp(&mut self, hca: usize, qpn: u32) -> Result {
+        let (bits, slot) = self.qp_slot(hca, qpn).ok_or(EINVAL)?;
+        bits.set_bit(slot);
+        Ok(())
+    }
+
+    /// Stops reading QP `qpn`'s record (it is being destroyed).
+    pub(crate) fn remove_qp(&mut self, hca: usize, qpn: u32) {
+        if let Some((bits, slot)) = self.qp_slot(hca, qpn) {
+            bits.clear_bit(slot);
+        }
+    }
+
+    /// Traps CQ `cqn` of HCA `hca`, whose ARM word its creator has set to
+    /// [`CQ_ARM_RECORD_UNARMED`].
+    pub(crate) fn add_cq(&mut self, hca: usize, cqn: u32) -> Result {
+        let i = cqn as usize;
+        let (Some(bits), Some(words)) = (self.cqs.get_mut(hca), self.arm_words.get_mut(hca)) else {
+            return Err(EINVAL);
+        };
+        let word = words.get_mut(i).ok_or(EINVAL)?;
+        *word = CQ_ARM_RECORD_UNARMED;
+        bits.set_bit(i);
+        Ok(())
+    }
+
+    /// Stops reading CQ `cqn`'s record (it is being destroyed).
+    pub(crate) fn remove_cq(&mut self, hca: usize, cqn: u32) {
+        if let Some(bits) = self.cqs.get_mut(hca) {
+            if (cqn as usize) < bits.len() {
+                bits.clear_bit(cqn as usize);
+            }
+        }
+    }
+}
+
+impl Locked {
+    /// Reads every trapped record and hands the model what is new.
+    /// Returns whether anything was.
+    pub(super) fn trap_scan(&mut self) -> bool {
+        let Locked {
+            fabric,
+            dma,
+            irqs_per_hca,
+            perf,
+            trap,
+            ..
+        } = self;
+        let mut p = super::dma::SoftPlatform {
+            dma,
+            irqs_per_hca: *irqs_per_hca,
+            perf,
+        };
+        let mut doorbells = 0u64;
+        let mut arms = 0u64;
+        for h in 0..trap.qps.len() {
+            let Some(m) = u16::try_from(h).ok().and_then(|h| fabric.hca(h)) else {
+                continue;
+            };
+            if let Some(bits) = trap.qps.get_mut(h) {
+                let mut next = bits.next_bit(0);
+                while let Some(slot) = next {
+                    next = bits.next_bit(slot + 1);
+                    let Ok(s) = u32::try_from(slot) else {
+                        continue;
+                    };
+                    match m.send_doorbell_record(&mut p, QPN_BASE + s) {
+                        Ok(true) => doorbells += 1,
+                        // Destroyed meanwhile (destroy clears the bit too).
+                        Err(DoorbellError::NoSuchObject) => bits.clear_bit(slot),
+                        // Nothing new, or refused and counted by the model.
+                        _ => {}
+                    }
+                }
+            }
+            if let (Some(bits), Some(words)) = (trap.cqs.get_mut(h), trap.arm_words.get_mut(h)) {
+                let mut next = bits.next_bit(0);
+                while let Some(i) = next {
+                    next = bits.next_bit(i + 1);
+                    let (Ok(cqn), Some(last)) = (u32::try_from(i), words.get_mut(i)) else {
+                        continue;
+                    };
+                    match m.cq_arm_record(&mut p, cqn, last) {
+                        Ok(true) => arms += 1,
+                        Err(DoorbellError::NoSuchObject) => bits.clear_bit(i),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        trap.doorbells += doorbells;
+        trap.arms += arms;
+        doorbells + arms != 0
+    }
+}
+
+impl SoftHca {
+    /// A store to a trapped UAR page faulted (process context): reads the
+    /// records at once, runs the engine, and starts the poller.
+    pub(crate) fn uar_fault(self: &Arc<Self>) {
+        let start = self.perf.now();
+        let more = {
+            let mut st = self.state.lock();
+            st.trap.faults += 1;
+            st.trap_scan();
+            self.engine_locked(&mut st)
+        };
+        if more {
+            self.kick_engine();
+        }
+        self.perf
+            .trap_fault
+            .add(self.perf.now().saturating_sub(start));
+        self.start_trap_poller();
+    }
+
+    /// Queues the poller (a no-op if it is queued; a running poller runs
+    /// once more).
+    pub(crate) fn start_trap_poller(self: &Arc<Self>) {
+        if self
+            .shutting_down
+            .load(core::sync::atomic::Ordering::Acquire)
+        {
+            return;
+        }
+        self.perf.trap_queued.mark(self.perf.now());
+        let _ = workqueue::system_unbound().enqueue::<Arc<Self>, 4>(self.clone());
+    }
+
+    /// One pass: the records, then one engine budget. Returns whether
+    /// anything happened.
+    fn trap_pass(&self) -> bool {
+        let mut st = self.state.lock();
+        let found = st.trap_scan();
+        self.engine_locked(&mut st) || found
+    }
+}
+
+impl WorkItem<4> for SoftHca {
+    type Pointer = Arc<SoftHca>;
+
+    fn run(this: Arc<SoftHca>) {
+        let perf = &this.perf;
+        let start = perf.now();
+        if let Some(d) = perf.trap_queued.take(start) {
+            perf.trap_delay.add(d);
+        }
+        let mut last = start;
+        this.state.lock().trap.runs += 1;
+        loop {
+            let now = perf.now();
+            let busy = this.trap_pass();
+            if busy {
+                last = now;
+            }
+            if this
+                .shutting_down
+                .load(core::sync::atomic::Ordering::Acquire)
+            {
+                return;
+            }
+            if now.saturating_sub(last) > IDLE_NS {
+                break;
+            }
+            if now.saturating_sub(start) > MAX_NS {
+                // Still busy: continue in a new run, pages still mapped.
+                perf.trap_run.add(perf.now().saturating_sub(start));
+                this.start_trap_poller();
+                return;
+            }
+            if now.saturating_sub(last) < SPIN_NS {
+                // SAFETY: no lock is held; process context.
+                unsafe { rmlx5_shim_cond_resched() };
+            } else {
+                fsleep(Delta::from_micros(POLL_GAP_US));
+            }
+        }
+        // Idle: unmap the pages of every HCA, so the next store faults;
+        // then read what was stored before the unmap.
+        let zap = perf.now();
+        #[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
+        for h in 0..this.count() {
+            if let Ok(h) = c_int::try_from(h) {
+                // SAFETY: process context, no lock held; the function
+                // copes with HCAs that have no trapped mappings.
+                unsafe { rmlx5_ibu_zap_uars(h) };
+            }
+        }
+        perf.trap_zap.add(perf.now().saturating_sub(zap));
+        this.state.lock().trap.zaps += 1;
+        let again = this.trap_pass();
+        perf.trap_run.add(perf.now().saturating_sub(start));
+        if again {
+            this.start_trap_poller();
+        }
+    }
+}

@@ -1,0 +1,120 @@
+#!/bin/busybox sh
+# rdma-core's own programs on rmlx5, through ib_uverbs and rdma-core's mlx5
+# provider (libmlx5) from Debian's packages, unmodified: the device list,
+# ibv_devinfo -v, and ibv_rc_pingpong between rmlx5_0 and rmlx5_1 and in
+# loopback, polling and with completion events, data checked, at several
+# sizes. The only provider in the image is mlx5, so a device that lists and
+# opens is bound to libmlx5; a running pingpong's maps name it too.
+#
+# Markers as /init's: rmlx5-test: PASS|FAIL <name>.
+N=${RMLX5_NUM_HCAS:-2}
+L="LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+run() { env $L "$@"; }
+pass() { echo "rmlx5-test: PASS $1"; }
+fail() { echo "rmlx5-test: FAIL $1: $2"; }
+stat_of() { awk -v s="$2" '$1 == s { print $2 }' /sys/kernel/debug/rmlx5/rmlx5_$1/stats; }
+
+if [ ! -x /usr/bin/ibv_devinfo ]; then
+    fail rdmacore_tools "no ibv_devinfo in the guest (scripts/bench-userland.sh check)"
+    exit 0
+fi
+# The pingpong's out-of-band exchange runs over TCP on loopback.
+ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
+
+# Every rmlx5 device is listed, with its GUID.
+devs=$(run ibv_devices 2>&1)
+echo "$devs"
+ok=1
+for n in $(seq 0 $((N - 1))); do
+    echo "$devs" | grep -qE "^[[:space:]]+rmlx5_$n[[:space:]]+0002c9030000000$n\$" || ok=
+done
+if [ -n "$ok" ]; then
+    pass rdmacore_ibv_devices
+else
+    fail rdmacore_ibv_devices "ibv_devices does not list every rmlx5_<n> with its node GUID"
+fi
+
+# ibv_devinfo -v opens each device (through libmlx5) and queries it.
+ok=1
+for n in $(seq 0 $((N - 1))); do
+    info=$(run ibv_devinfo -v -d rmlx5_$n 2>&1)
+    rc=$?
+    echo "$info" | head -n 60
+    if [ $rc -ne 0 ] ||
+        ! echo "$info" | grep -qE "hca_id:[[:space:]]+rmlx5_$n\$" ||
+        ! echo "$info" | grep -qE "transport:[[:space:]]+InfiniBand" ||
+        ! echo "$info" | grep -qE "state:[[:space:]]+PORT_ACTIVE \(4\)" ||
+        ! echo "$info" | grep -qE "port_lid:[[:space:]]+$((n + 1))\$" ||
+        ! echo "$info" | grep -qE "link_layer:[[:space:]]+InfiniBand" ||
+        ! echo "$info" | grep -qE "max_qp_wr:[[:space:]]+[1-9]"; then
+        ok=
+        fail rdmacore_ibv_devinfo_rmlx5_$n "ibv_devinfo -v -d rmlx5_$n exited $rc or misses the port or device attributes"
+    fi
+done
+[ -n "$ok" ] && pass rdmacore_ibv_devinfo
+
+# pingpong NAME SERVER_DEV CLIENT_DEV ARGS...: one ibv_rc_pingpong pair; the
+# server's maps must name libmlx5; both must exit 0. Prints the client's
+# figures.
+port=18515
+pingpong() {
+    name=$1 sdev=$2 cdev=$3
+    shift 3
+    port=$((port + 1))
+    # Not through run(): $! must be the pingpong itself (env execs it).
+    env $L ibv_rc_pingpong -d $sdev -i 1 -p $port "$@" > /tmp/pp-server.log 2>&1 &
+    srv=$!
+    sleep 1
+    maps=$(cat /proc/$srv/maps 2>/dev/null)
+    env $L ibv_rc_pingpong -d $cdev -i 1 -p $port "$@" 127.0.0.1 > /tmp/pp-client.log 2>&1 &
+    cli=$!
+    # A hang is a failure, not a stuck guest.
+    i=0
+    while kill -0 $cli 2>/dev/null && [ $i -lt 120 ]; do
+        sleep 1
+        i=$((i + 1))
+    done
+    if kill -0 $cli 2>/dev/null; then
+        kill -9 $cli $srv 2>/dev/null
+        wait $cli
+        wait $srv
+        cat /tmp/pp-server.log /tmp/pp-client.log
+        fail $name "ibv_rc_pingpong $* did not finish in 120 s"
+        return
+    fi
+    wait $cli
+    crc=$?
+    wait $srv
+    src=$?
+    echo "rmlx5-guest: $name ($sdev <- $cdev, $*):"
+    cat /tmp/pp-client.log
+    if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+        cat /tmp/pp-server.log
+        fail $name "client exited $crc, server $src"
+    elif ! echo "$maps" | grep -q libmlx5; then
+        fail $name "the server process did not map libmlx5"
+    elif ! grep -q "iters in" /tmp/pp-client.log; then
+        fail $name "no figures from the client"
+    else
+        pass $name
+    fi
+}
+
+faults0=$(stat_of 0 trap_faults)
+pingpong rdmacore_rc_pingpong rmlx5_1 rmlx5_0 -n 1000 -c
+pingpong rdmacore_rc_pingpong_events rmlx5_1 rmlx5_0 -n 1000 -c -e
+pingpong rdmacore_rc_pingpong_inline rmlx5_1 rmlx5_0 -n 1000 -c -s 32
+pingpong rdmacore_rc_pingpong_64k rmlx5_1 rmlx5_0 -n 200 -c -s 65536
+pingpong rdmacore_rc_pingpong_loopback rmlx5_0 rmlx5_0 -n 500 -c -s 1024
+pingpong rdmacore_rc_pingpong_loopback_events rmlx5_0 rmlx5_0 -n 500 -c -e -s 8192
+
+# The doorbells came through the UAR trap: faults, doorbells taken from
+# records, arms, and the poller unmapping the pages when idle.
+cat /sys/kernel/debug/rmlx5/rmlx5_0/stats | grep trap_
+faults=$(stat_of 0 trap_faults)
+if [ "$((faults - faults0))" -gt 0 ] && [ "$(stat_of 0 trap_doorbells)" -gt 0 ] &&
+    [ "$(stat_of 0 trap_arms)" -gt 0 ] && [ "$(stat_of 0 trap_zaps)" -gt 0 ]; then
+    pass rdmacore_uar_trap
+else
+    fail rdmacore_uar_trap "the trap counters did not move"
+fi
