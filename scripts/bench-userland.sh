@@ -26,9 +26,12 @@ bench)
               iproute2 libpci3 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1)
     ;;
 check)
-    PROGRAMS=(rdma ip ibv_devices ibv_devinfo ibv_rc_pingpong)
+    PROGRAMS=(rdma ip ibv_devices ibv_devinfo ibv_rc_pingpong python3.11
+              ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw)
     PACKAGES=(iproute2 libmnl0 libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g
-              ibverbs-utils ibverbs-providers libibverbs1 rdma-core libnl-3-200 libnl-route-3-200)
+              ibverbs-utils ibverbs-providers libibverbs1 rdma-core libnl-3-200 libnl-route-3-200
+              python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libexpat1
+              libpython3.11 libffi8 python3-pyverbs librdmacm1 perftest libibumad3 libpci3)
     ;;
 *)
     echo "usage: $0 [bench|check]" >&2
@@ -110,11 +113,47 @@ for drv in "${providers[@]}"; do
     cp "$pkg/etc/libibverbs.d/$drv.driver" "$root/etc/libibverbs.d/"
     stage_deps "$so"
 done
+# rdma-core's pyverbs and its own test suite (make check): Python's
+# standard library without what the tests never import, the extension
+# modules whose libraries are staged, pyverbs, and the tests (shipped
+# gzipped as documentation), compiled to bytecode here so the guest does
+# not compile them at every boot.
+if [ "$profile" = check ]; then
+    py=$root/usr/lib/python3.11
+    mkdir -p "$py" "$root/usr/lib/python3/dist-packages"
+    (cd "$pkg/usr/lib/python3.11" && tar -c --exclude=./test --exclude=./idlelib \
+        --exclude=./tkinter --exclude=./ensurepip --exclude=./lib2to3 --exclude=./pydoc_data \
+        --exclude=./turtledemo --exclude=./lib-dynload . ) | tar -x -C "$py"
+    mkdir -p "$py/lib-dynload"
+    # Extension modules needing only the C library, libm, zlib, expat or libffi
+    # (not OpenSSL, sqlite, Berkeley DB, ncurses, readline, ...).
+    for so in "$pkg"/usr/lib/python3.11/lib-dynload/*.so; do
+        extra=$(LD_LIBRARY_PATH=$libpath ldd "$so" | awk '/=>/{print $1}' |
+            grep -vE '^(libc|libm|libz|libexpat|libpthread|libffi)\.so' || true)
+        if [ -z "$extra" ]; then
+            cp "$so" "$py/lib-dynload/"
+            stage_deps "$so"
+        fi
+    done
+    cp -r "$pkg/usr/lib/python3/dist-packages/pyverbs" "$root/usr/lib/python3/dist-packages/"
+    find "$pkg/usr/lib/python3/dist-packages/pyverbs" -name '*.so' | while read -r so; do stage_deps "$so"; done
+    for drv in efa; do
+        so=$(ls "$pkg"/usr/lib/x86_64-linux-gnu/libibverbs/lib$drv-rdmav*.so 2>/dev/null || true)
+        [ -n "$so" ] && stage_deps "$so"
+    done
+    tests=$root/usr/share/rdma-core/tests
+    mkdir -p "$tests"
+    cp -r "$pkg/usr/share/doc/rdma-core/tests/." "$tests/"
+    find "$tests" -name '*.gz' -exec gunzip -f {} +
+    ln -sf python3.11 "$root/usr/bin/python3"
+    python3 -m compileall -q -j 0 "$py" "$root/usr/lib/python3/dist-packages" "$tests" >/dev/null ||
+        log "compileall reported errors (the guest compiles those files itself)"
+fi
 # The loader where the programs' PT_INTERP names it.
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
 mkdir -p "$root/etc"
 {
-    for p in perftest rdma-core iproute2; do
+    for p in perftest rdma-core iproute2 python3-pyverbs python3.11-minimal; do
         for deb in "$out"/debs/${p}_*.deb; do
             if [ -f "$deb" ]; then echo "$p $(dpkg-deb -f "$deb" Version)"; fi
         done

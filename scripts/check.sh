@@ -115,7 +115,7 @@ if [ "${SKIP_GUEST:-0}" != 1 ]; then
                 --ksrc "$KSRC" --module "$top/build/module/rmlx5.ko" "${programs[@]}" \
                 "${guest_tools[@]}" "${overlay[@]}" \
                 --filter "${GUEST_FILTER:-}" --kunit-filter "${KUNIT_FILTER:-}" \
-                --log "$top/build/console.log" --results "$res"
+                --timeout 1800 --log "$top/build/console.log" --results "$res"
             if [ -s "$res" ]; then
                 read -r kp kf gp gf < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
 print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"])' "$res")
@@ -202,13 +202,18 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
             make -s guest-programs && qemu=$(bash "$here/qemu.sh") &&
             cargo build --quiet --release -p cx-emu --bin rmlx5-cx-emu; then
             step "production-like guest (smoke run)"
+            # rdma-core's tools, for its libmlx5 pingpong (cached).
+            poverlay=()
+            if userland=$(bash "$here/bench-userland.sh" check); then
+                poverlay=(--overlay "$userland")
+            fi
             res=$(mktemp)
             python3 "$top/tests/run-guest.py" --mode prod \
                 --kernel "$pkdir/arch/x86/boot/bzImage" --ksrc "$KSRC" --qemu "$qemu" \
                 --cx-emu "$top/target/release/rmlx5-cx-emu" \
                 --module "$pmo/rmlx5.ko" --ulp "$pulp/rmlx5_ulp.ko" --ibtest "$pib/rmlx5_ibtest.ko" \
-                "${guest_tools[@]}" --timeout 900 --log "$top/build/prod-console.log" \
-                --results "$res"
+                "${guest_tools[@]}" "${poverlay[@]}" --timeout 900 \
+                --log "$top/build/prod-console.log" --results "$res"
             add_guest_results "$res" "production-like guest"
         else
             count_fail "production-like module, QEMU or emulator build"

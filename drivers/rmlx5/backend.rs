@@ -87,6 +87,11 @@ pub(crate) struct DeviceInfo {
     /// Pages of a fast-registration MR, 0 if `create_fast_mr` is not
     /// supported.
     pub(crate) max_fast_reg_pages: u32,
+    /// The vendor part ID verbs report: a ConnectX function's PCI device
+    /// ID; 0 for a software HCA, which is no ConnectX part (a ConnectX
+    /// ID would switch rdma-core's pyverbs tests and perftest onto paths
+    /// only the hardware has; Documentation/rdma-core.md).
+    pub(crate) part_id: u32,
 }
 
 /// A user QP as a KICK names it (see [`UserUar::kick_send`]).

@@ -19,9 +19,9 @@
  * special QPs (-EOPNOTSUPP from create_qp; so no MADs: the port advertises
  * no MAD, CM or SA capability and ib_mad, ib_cm and ib_sa leave it alone),
  * inline data (max_inline_data 0, IB_SEND_INLINE refused), remote
- * invalidation (IB_WR_SEND_WITH_INV refused), integrity MRs, user memory
- * (reg_user_mr: ib_uverbs is not the user path of rmlx5, its own uverbs
- * is). Fast registration (alloc_mr, map_mr_sg, IB_WR_REG_MR) and
+ * invalidation (IB_WR_SEND_WITH_INV refused), integrity MRs. User objects
+ * (ib_uverbs with mlx5_ib's ABI: udata set) are ib_user.c's, on kernels
+ * with CONFIG_INFINIBAND_USER_ACCESS. Fast registration (alloc_mr, map_mr_sg, IB_WR_REG_MR) and
  * IB_WR_LOCAL_INV are UMR WQEs on the QP, executed by the HCA in order.
  *
  * Addressing: the port is InfiniBand, one GID (fe80::/64 + the port GUID),
@@ -37,6 +37,7 @@
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
+#include <linux/pci.h>
 #include <linux/spinlock.h>
 #include <linux/xarray.h>
 #include <net/net_namespace.h>
@@ -160,7 +161,6 @@ static bool rmlx5_ibc_notifier;
  */
 #define RMLX5_IBC_FW_VER ((1ULL << 32) | (6ULL << 16))
 #define RMLX5_IBC_VENDOR_ID 0x02c9
-#define RMLX5_IBC_VENDOR_PART_ID 4119
 
 static __be64 rmlx5_ibc_guid(int index)
 {
@@ -193,7 +193,10 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 	props->sys_image_guid = ibdev->node_guid;
 	props->fw_ver = RMLX5_IBC_FW_VER;
 	props->vendor_id = RMLX5_IBC_VENDOR_ID;
-	props->vendor_part_id = RMLX5_IBC_VENDOR_PART_ID;
+	/* A function's PCI device ID; no part for a software HCA (see
+	 * DeviceInfo::part_id). */
+	props->vendor_part_id = to_dev(ibdev)->pci ?
+		to_pci_dev(ibdev->dev.parent)->device : 0;
 	props->max_mr_size = a.max_mr_size;
 	props->page_size_cap = PAGE_SIZE;
 	props->max_qp = a.max_qp;
@@ -208,7 +211,7 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 	props->max_recv_sge = a.max_sge;
 	props->max_sge_rd = a.max_sge;
 	props->max_cq = a.max_cq;
-	props->max_cqe = a.max_cqe;
+	props->max_cqe = min_t(u32, a.max_cqe, RMLX5_IBC_MAX_CQ_ENTRIES) - 1;
 	props->max_mr = a.max_mr;
 	props->max_pd = a.max_pd;
 	props->max_qp_rd_atom = a.max_qp_rd_atom;

@@ -11,6 +11,13 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/rmlx5_ib.h>
 
+/*
+ * The largest CQ a verbs user gets (ib_device_attr.max_cqe is one less, as
+ * mlx5_ib reports it: the ring holds cqe + 1 entries, a power of two). The
+ * model could hold 2^22, a 256 MiB ring to pin or allocate.
+ */
+#define RMLX5_IBC_MAX_CQ_ENTRIES (1U << 16)
+
 /* Rust objects of ibu.rs (rdma-core's provider), opaque here. */
 struct rmlx5_ibu_cq;
 struct rmlx5_ibu_qp;

@@ -74,10 +74,18 @@ void rmlx5_ibu_zap_uars(int index);
 /* mlx5's limits as the context reports them. */
 #define RMLX5_IBU_MAX_BFREGS 512
 #define RMLX5_IBU_BFREGS_PER_PAGE 2
-#define RMLX5_IBU_DESC_SZ 512
-/* The HCA's tables (hca.rs: MAX_QPS) and rings (ib/qp.rs: MAX_QP_WR). */
+/* The largest send WQE (16 WQEBBs; a ConnectX-5 reports the same) and
+ * receive WQE. */
+#define RMLX5_IBU_SQ_DESC_SZ 1024
+#define RMLX5_IBU_RQ_DESC_SZ 512
+/*
+ * The HCA's QP table (hca.rs: MAX_QPS) and its largest rings (the model's
+ * Caps: 2^15 WQEBBs in an SQ, 2^15 WQEs in an RQ), which ibu.rs checks
+ * against the model's own figures.
+ */
 #define RMLX5_IBU_QP_TAB 4096
-#define RMLX5_IBU_MAX_WR 4096
+#define RMLX5_IBU_MAX_SQ_WQEBBS (1U << 15)
+#define RMLX5_IBU_MAX_RQ_WQES (1U << 15)
 
 struct rmlx5_ibu_ucontext {
 	struct ib_ucontext ibuc;
@@ -199,11 +207,13 @@ static int rmlx5_ibu_alloc_ucontext(struct ib_ucontext *uc,
 	resp.bf_reg_size = 0;
 	resp.tot_bfregs = total;
 	resp.cache_line_size = cache_line_size();
-	resp.max_sq_desc_sz = RMLX5_IBU_DESC_SZ;
-	resp.max_rq_desc_sz = RMLX5_IBU_DESC_SZ;
-	resp.max_send_wqebb = RMLX5_IBU_MAX_WR * 4;
-	resp.max_recv_wr = RMLX5_IBU_MAX_WR;
-	resp.max_srq_recv_wr = 0;
+	resp.max_sq_desc_sz = RMLX5_IBU_SQ_DESC_SZ;
+	resp.max_rq_desc_sz = RMLX5_IBU_RQ_DESC_SZ;
+	resp.max_send_wqebb = RMLX5_IBU_MAX_SQ_WQEBBS;
+	resp.max_recv_wr = RMLX5_IBU_MAX_RQ_WQES;
+	/* libmlx5 checks an SRQ's size against this before it asks the
+	 * kernel, which refuses SRQs with -EOPNOTSUPP (max_srq is 0). */
+	resp.max_srq_recv_wr = RMLX5_IBU_MAX_RQ_WQES;
 	resp.num_ports = 1;
 	resp.cqe_version = 0;
 	resp.cmds_supp_uhw = MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE;
@@ -486,7 +496,7 @@ static int rmlx5_ibu_create_user_cq(struct ib_cq *ibcq,
 	    ucmd.uar_page_index || ucmd.reserved0 || ucmd.reserved1)
 		return -EINVAL;
 	/* As mlx5_ib: one entry more, rounded up to a power of two. */
-	if (!attr->cqe || attr->cqe > (1U << 22))
+	if (!attr->cqe || attr->cqe >= RMLX5_IBC_MAX_CQ_ENTRIES)
 		return -EINVAL;
 	entries = roundup_pow_of_two(attr->cqe + 1);
 	err = rmlx5_ibu_create_cq(to_dev(ibcq->device)->index, ibcq,

@@ -199,9 +199,6 @@ pub unsafe extern "C" fn rmlx5_ibu_create_cq(
             let _ = cq.destroy();
             return Err(e);
         }
-        // The provider may already have stored to the UAR page while
-        // it was idle: read the new record now.
-        soft.start_trap_poller();
         match KBox::new(
             IbuCq {
                 cq: cq.clone(),
@@ -305,13 +302,13 @@ pub unsafe extern "C" fn rmlx5_ibu_create_qp(
     let r = (|| -> Result<KBox<IbuQp>> {
         let dev = &pd.dev;
         let caps = dev.be.caps()?;
-        let max_wr = crate::ib::qp::MAX_QP_WR;
         // Power-of-two rings within the device's limits; the RQ stride
         // holds at least one data segment (16 bytes).
-        let sq_ok = a.sq_wqe_count.is_power_of_two() && a.sq_wqe_count <= max_wr * 4;
+        let sq_ok =
+            a.sq_wqe_count.is_power_of_two() && a.sq_wqe_count <= 1u32 << caps.max_log_sq_wqebbs;
         let rq_ok = a.rq_wqe_count == 0
             || (a.rq_wqe_count.is_power_of_two()
-                && a.rq_wqe_count <= max_wr
+                && a.rq_wqe_count <= 1u32 << caps.max_log_rq_wqes
                 && (4..=MAX_RQ_DESC.trailing_zeros()).contains(&a.rq_wqe_shift));
         if !sq_ok || !rq_ok || a.buf_addr % WQEBB_SIZE as u64 != 0 {
             return Err(EINVAL);

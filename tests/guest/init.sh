@@ -209,6 +209,11 @@ if [ "$mode" != stress ] && [ -d /sys/class/infiniband_verbs ] &&
     [ -z "$filter" -o "${filter#rdmacore}" != "$filter" ]; then
     RMLX5_NUM_HCAS=$RMLX5_NUM_HCAS /tests/rdma-core.sh
 fi
+# rdma-core's own test suite (pyverbs) on rmlx5_0.
+if [ "$mode" != stress ] && [ -d /sys/class/infiniband_verbs ] &&
+    [ -z "$filter" -o "${filter#pyverbs}" != "$filter" ]; then
+    /tests/pyverbs.sh
+fi
 
 # The EQ interrupts of the software HCAs, with their counts (the KUnit
 # suites above drove completions through them).

@@ -92,6 +92,30 @@ else
     fail prod_ib_core_devices "rmlx5_0 and rmlx5_1 are not both ib_core devices with an ACTIVE port"
 fi
 
+# rdma-core's ibv_rc_pingpong through libmlx5 (the UAR trap's faults and
+# unmapping on this kernel), data checked, polling and with events.
+if [ -x /usr/bin/ibv_rc_pingpong ]; then
+    ifconfig lo 127.0.0.1 up 2>/dev/null
+    L="LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+    for ev in "" -e; do
+        name=prod_rc_pingpong${ev:+_events}
+        env $L ibv_rc_pingpong -d rmlx5_1 -i 1 -p 18600 -n 300 -c $ev > /tmp/pp-s.log 2>&1 &
+        srv=$!
+        sleep 1
+        if env $L timeout 120 ibv_rc_pingpong -d rmlx5_0 -i 1 -p 18600 -n 300 -c $ev 127.0.0.1 \
+            > /tmp/pp-c.log 2>&1 && wait $srv; then
+            grep "iters in" /tmp/pp-c.log
+            pass $name
+        else
+            kill -9 $srv 2>/dev/null
+            cat /tmp/pp-s.log /tmp/pp-c.log
+            fail $name "ibv_rc_pingpong -c $ev between rmlx5_1 and rmlx5_0 failed"
+        fi
+    done
+else
+    fail prod_rc_pingpong "no ibv_rc_pingpong in the guest (scripts/bench-userland.sh check)"
+fi
+
 # Both sample ULPs over the software HCAs: rmlx5's own API (every verb,
 # the ib_send_wr-like post path included) and the generic ib_* API in its
 # three CQ poll contexts. Their cases count as prod_ulp_* and prod_ib_*.

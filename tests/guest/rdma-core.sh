@@ -108,6 +108,58 @@ pingpong rdmacore_rc_pingpong_64k rmlx5_1 rmlx5_0 -n 200 -c -s 65536
 pingpong rdmacore_rc_pingpong_loopback rmlx5_0 rmlx5_0 -n 500 -c -s 1024
 pingpong rdmacore_rc_pingpong_loopback_events rmlx5_0 rmlx5_0 -n 500 -c -e -s 8192
 
+# perftest (Debian's), unchanged, between rmlx5_1 (server) and rmlx5_0.
+# perf NAME PROGRAM ARGS...: both sides exit 0 and the client prints its
+# table (the result line starts with the message size).
+perf() {
+    name=$1 prog=$2
+    shift 2
+    port=$((port + 1))
+    env $L $prog -d rmlx5_1 -p $port "$@" > /tmp/pf-server.log 2>&1 &
+    srv=$!
+    sleep 2
+    env $L $prog -d rmlx5_0 -p $port "$@" 127.0.0.1 > /tmp/pf-client.log 2>&1 &
+    cli=$!
+    i=0
+    while kill -0 $cli 2>/dev/null && [ $i -lt 180 ]; do
+        sleep 1
+        i=$((i + 1))
+    done
+    if kill -0 $cli 2>/dev/null; then
+        kill -9 $cli $srv 2>/dev/null
+        wait $cli
+        wait $srv
+        cat /tmp/pf-server.log /tmp/pf-client.log
+        fail $name "$prog $* did not finish in 180 s"
+        return
+    fi
+    wait $cli
+    crc=$?
+    wait $srv
+    src=$?
+    echo "rmlx5-guest: $name ($prog $*):"
+    cat /tmp/pf-client.log
+    if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
+        cat /tmp/pf-server.log
+        fail $name "client exited $crc, server $src"
+    elif ! grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/pf-client.log; then
+        fail $name "no result line from the client"
+    else
+        pass $name
+    fi
+}
+if [ -x /usr/bin/ib_send_lat ]; then
+    perf rdmacore_perftest_send_lat ib_send_lat -s 64 -n 200
+    perf rdmacore_perftest_write_lat ib_write_lat -s 64 -n 200
+    perf rdmacore_perftest_read_lat ib_read_lat -s 64 -n 200
+    perf rdmacore_perftest_send_bw ib_send_bw -s 4096 -n 500
+    perf rdmacore_perftest_write_bw ib_write_bw -s 65536 -n 200
+    perf rdmacore_perftest_read_bw ib_read_bw -s 65536 -n 200
+    perf rdmacore_perftest_atomic_bw ib_atomic_bw -n 200
+else
+    fail rdmacore_perftest "no perftest in the guest (scripts/bench-userland.sh check)"
+fi
+
 # The doorbells came through the UAR trap: faults, doorbells taken from
 # records, arms, and the poller unmapping the pages when idle.
 cat /sys/kernel/debug/rmlx5/rmlx5_0/stats | grep trap_

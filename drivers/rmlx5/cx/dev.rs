@@ -593,6 +593,7 @@ impl Backend for CxBackend {
                 lid: PORT_LID,
                 // No UMR yet (`create_fast_mr`).
                 max_fast_reg_pages: 0,
+                part_id: u32::from(st.bus.pdev().device_id()),
             })
         })
     }

@@ -170,6 +170,7 @@ impl Backend for SoftDevice {
             // vector (the ULP API's LID).
             lid: self.hca,
             max_fast_reg_pages: crate::ib::mr::MAX_FAST_PAGES,
+            part_id: 0,
         })
     }
 

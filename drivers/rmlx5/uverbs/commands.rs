@@ -98,7 +98,7 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     a.max_mr_size = l.max_mr_size;
     a.page_size_cap = 1 << 12;
     a.vendor_id = 0x02c9;
-    a.vendor_part_id = 4119;
+    a.vendor_part_id = info.part_id;
     a.hw_ver = 0;
     // Object counts: the device's, at most a context's.
     a.max_qp = objects(info.max_qp);

@@ -244,7 +244,7 @@ fn run_command(st: &mut State, ctx: u64, cmd: Cmd<'_>) -> Result<()> {
                 max_mr_size: u64::from(caps.max_msg_size),
                 page_size_cap: 1 << 12,
                 vendor_id: 0x02c9,
-                vendor_part_id: 4119,
+                vendor_part_id: 0,
                 hw_ver: 0,
                 max_qp: (SLOTS_U32).saturating_sub(1),
                 max_qp_wr: 1 << (caps.max_log_sq_wqebbs - 2),
