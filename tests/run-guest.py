@@ -81,8 +81,10 @@ def build_initramfs(args, workdir):
     shutil.copy(os.path.join(HERE, "guest/prod.sh"), os.path.join(root, "tests/prod.sh"))
     shutil.copy(os.path.join(HERE, "guest/rdma-core.sh"), os.path.join(root, "tests/rdma-core.sh"))
     shutil.copy(os.path.join(HERE, "guest/pyverbs.sh"), os.path.join(root, "tests/pyverbs.sh"))
+    shutil.copy(os.path.join(HERE, "guest/mlx5-abi.py"), os.path.join(root, "tests/mlx5-abi.py"))
     for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh", "tests/stress.sh",
-                 "tests/pci-smoke.sh", "tests/prod.sh", "tests/rdma-core.sh", "tests/pyverbs.sh"):
+                 "tests/pci-smoke.sh", "tests/prod.sh", "tests/rdma-core.sh", "tests/pyverbs.sh",
+                 "tests/mlx5-abi.py"):
         os.chmod(os.path.join(root, path), 0o755)
     # Extra file trees (the benchmark's rdma-core, perftest and iproute2,
     # staged by scripts/bench-userland.sh).

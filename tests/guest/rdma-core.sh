@@ -53,6 +53,18 @@ for n in $(seq 0 $((N - 1))); do
 done
 [ -n "$ok" ] && pass rdmacore_ibv_devinfo
 
+# mlx5_ib's driver data as rmlx5 checks it: hand-made commands, good and
+# bad (tests/guest/mlx5-abi.py), on rmlx5_0's uverbs node.
+node=
+for u in /sys/class/infiniband_verbs/uverbs*; do
+    [ "$(cat $u/ibdev 2>/dev/null)" = rmlx5_0 ] && node=/dev/infiniband/$(basename $u)
+done
+if [ -z "$node" ]; then
+    fail rdmacore_mlx5_abi "no uverbs node for rmlx5_0"
+elif ! env $L python3 /tests/mlx5-abi.py $node; then
+    echo "rmlx5-guest: mlx5-abi.py exited non-zero"
+fi
+
 # pingpong NAME SERVER_DEV CLIENT_DEV ARGS...: one ibv_rc_pingpong pair; the
 # server's maps must name libmlx5; both must exit 0. Prints the client's
 # figures.
@@ -107,6 +119,36 @@ pingpong rdmacore_rc_pingpong_inline rmlx5_1 rmlx5_0 -n 1000 -c -s 32
 pingpong rdmacore_rc_pingpong_64k rmlx5_1 rmlx5_0 -n 200 -c -s 65536
 pingpong rdmacore_rc_pingpong_loopback rmlx5_0 rmlx5_0 -n 500 -c -s 1024
 pingpong rdmacore_rc_pingpong_loopback_events rmlx5_0 rmlx5_0 -n 500 -c -e -s 8192
+
+# A libmlx5 process killed mid-traffic leaves nothing behind: ib_uverbs
+# destroys its QPs, CQs, MRs and PDs, and rmlx5 releases their pinned
+# pages and trap entries (counted with iproute2's rdma; kernel ULPs may
+# hold objects of their own, so the counts are compared with before).
+res_counts() {
+    for r in qp cq mr pd; do
+        printf '%s ' "$(run rdma res show $r 2>/dev/null | grep -c rmlx5_)"
+    done
+}
+before=$(res_counts)
+port=$((port + 1))
+env $L ibv_rc_pingpong -d rmlx5_1 -i 1 -p $port -n 1000000 -c > /dev/null 2>&1 &
+srv=$!
+sleep 1
+env $L ibv_rc_pingpong -d rmlx5_0 -i 1 -p $port -n 1000000 -c 127.0.0.1 > /dev/null 2>&1 &
+cli=$!
+sleep 4
+during=$(res_counts)
+kill -9 $cli $srv 2>/dev/null
+wait $cli
+wait $srv
+sleep 1
+after=$(res_counts)
+echo "rmlx5-guest: rdma res qp/cq/mr/pd: before '$before' during '$during' after '$after'"
+if [ "$during" != "$before" ] && [ "$after" = "$before" ]; then
+    pass rdmacore_killed_mid_traffic
+else
+    fail rdmacore_killed_mid_traffic "objects of the killed pingpongs were not all released (or never seen)"
+fi
 
 # perftest (Debian's), unchanged, between rmlx5_1 (server) and rmlx5_0.
 # perf NAME PROGRAM ARGS...: both sides exit 0 and the client prints its

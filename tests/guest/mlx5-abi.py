@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+# rmlx5's checks of mlx5_ib's user ABI (drivers/rmlx5/ib_user.c), driven
+# through ib_uverbs' write() commands with hand-made driver data, the bytes
+# libmlx5 would send, and bad variants of them. Each case prints a marker:
+#   rmlx5-test: PASS|FAIL mlx5abi_<case>
+# Not covered here: bad alloc_ucontext requests. Every alloc_ucontext that
+# fails leaks a reference to the calling task on 7.3 (ib_init_ucontext's
+# error path), which kmemleak would then report against this program.
+import ctypes
+import errno
+import mmap
+import os
+import struct
+import sys
+
+GET_CONTEXT, ALLOC_PD, DEALLOC_PD = 0, 3, 4
+CREATE_CQ, DESTROY_CQ, POLL_CQ, CREATE_QP, DESTROY_QP = 18, 20, 21, 24, 27
+QPT_RC = 2
+
+libc = ctypes.CDLL(None, use_errno=True)
+failures = 0
+
+
+def mark(name, ok, why=""):
+    global failures
+    if ok:
+        print(f"rmlx5-test: PASS mlx5abi_{name}")
+    else:
+        failures += 1
+        print(f"rmlx5-test: FAIL mlx5abi_{name}: {why}")
+    sys.stdout.flush()
+
+
+class Buf:
+    """Memory whose address the kernel is given."""
+
+    def __init__(self, size):
+        self.raw = ctypes.create_string_buffer(size)
+        self.addr = ctypes.addressof(self.raw)
+
+    def bytes(self, n):
+        return self.raw.raw[:n]
+
+
+def command(fd, cmd, core_in, drv_in, core_out, drv_out):
+    """One write() command: header, core struct (its first field the
+    response address), driver data. Returns (errno, core reply, driver
+    reply)."""
+    resp = Buf(core_out + drv_out + 8)
+    body = struct.pack("<Q", resp.addr) + core_in + drv_in
+    hdr = struct.pack("<IHH", cmd, (8 + len(body)) // 4, (core_out + drv_out) // 4)
+    data = hdr + body
+    n = libc.write(fd, data, len(data))
+    err = 0 if n == len(data) else ctypes.get_errno()
+    raw = resp.bytes(core_out + drv_out)
+    return err, raw[:core_out], raw[core_out:]
+
+
+def ucontext_req(total=16, low=4, flags=0, cqe_version=1, lib_caps=3):
+    return struct.pack("<IIIIBBHIQ", total, low, flags, 0, cqe_version, 0, 0, 0, lib_caps)
+
+
+def cq_req(buf, db, cqe_size=64, comp=0, fmt=0, flags=0, uar=0, r0=0, r1=0, tail=b""):
+    return struct.pack("<QQIBBHHHI", buf, db, cqe_size, comp, fmt, flags, uar, r0, r1) + tail
+
+
+def qp_req(buf, db, sq, rq, shift, flags=0, uidx=0xFFFFFF, bfreg=0, sq_buf=0, ece=0, dci=0):
+    return struct.pack("<QQIIIIIIQIHH", buf, db, sq, rq, shift, flags, uidx, bfreg, sq_buf,
+                       ece, dci, 0)
+
+
+def aligned(size, align=4096):
+    m = mmap.mmap(-1, size + align)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    return m, (base + align - 1) & ~(align - 1)
+
+
+def main():
+    dev = sys.argv[1] if len(sys.argv) > 1 else "/dev/infiniband/uverbs0"
+    fd = os.open(dev, os.O_RDWR)
+    err, core, drv = command(fd, GET_CONTEXT, b"", ucontext_req(), 8, 72)
+    mark("get_context", err == 0, f"errno {err}")
+    if err:
+        return
+    tot_bfregs = struct.unpack_from("<I", drv, 8)[0]
+    mark("context_static_uars", tot_bfregs == 16, f"tot_bfregs {tot_bfregs}")
+
+    err, core, drv = command(fd, ALLOC_PD, b"", b"", 4, 4)
+    pd = struct.unpack_from("<I", core)[0] if not err else None
+    mark("alloc_pd", err == 0, f"errno {err}")
+
+    ring_map, ring = aligned(64 * 64)
+    db_map, db = aligned(4096)
+
+    def create_cq(drv_in, cqe=63):
+        core_in = struct.pack("<QIIiI", 0x1234, cqe, 0, -1, 0)
+        return command(fd, CREATE_CQ, core_in, drv_in, 8, 8)
+
+    cases = [
+        ("cq_cqe_size_128", cq_req(ring, db, cqe_size=128), errno.EINVAL),
+        ("cq_compression", cq_req(ring, db, comp=1), errno.EOPNOTSUPP),
+        ("cq_flags", cq_req(ring, db, flags=1 << 2), errno.EOPNOTSUPP),
+        ("cq_reserved", cq_req(ring, db, r1=1), errno.EINVAL),
+        ("cq_uar_page_index", cq_req(ring, db, uar=1), errno.EINVAL),
+        ("cq_short", cq_req(ring, db)[:16], errno.EINVAL),
+        ("cq_tail_not_zero", cq_req(ring, db, tail=b"\x01" + b"\0" * 7), errno.EINVAL),
+        ("cq_misaligned_ring", cq_req(ring + 8, db), errno.EINVAL),
+        ("cq_misaligned_record", cq_req(ring, db + 4), errno.EINVAL),
+        ("cq_unmapped_ring", cq_req(0x10000, db), errno.EFAULT),
+    ]
+    for name, drv_in, want in cases:
+        err, core, _ = create_cq(drv_in)
+        mark(name, err == want, f"errno {err}, wanted {want}")
+        if not err:
+            command(fd, DESTROY_CQ, struct.pack("<II", struct.unpack_from("<I", core)[0], 0),
+                    b"", 8, 0)
+    err, core, drv = create_cq(cq_req(ring, db))
+    mark("create_cq", err == 0, f"errno {err}")
+    if err:
+        return
+    cq = struct.unpack_from("<I", core)[0]
+    # The kernel's poll and arm are not for this CQ: libmlx5 polls it.
+    err, _, _ = command(fd, POLL_CQ, struct.pack("<II", cq, 1), b"", 8 + 48, 0)
+    mark("poll_user_cq_refused", err == errno.EOPNOTSUPP, f"errno {err}")
+
+    qbuf_map, qbuf = aligned(16 * 64 + 16 * 16)
+    qdb = db + 64
+
+    def create_qp(drv_in):
+        core_in = struct.pack("<QIIIIIIIIIBBBB", 0x5678, pd, cq, cq, 0, 16, 16, 1, 1, 0, 0,
+                              QPT_RC, 0, 0)
+        return command(fd, CREATE_QP, core_in, drv_in, 32, 40)
+
+    cases = [
+        ("qp_unknown_flag", qp_req(qbuf, qdb, 16, 16, 4, flags=1 << 20), errno.EINVAL),
+        ("qp_dct", qp_req(qbuf, qdb, 16, 16, 4, flags=1 << 4), errno.EOPNOTSUPP),
+        ("qp_bfreg_out_of_range", qp_req(qbuf, qdb, 16, 16, 4, flags=1 << 3, bfreg=4096),
+         errno.EINVAL),
+        ("qp_ece", qp_req(qbuf, qdb, 16, 16, 4, ece=0x10000000), errno.EOPNOTSUPP),
+        ("qp_sq_not_power_of_two", qp_req(qbuf, qdb, 12, 16, 4), errno.EINVAL),
+        ("qp_rq_stride_too_small", qp_req(qbuf, qdb, 16, 16, 3), errno.EINVAL),
+        ("qp_misaligned_buffer", qp_req(qbuf + 16, qdb, 16, 16, 4), errno.EINVAL),
+        ("qp_unmapped_buffer", qp_req(0x10000, qdb, 16, 16, 4), errno.EFAULT),
+    ]
+    for name, drv_in, want in cases:
+        err, core, _ = create_qp(drv_in)
+        mark(name, err == want, f"errno {err}, wanted {want}")
+        if not err:
+            command(fd, DESTROY_QP, struct.pack("<II", struct.unpack_from("<I", core)[0], 0),
+                    b"", 8, 0)
+    err, core, drv = create_qp(qp_req(qbuf, qdb, 16, 16, 4))
+    ok = err == 0 and struct.unpack_from("<I", drv)[0] == 0
+    mark("create_qp", ok, f"errno {err}")
+    if not err:
+        qp = struct.unpack_from("<I", core)[0]
+        err, _, _ = command(fd, DESTROY_QP, struct.pack("<II", qp, 0), b"", 8, 0)
+        mark("destroy_qp", err == 0, f"errno {err}")
+    err, _, _ = command(fd, DESTROY_CQ, struct.pack("<II", cq, 0), b"", 8, 0)
+    mark("destroy_cq", err == 0, f"errno {err}")
+    # DEALLOC_PD has no response address.
+    data = struct.pack("<IHHI", DEALLOC_PD, 3, 0, pd)
+    n = libc.write(fd, data, len(data))
+    err = 0 if n == len(data) else ctypes.get_errno()
+    mark("dealloc_pd", err == 0, f"errno {err}")
+    os.close(fd)
+    # The mappings stay until exit (ctypes holds views of them).
+    _ = (ring_map, db_map, qbuf_map)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if failures else 0)
