@@ -37,9 +37,14 @@ for p in rmlx5-stress-tests rmlx5-cve-tests; do
     programs+=(--program "$top/target/guest/x86_64-unknown-linux-gnu/release/$p")
 done
 log "booting the test guest; the full run takes up to about 45 minutes"
+# rdma-core's user space and Python, for the mlx5_ib fuzz (cached).
+overlay=()
+if userland=$(bash "$here/bench-userland.sh" check); then
+    overlay=(--overlay "$userland")
+fi
 python3 "$top/tests/run-guest.py" --mode stress --kernel "$kdir/arch/x86/boot/bzImage" \
     --ksrc "$KSRC" --module "$top/build/module/rmlx5.ko" "${programs[@]}" \
-    "${guest_tools[@]}" --stress "${STRESS:-}" \
+    "${guest_tools[@]}" "${overlay[@]}" --stress "${STRESS:-}" \
     --timeout "${STRESS_TIMEOUT:-4200}" --log "$consolelog" | tee "$out/guest-run.txt"
 guest_rc=${PIPESTATUS[0]}
 
@@ -60,6 +65,7 @@ problems=$(grep -c '^guest: FAIL' "$out/guest-run.txt")
     printf '%-28s %8s  %s\n' "  with failslab" "$(secs events_failslab)" \
         "$(fig events 2), during traffic: $(fig failslab_traffic), control: $(fig failslab_control), in all: $(fig failslab)"
     printf '%-28s %8s  %s\n' "CVE regressions, looped" "" "$(fig cve)"
+    printf '%-28s %8s  %s\n' "mlx5_ib driver data fuzzed" "$(secs mlx5fuzz)" "$(fig mlx5fuzz), left: $(fig mlx5left)"
     printf '%-28s %8s  %s\n' "kernel" "" \
         "splats=$(grep -c 'guest: FAIL kernel_log' "$out/guest-run.txt") kmemleak=$(grep -q '^guest: PASS kmemleak' "$out/guest-run.txt" && echo clean || echo REPORTED) unload=$(grep -q '^guest: PASS module_unload' "$out/guest-run.txt" && echo ok || echo FAILED)"
     echo

@@ -16,6 +16,7 @@ import sys
 GET_CONTEXT, ALLOC_PD, DEALLOC_PD = 0, 3, 4
 CREATE_CQ, DESTROY_CQ, POLL_CQ, CREATE_QP, DESTROY_QP = 18, 20, 21, 24, 27
 QPT_RC = 2
+U64 = (1 << 64) - 1
 
 libc = ctypes.CDLL(None, use_errno=True)
 failures = 0
@@ -167,6 +168,93 @@ def main():
     _ = (ring_map, db_map, qbuf_map)
 
 
+def fuzz(dev, calls, seed):
+    """make stress: random driver data for CREATE_CQ and CREATE_QP (good
+    requests with fields, lengths and addresses changed at random), random
+    destroys and random mmap offsets, in one context, closed at the end
+    (ib_uverbs then destroys what is left). Prints a @@STRESS line; the
+    caller checks that nothing is left behind."""
+    import collections
+    import random
+    rng = random.Random(seed)
+    fd = os.open(dev, os.O_RDWR)
+    err, _, _ = command(fd, GET_CONTEXT, b"", ucontext_req(), 8, 72)
+    if err:
+        print(f"mlx5-abi: fuzz: GET_CONTEXT failed: {err}")
+        return False
+    err, core, _ = command(fd, ALLOC_PD, b"", b"", 4, 4)
+    pd = struct.unpack_from("<I", core)[0]
+    mem_map, mem = aligned(64 * 4096)
+    addrs = [mem, mem + 4096, mem + 8, mem + 64 * 4096 - 64, 0, 0x10000, 0xFFFFFFFFFFFFF000]
+    errnos = collections.Counter()
+    cqs, qps = [], []
+    ops = collections.Counter()
+
+    def mutate(b):
+        b = bytearray(b)
+        for _ in range(rng.randint(0, 3)):
+            i = rng.randrange(len(b))
+            b[i] = rng.choice([0, 1, 0xFF, rng.randrange(256)])
+        if rng.random() < 0.2:
+            b = b[:rng.randrange(len(b) + 1)]
+        elif rng.random() < 0.1:
+            b += bytes(rng.choice([1, 0]) for _ in range(rng.randrange(1, 17)))
+        return bytes(b)
+
+    for _ in range(calls):
+        op = rng.choice(["cq", "cq", "qp", "qp", "destroy", "mmap"])
+        ops[op] += 1
+        if op == "cq":
+            drv = mutate(cq_req(rng.choice(addrs), (rng.choice(addrs) + 4096 * 63) & U64))
+            cqe = rng.choice([1, 7, 63, 64, 4095, 65535, 65536, 1 << 22])
+            core_in = struct.pack("<QIIiI", 0, cqe, rng.choice([0, 0, 1, 99]), -1, 0)
+            err, core, _ = command(fd, CREATE_CQ, core_in, drv, 8, 8)
+            if not err:
+                cqs.append(struct.unpack_from("<I", core)[0])
+        elif op == "qp" and cqs:
+            cq = rng.choice(cqs)
+            drv = mutate(qp_req(rng.choice(addrs), (rng.choice(addrs) + 4096 * 62) & U64,
+                                rng.choice([1, 4, 16, 12, 1 << 15, 1 << 16]),
+                                rng.choice([0, 1, 16, 3, 1 << 15]), rng.choice([3, 4, 6, 9, 31])))
+            core_in = struct.pack("<QIIIIIIIIIBBBB", 0, pd, cq, rng.choice(cqs), 0,
+                                  rng.choice([1, 16, 5000]), rng.choice([0, 16]), 1, 1,
+                                  rng.choice([0, 64]), 0, rng.choice([QPT_RC, QPT_RC, 3, 4]),
+                                  0, 0)
+            err, core, _ = command(fd, CREATE_QP, core_in, drv, 32, 40)
+            if not err:
+                qps.append(struct.unpack_from("<I", core)[0])
+        elif op == "destroy" and (cqs or qps):
+            if qps and rng.random() < 0.6:
+                h = qps.pop(rng.randrange(len(qps)))
+                err, _, _ = command(fd, DESTROY_QP, struct.pack("<II", h, 0), b"", 8, 0)
+            else:
+                h = cqs.pop(rng.randrange(len(cqs)))
+                err, _, _ = command(fd, DESTROY_CQ, struct.pack("<II", h, 0), b"", 8, 0)
+                if err:
+                    cqs.append(h)
+        elif op == "mmap":
+            pgoff = rng.choice([0, 1, 7, 8, 255, 0x100, 0x200, 0x300, 0x500, 0x700, 0x10000])
+            try:
+                m = mmap.mmap(fd, 4096 * rng.choice([1, 1, 2]), offset=pgoff * 4096)
+                m[0x800:0x808] = b"\0" * 8
+                m.close()
+                err = 0
+            except (OSError, ValueError, IndexError) as e:
+                err = getattr(e, "errno", None) or errno.EINVAL
+        else:
+            err = 0
+        errnos[errno.errorcode.get(err, str(err)) if err else "ok"] += 1
+    os.close(fd)
+    _ = mem_map
+    print("@@STRESS mlx5fuzz calls=%d seed=%d ops=%s results=%s" % (
+        calls, seed, ",".join(f"{k}:{v}" for k, v in sorted(ops.items())),
+        ",".join(f"{k}:{v}" for k, v in sorted(errnos.items()))))
+    return True
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[2] == "--fuzz":
+        seed = int(sys.argv[4], 0) if len(sys.argv) > 4 else int.from_bytes(os.urandom(4), "little")
+        sys.exit(0 if fuzz(sys.argv[1], int(sys.argv[3]), seed) else 1)
     main()
     sys.exit(1 if failures else 0)

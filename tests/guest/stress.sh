@@ -16,9 +16,11 @@
 #                the event path allocates nothing, so a tenth of the first
 #                run shows it within the time budget)
 #   parts        which parts run, joined by '+' (default
-#                fuzz+kill+events+failslab+cve), e.g. parts=cve to loop
+#                fuzz+kill+events+failslab+cve+mlx5fuzz), e.g. parts=cve to loop
 #                the CVE tests alone
 #   cve_loops    passes over rmlx5-cve-tests (default 20)
+#   mlx5_calls   fuzzed calls of rdma-core's path (mlx5_ib driver data
+#                through ib_uverbs, tests/guest/mlx5-abi.py; default 20000)
 #   scale        divides every count above (e.g. scale=100 for a quick run)
 #
 # Figures are printed as "@@STRESS <part> key=value ..." lines, which
@@ -34,12 +36,13 @@ cqs=4
 failslab=1
 failslab_completions=1000000
 cve_loops=20
+mlx5_calls=20000
 scale=1
-parts=fuzz+kill+events+failslab+cve
+parts=fuzz+kill+events+failslab+cve+mlx5fuzz
 for kv in $(echo "$RMLX5_STRESS" | tr ',' ' '); do
     case "$kv" in
     calls=* | seed=* | kills=* | completions=* | threads=* | cqs=* | failslab=* | \
-        failslab_completions=* | cve_loops=* | scale=* | parts=*)
+        failslab_completions=* | cve_loops=* | mlx5_calls=* | scale=* | parts=*)
         eval "$kv" ;;
     *) echo "stress: unknown knob $kv" ;;
     esac
@@ -50,6 +53,7 @@ kills=$(div $kills)
 completions=$(div $completions)
 failslab_completions=$(div $failslab_completions)
 cve_loops=$(div $cve_loops)
+mlx5_calls=$(div $mlx5_calls)
 # part NAME: whether NAME is in parts.
 part() { case "+$parts+" in *"+$1+"*) return 0 ;; esac; return 1; }
 
@@ -131,5 +135,31 @@ elif [ $bad = 0 ]; then
     pass cve_regressions_looped
 else
     fail cve_regressions_looped "$bad of $cve_loops passes failed"
+fi
+# rdma-core's path: libmlx5's driver data fuzzed through ib_uverbs in one
+# context, which is then closed; ib_uverbs destroys what is left, and no
+# QP, CQ, MR or PD may stay behind (iproute2's rdma res).
+if part mlx5fuzz; then
+    L=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
+    node=
+    for u in /sys/class/infiniband_verbs/uverbs*; do
+        [ "$(cat $u/ibdev 2>/dev/null)" = rmlx5_0 ] && node=/dev/infiniband/$(basename $u)
+    done
+    if [ ! -x /usr/bin/python3 ] || [ -z "$node" ]; then
+        fail mlx5_fuzz "no python3 or no uverbs node for rmlx5_0 (scripts/bench-userland.sh check)"
+    else
+        t0=$(date +%s)
+        LD_LIBRARY_PATH=$L python3 /tests/mlx5-abi.py $node --fuzz $mlx5_calls $seed
+        rc=$?
+        echo "@@STRESS-TIME part=mlx5fuzz rc=$rc secs=$(($(date +%s) - t0))"
+        left=$(for r in qp cq mr pd; do LD_LIBRARY_PATH=$L rdma res show $r 2>/dev/null; done |
+            grep -c rmlx5_)
+        echo "@@STRESS mlx5left objects=$left"
+        if [ $rc = 0 ] && [ "$left" = 0 ]; then
+            pass mlx5_fuzz_nothing_left
+        else
+            fail mlx5_fuzz_nothing_left "fuzzer exited $rc, $left objects left"
+        fi
+    fi
 fi
 echo "==== end of stress ===="
