@@ -44,6 +44,7 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
+    bitmap::BitmapVec,
     new_spinlock, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
@@ -106,6 +107,15 @@ pub(crate) const MAX_QPS: usize = 4096;
 const MAX_EQS: usize = MAX_COMP_EQS + 1;
 /// Budget units of one engine run under the lock (WQEs, 4 KiB moved).
 pub(crate) const ENGINE_BUDGET: u32 = 64;
+
+/// One bitmap of `bits` bits per HCA (the watcher's and the trap's sets).
+pub(crate) fn per_hca_bitmaps(nr_hcas: usize, bits: usize) -> Result<KVec<BitmapVec>> {
+    let mut v = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+    for _ in 0..nr_hcas {
+        v.push(BitmapVec::new(bits, GFP_KERNEL)?, GFP_KERNEL)?;
+    }
+    Ok(v)
+}
 
 /// The object tables of one model instance, in `KVVec`s.
 pub(crate) struct KStorage {

@@ -40,7 +40,7 @@
 
 /* In the Rust crate (ibu.rs). */
 int rmlx5_ibu_supported(int index);
-void rmlx5_ibu_uar_fault(int index);
+void rmlx5_ibu_uar_fault(void);
 int rmlx5_ibu_create_cq(int index, void *ibcq, u64 buf_addr, u64 db_addr,
 			u32 entries, u32 comp_vector, struct rmlx5_ibu_cq **out,
 			u32 *cqn);
@@ -274,7 +274,7 @@ static vm_fault_t rmlx5_ibu_vm_fault(struct vm_fault *vmf)
 		return VM_FAULT_SIGBUS;
 	ret = vmf_insert_page(vmf->vma, vmf->address & PAGE_MASK, m->page);
 	/* The provider stored its doorbell record before this store. */
-	rmlx5_ibu_uar_fault(m->index);
+	rmlx5_ibu_uar_fault();
 	return ret;
 }
 

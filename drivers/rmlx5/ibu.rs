@@ -24,10 +24,6 @@
 //! pinned pages would need PAS lists in CREATE_CQ and CREATE_QP, and the
 //! UAR pages would be BAR pages (Documentation/rdma-core.md).
 
-use core::sync::atomic::{
-    AtomicUsize,
-    Ordering, //
-};
 use kernel::{
     ffi::{
         c_int,
@@ -94,11 +90,10 @@ pub extern "C" fn rmlx5_ibu_supported(index: c_int) -> c_int {
     soft_device(index).map_or_else(errno, |_| 0)
 }
 
-/// A store to a trapped UAR page of `rmlx5_<index>` faulted (called by
-/// the fault handler, in the faulting process).
+/// A store to a trapped UAR page faulted (called by the fault handler, in
+/// the faulting process). The trap reads the records of the whole fabric.
 #[no_mangle]
-pub extern "C" fn rmlx5_ibu_uar_fault(index: c_int) {
-    let _ = index;
+pub extern "C" fn rmlx5_ibu_uar_fault() {
     if let Ok(soft) = crate::soft() {
         soft.uar_fault();
     }
@@ -119,13 +114,13 @@ fn pin_for_device(addr: u64, len: u64) -> Result<DmaBuf> {
 /// valid until the object's destroy returned, after which the layers
 /// below never call a sink again).
 struct CSink {
-    obj: AtomicUsize,
+    obj: usize,
     is_qp: bool,
 }
 
 impl EventSink for CSink {
     fn comp_event(&self) {
-        let obj = self.obj.load(Ordering::Acquire) as *mut c_void;
+        let obj = self.obj as *mut c_void;
         if !obj.is_null() && !self.is_qp {
             // SAFETY: `obj` is the live `struct ib_cq` (see `CSink`).
             unsafe { rmlx5_ibu_cq_comp(obj) };
@@ -133,7 +128,7 @@ impl EventSink for CSink {
     }
 
     fn async_event(&self, event_type: u8) {
-        let obj = self.obj.load(Ordering::Acquire) as *mut c_void;
+        let obj = self.obj as *mut c_void;
         if !obj.is_null() {
             // SAFETY: `obj` is the live ib_core object (see `CSink`).
             unsafe { rmlx5_ibu_async(obj, self.is_qp, event_type) };
@@ -182,7 +177,7 @@ pub unsafe extern "C" fn rmlx5_ibu_create_cq(
         dbr.write(CQ_DBR_ARM_OFFSET, &CQ_ARM_RECORD_UNARMED.to_be_bytes())?;
         let sink = Arc::new(
             CSink {
-                obj: AtomicUsize::new(ibcq as usize),
+                obj: ibcq as usize,
                 is_qp: false,
             },
             GFP_KERNEL,
@@ -341,7 +336,7 @@ pub unsafe extern "C" fn rmlx5_ibu_create_qp(
         };
         let sink = Arc::new(
             CSink {
-                obj: AtomicUsize::new(ibqp as usize),
+                obj: ibqp as usize,
                 is_qp: true,
             },
             GFP_KERNEL,
@@ -441,7 +436,7 @@ pub unsafe extern "C" fn rmlx5_ibu_destroy_qp(qp: *mut IbuQp) -> c_int {
 
 /// A memory region of rdma-core's provider.
 pub struct IbuMr {
-    _umr: Umr,
+    umr: Umr,
 }
 
 /// # Safety
@@ -471,13 +466,13 @@ pub unsafe extern "C" fn rmlx5_ibu_reg_mr(
             != 0;
         let pages = PinnedPages::pin(start, length, writable)?;
         let umr = Umr::new(pd, 0, pages, iova, access)?;
-        Ok(KBox::new(IbuMr { _umr: umr }, GFP_KERNEL)?)
+        Ok(KBox::new(IbuMr { umr }, GFP_KERNEL)?)
     })();
     match r {
         Ok(b) => {
             // SAFETY: The caller passes writable slots.
             unsafe {
-                key.write(b._umr.mr.key);
+                key.write(b.umr.mr.key);
                 out.write(KBox::into_raw(b));
             }
             0

@@ -65,24 +65,26 @@ elif ! env $L python3 /tests/mlx5-abi.py $node; then
     echo "rmlx5-guest: mlx5-abi.py exited non-zero"
 fi
 
-# pingpong NAME SERVER_DEV CLIENT_DEV ARGS...: one ibv_rc_pingpong pair; the
-# server's maps must name libmlx5; both must exit 0. Prints the client's
-# figures.
+# pair PROGRAM SERVER_DEV CLIENT_DEV LIMIT ARGS...: PROGRAM as server on
+# SERVER_DEV and as client on CLIENT_DEV (out-of-band exchange over TCP on
+# loopback), the client given LIMIT seconds (a hang is a failure, not a
+# stuck guest). Sets crc and src (the exit statuses) and maps (the server's
+# /proc maps); the outputs are in /tmp/pair-server.log and
+# /tmp/pair-client.log. Returns 1 if the client had to be killed.
 port=18515
-pingpong() {
-    name=$1 sdev=$2 cdev=$3
-    shift 3
+pair() {
+    prog=$1 sdev=$2 cdev=$3 limit=$4
+    shift 4
     port=$((port + 1))
-    # Not through run(): $! must be the pingpong itself (env execs it).
-    env $L ibv_rc_pingpong -d $sdev -i 1 -p $port "$@" > /tmp/pp-server.log 2>&1 &
+    # Not through run(): $! must be the program itself (env execs it).
+    env $L $prog -d $sdev -p $port "$@" > /tmp/pair-server.log 2>&1 &
     srv=$!
-    sleep 1
+    sleep 2
     maps=$(cat /proc/$srv/maps 2>/dev/null)
-    env $L ibv_rc_pingpong -d $cdev -i 1 -p $port "$@" 127.0.0.1 > /tmp/pp-client.log 2>&1 &
+    env $L $prog -d $cdev -p $port "$@" 127.0.0.1 > /tmp/pair-client.log 2>&1 &
     cli=$!
-    # A hang is a failure, not a stuck guest.
     i=0
-    while kill -0 $cli 2>/dev/null && [ $i -lt 120 ]; do
+    while kill -0 $cli 2>/dev/null && [ $i -lt $limit ]; do
         sleep 1
         i=$((i + 1))
     done
@@ -90,22 +92,34 @@ pingpong() {
         kill -9 $cli $srv 2>/dev/null
         wait $cli
         wait $srv
-        cat /tmp/pp-server.log /tmp/pp-client.log
-        fail $name "ibv_rc_pingpong $* did not finish in 120 s"
-        return
+        cat /tmp/pair-server.log /tmp/pair-client.log
+        return 1
     fi
     wait $cli
     crc=$?
     wait $srv
     src=$?
+    return 0
+}
+
+# pingpong NAME SERVER_DEV CLIENT_DEV ARGS...: one ibv_rc_pingpong pair; the
+# server's maps must name libmlx5; both must exit 0. Prints the client's
+# figures.
+pingpong() {
+    name=$1 sdev=$2 cdev=$3
+    shift 3
+    if ! pair ibv_rc_pingpong $sdev $cdev 120 -i 1 "$@"; then
+        fail $name "ibv_rc_pingpong $* did not finish in 120 s"
+        return
+    fi
     echo "rmlx5-guest: $name ($sdev <- $cdev, $*):"
-    cat /tmp/pp-client.log
+    cat /tmp/pair-client.log
     if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-        cat /tmp/pp-server.log
+        cat /tmp/pair-server.log
         fail $name "client exited $crc, server $src"
     elif ! echo "$maps" | grep -q libmlx5; then
         fail $name "the server process did not map libmlx5"
-    elif ! grep -q "iters in" /tmp/pp-client.log; then
+    elif ! grep -q "iters in" /tmp/pair-client.log; then
         fail $name "no figures from the client"
     else
         pass $name
@@ -156,35 +170,16 @@ fi
 perf() {
     name=$1 prog=$2
     shift 2
-    port=$((port + 1))
-    env $L $prog -d rmlx5_1 -p $port "$@" > /tmp/pf-server.log 2>&1 &
-    srv=$!
-    sleep 2
-    env $L $prog -d rmlx5_0 -p $port "$@" 127.0.0.1 > /tmp/pf-client.log 2>&1 &
-    cli=$!
-    i=0
-    while kill -0 $cli 2>/dev/null && [ $i -lt 180 ]; do
-        sleep 1
-        i=$((i + 1))
-    done
-    if kill -0 $cli 2>/dev/null; then
-        kill -9 $cli $srv 2>/dev/null
-        wait $cli
-        wait $srv
-        cat /tmp/pf-server.log /tmp/pf-client.log
+    if ! pair $prog rmlx5_1 rmlx5_0 180 "$@"; then
         fail $name "$prog $* did not finish in 180 s"
         return
     fi
-    wait $cli
-    crc=$?
-    wait $srv
-    src=$?
     echo "rmlx5-guest: $name ($prog $*):"
-    cat /tmp/pf-client.log
+    cat /tmp/pair-client.log
     if [ $crc -ne 0 ] || [ $src -ne 0 ]; then
-        cat /tmp/pf-server.log
+        cat /tmp/pair-server.log
         fail $name "client exited $crc, server $src"
-    elif ! grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/pf-client.log; then
+    elif ! grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/pair-client.log; then
         fail $name "no result line from the client"
     else
         pass $name

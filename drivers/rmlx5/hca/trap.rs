@@ -114,20 +114,16 @@ pub(crate) struct TrapSet {
 
 impl TrapSet {
     pub(super) fn new(nr_hcas: usize, max_qps: usize) -> Result<Self> {
-        let mut qps = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
-        let mut cqs = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
         let mut arm_words = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
         for _ in 0..nr_hcas {
-            qps.push(BitmapVec::new(max_qps, GFP_KERNEL)?, GFP_KERNEL)?;
-            cqs.push(BitmapVec::new(MAX_CQS, GFP_KERNEL)?, GFP_KERNEL)?;
             arm_words.push(
                 KVVec::from_elem(CQ_ARM_RECORD_UNARMED, MAX_CQS, GFP_KERNEL)?,
                 GFP_KERNEL,
             )?;
         }
         Ok(Self {
-            qps,
-            cqs,
+            qps: super::per_hca_bitmaps(nr_hcas, max_qps)?,
+            cqs: super::per_hca_bitmaps(nr_hcas, MAX_CQS)?,
             arm_words,
             doorbells: 0,
             arms: 0,

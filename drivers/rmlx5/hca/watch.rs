@@ -127,15 +127,9 @@ pub(crate) struct WatchSet {
 
 impl WatchSet {
     pub(super) fn new(nr_hcas: usize, max_qps: usize) -> Result<Self> {
-        let mut qps = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
-        let mut taken = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
-        for _ in 0..nr_hcas {
-            qps.push(BitmapVec::new(max_qps, GFP_KERNEL)?, GFP_KERNEL)?;
-            taken.push(BitmapVec::new(max_qps, GFP_KERNEL)?, GFP_KERNEL)?;
-        }
         Ok(Self {
-            qps,
-            taken,
+            qps: super::per_hca_bitmaps(nr_hcas, max_qps)?,
+            taken: super::per_hca_bitmaps(nr_hcas, max_qps)?,
             uars: KVec::with_capacity(MAX_UARS, GFP_KERNEL)?,
             doorbells: 0,
             runs: 0,

@@ -32,7 +32,7 @@
 
 use super::mem::DmaMemory;
 use super::prm::cqe::{Cqe64, ErrCqe, CQE_SIZE, OP_OWN_OFFSET};
-use super::prm::doorbell::{ArmCmd, CqArm, CQ_DBR_SET_CI_OFFSET};
+use super::prm::doorbell::{ArmCmd, CqArm, CqDbRec, CQ_DBR_SIZE};
 use super::prm::ring;
 
 /// What the embedder gives to create a CQ.
@@ -170,15 +170,15 @@ impl Cq {
         }
         // The SET_CI word alone: the ARM word beside it is the arm
         // requests' business (and holds no request before the first).
-        let mut w = [0u8; 4];
-        let at = self.attr.dbr_addr + CQ_DBR_SET_CI_OFFSET as u64;
-        if mem.read(at, &mut w).is_ok() {
-            let set_ci = u32::from_be_bytes(w);
+        let mut rec = [0u8; CQ_DBR_SIZE];
+        if mem.read(self.attr.dbr_addr, &mut rec).is_ok() {
             // Reserved bits set, or a consumer index ahead of the
             // producer, is garbage; keep the old one rather than believe
             // the ring has emptied.
-            if set_ci & !ring::CI_MASK == 0 && ring::ci24_distance(set_ci, self.pi) <= self.size() {
-                self.cached_ci = set_ci;
+            if let Ok(set_ci) = CqDbRec::set_ci_of(&rec) {
+                if ring::ci24_distance(set_ci, self.pi) <= self.size() {
+                    self.cached_ci = set_ci;
+                }
             }
         }
         ring::ci24_distance(self.cached_ci, self.pi) < self.size()

@@ -499,7 +499,7 @@ fn arm_from_record<P: Platform>(
 ) -> Result<bool, DoorbellError> {
     let cq = get_mut(dev.t.cqs, cqn).ok_or(DoorbellError::NoSuchObject)?;
     let rec: [u8; CQ_DBR_SIZE] = read8(p, cq.attr.dbr_addr)?;
-    let word = u32::from_be_bytes([rec[4], rec[5], rec[6], rec[7]]);
+    let word = CqDbRec::arm_word_of(&rec);
     if word == *last {
         return Ok(false);
     }

@@ -225,14 +225,29 @@ impl CqDbRec {
     /// [`Error::ReservedBits`] if the SET_CI word has any of its top 8 bits
     /// set, or as for [`CqArm::from_word`].
     pub fn decode(b: &[u8; CQ_DBR_SIZE]) -> Result<Self, Error> {
+        Ok(CqDbRec {
+            set_ci: CqDbRec::set_ci_of(b)?,
+            arm: CqArm::from_word(CqDbRec::arm_word_of(b))?,
+        })
+    }
+
+    /// The SET_CI word alone, whatever the ARM word beside it holds (a
+    /// device reads it to know how much room the ring has).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ReservedBits`] if any of its top 8 bits is set.
+    pub fn set_ci_of(b: &[u8; CQ_DBR_SIZE]) -> Result<u32, Error> {
         let set_ci = get_u32(b, CQ_DBR_SET_CI_OFFSET);
         if set_ci & !CI_MASK != 0 {
             return Err(Error::ReservedBits);
         }
-        Ok(CqDbRec {
-            set_ci,
-            arm: CqArm::from_word(get_u32(b, CQ_DBR_ARM_OFFSET))?,
-        })
+        Ok(set_ci)
+    }
+
+    /// The raw ARM word as a host integer (see [`CqArm::from_word`]).
+    pub fn arm_word_of(b: &[u8; CQ_DBR_SIZE]) -> u32 {
+        get_u32(b, CQ_DBR_ARM_OFFSET)
     }
 }
 
