@@ -94,6 +94,7 @@ pub mod hca_model {
     pub mod qp;
     pub mod qp_modify;
     pub mod respond;
+    pub mod ring;
     pub mod sched;
     pub mod stats;
     pub mod table;

@@ -280,6 +280,7 @@ impl Cq {
         let attr = CqAttr {
             log_size,
             buf_addr: buf.dma_addr(),
+            buf_pages: None,
             dbr_addr: dbr.dma_addr(),
             eqn: dev.comp_eqn(vector)?,
             uar_addr,

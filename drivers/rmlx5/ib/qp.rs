@@ -373,6 +373,7 @@ impl Qp {
             rq_wqes,
             rq_stride: RQ_STRIDE,
             rq_buf_addr: buf.dma_addr(),
+            buf_pages: None,
             dbr_addr: dbr.dma_addr(),
             uar_addr: dev.be.kernel_uar()?,
             bfreg: 0,

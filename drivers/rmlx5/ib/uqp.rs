@@ -140,6 +140,7 @@ impl UserQp {
             rq_wqes: mem.rq_wqes,
             rq_stride: mem.rq_stride,
             rq_buf_addr: mem.buf.dma_addr(),
+            buf_pages: None,
             dbr_addr: mem.dbr.dma_addr(),
             uar_addr: mem.uar_addr,
             bfreg: mem.bfreg,

@@ -34,14 +34,19 @@ use super::mem::DmaMemory;
 use super::prm::cqe::{Cqe64, ErrCqe, CQE_SIZE, OP_OWN_OFFSET};
 use super::prm::doorbell::{ArmCmd, CqArm, CqDbRec, CQ_DBR_SIZE};
 use super::prm::ring;
+use super::ring::{Ring, RingPages};
 
 /// What the embedder gives to create a CQ.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CqAttr {
     /// log2 of the number of CQEs.
     pub log_size: u8,
-    /// DMA address of the CQE ring (`64 << log_size` bytes).
+    /// DMA address of the CQE ring (`64 << log_size` bytes); with
+    /// `buf_pages`, the ring's offset in its first page.
     pub buf_addr: u64,
+    /// The ring's page table, if its pages are scattered (see
+    /// [`super::ring`]).
+    pub buf_pages: Option<RingPages>,
     /// DMA address of the 8-byte CQ doorbell record (SET_CI, ARM).
     pub dbr_addr: u64,
     /// EQ that receives this CQ's completion events.
@@ -214,11 +219,12 @@ impl Cq {
             }
         }
         let index = u64::from(ring::ring_index(self.pi, self.log()));
-        let addr = self.attr.buf_addr.wrapping_add(index * CQE_SIZE as u64);
+        let ring = Ring::new(self.attr.buf_addr, self.attr.buf_pages);
+        let at = index * CQE_SIZE as u64;
         let (body, op_own) = bytes.split_at(OP_OWN_OFFSET);
-        if mem.write(addr, body).is_err()
-            || mem
-                .write(addr.wrapping_add(OP_OWN_OFFSET as u64), op_own)
+        if ring.write(mem, at, body).is_err()
+            || ring
+                .write(mem, at.wrapping_add(OP_OWN_OFFSET as u64), op_own)
                 .is_err()
         {
             // The CQ buffer is unreachable: mlx5 reports this as a CQ access
@@ -328,6 +334,7 @@ mod tests {
         let attr = CqAttr {
             log_size: 2,
             buf_addr: 0,
+            buf_pages: None,
             dbr_addr: 0x1000,
             eqn: 0,
             uar_addr: 0,

@@ -462,7 +462,8 @@ fn check_blueflame<M: DmaMemory>(
         mem.read(reg_addr.wrapping_add(off), &mut copy)
             .map_err(|_| DoorbellError::Unreadable)?;
         let at = ring::sq_offset(index.wrapping_add(k), sq.log) as u64;
-        mem.read(sq.buf.wrapping_add(at), &mut orig)
+        sq.buf
+            .read(mem, at, &mut orig)
             .map_err(|_| DoorbellError::Unreadable)?;
         if copy != orig {
             return Err(DoorbellError::BlueFlameMismatch);

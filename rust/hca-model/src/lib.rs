@@ -82,7 +82,7 @@
 //! the `mlx5-prm` dependency, in the kernel an inline `mod prm` points at the
 //! kernel's copy of it. Modules (mirror this list in the kernel):
 //! atomic, caps, cq, dev, doorbell, eq, error, exec, fabric, flush, fw, hca,
-//! mem, mr, pd, prm, qp, qp_modify, respond, sched, stats, table, timer,
+//! mem, mr, pd, prm, qp, qp_modify, respond, ring, sched, stats, table, timer,
 //! transfer, wqe. `fw` has submodules in `fw/` (caps, cmd_hca, cmd_qp,
 //! cmd_queue, cmd_res, exec, mailbox, pages, regs, reject), which `fw.rs`
 //! declares itself: the kernel lists only `pub mod fw;`.
@@ -111,6 +111,7 @@ pub mod prm;
 pub mod qp;
 pub mod qp_modify;
 pub mod respond;
+pub mod ring;
 pub mod sched;
 pub mod stats;
 pub mod table;

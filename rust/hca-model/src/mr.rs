@@ -43,7 +43,7 @@
 //!
 //! [`Hca::create_fast_mr`]: super::hca::Hca::create_fast_mr
 
-use super::mem::DmaMemory;
+use super::mem::{DmaFault, DmaMemory};
 use super::prm::opcode::CqeSyndrome;
 use super::prm::wqe::{
     mkey_flags, mkey_mask, umr_flags, DataSeg, MkeySeg, UmrCtrlSeg, MKEY_STATUS_FREE, MTT_SIZE,
@@ -278,7 +278,7 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
     while pos < stop {
         let index = pos >> list.log_page;
         let mut entry = [0u8; MTT_SIZE];
-        let at = entry_addr(mem, &list, index, &mut leaf)?;
+        let at = entry_addr(mem, list.mtt, list.indirect, index, &mut leaf)?;
         mem.read(at, &mut entry)
             .map_err(|_| KeyError::BadTranslation)?;
         let base = u64::from_be_bytes(entry) & !(page - 1);
@@ -303,20 +303,22 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
     }
 }
 
-/// The DMA address of translation entry `index` of `list`. For a
-/// two-level table the directory entry is read, once per table page:
-/// `leaf` keeps the last one read (directory index, page address).
+/// The DMA address of translation entry `index` of the table at `mtt`
+/// (a directory of table pages if `indirect`). For a two-level table the
+/// directory entry is read, once per table page: `leaf` keeps the last one
+/// read (directory index, page address).
 fn entry_addr<M: DmaMemory + ?Sized>(
     mem: &mut M,
-    list: &PageList,
+    mtt: u64,
+    indirect: bool,
     index: u64,
     leaf: &mut Option<(u64, u64)>,
 ) -> Result<u64, KeyError> {
     let entry = MTT_SIZE as u64;
-    if !list.indirect {
+    if !indirect {
         return index
             .checked_mul(entry)
-            .and_then(|o| list.mtt.checked_add(o))
+            .and_then(|o| mtt.checked_add(o))
             .ok_or(KeyError::BadTranslation);
     }
     let dir = index / MTT_PER_PAGE;
@@ -324,8 +326,7 @@ fn entry_addr<M: DmaMemory + ?Sized>(
         Some((d, at)) if d == dir => at,
         _ => {
             let mut e = [0u8; MTT_SIZE];
-            let at = list
-                .mtt
+            let at = mtt
                 .checked_add(dir * entry)
                 .ok_or(KeyError::BadTranslation)?;
             mem.read(at, &mut e).map_err(|_| KeyError::BadTranslation)?;
@@ -337,6 +338,20 @@ fn entry_addr<M: DmaMemory + ?Sized>(
     table
         .checked_add(index % MTT_PER_PAGE * entry)
         .ok_or(KeyError::BadTranslation)
+}
+
+/// Translation entry `index` of the table at `mtt` (see [`entry_addr`]),
+/// as stored: a page address with the MTT flag bits.
+pub(super) fn table_entry<M: DmaMemory + ?Sized>(
+    mem: &mut M,
+    mtt: u64,
+    indirect: bool,
+    index: u64,
+) -> Result<u64, DmaFault> {
+    let at = entry_addr(mem, mtt, indirect, index, &mut None).map_err(|_| DmaFault)?;
+    let mut e = [0u8; MTT_SIZE];
+    mem.read(at, &mut e)?;
+    Ok(u64::from_be_bytes(e))
 }
 
 /// Executes a UMR WQE of a QP in PD `pdn` on the MR whose index `key`

@@ -14,6 +14,7 @@
 //! needs a receive; `ci` counts the receives consumed.
 
 use super::mr::Access;
+use super::ring::{Ring, RingPages};
 
 /// QPN of the QP in slot 0.
 pub const QPN_BASE: u32 = 0x100;
@@ -75,7 +76,8 @@ pub struct QpAttr {
     /// SQ size in WQEBBs: a power of two up to the device limit, or 0 for
     /// a QP without send queue.
     pub sq_wqebbs: u32,
-    /// DMA address of the SQ buffer (`64 * sq_wqebbs` bytes).
+    /// DMA address of the SQ buffer (`64 * sq_wqebbs` bytes); with
+    /// `buf_pages`, its offset from the start of the first page.
     pub sq_buf_addr: u64,
     /// RQ size in WQEs: a power of two up to the device limit, or 0 for a
     /// QP without receive queue.
@@ -83,8 +85,12 @@ pub struct QpAttr {
     /// Bytes per receive WQE: a power of two from 16 to 16 times the
     /// device's `max_recv_sge` (rounded up to a power of two).
     pub rq_stride: u32,
-    /// DMA address of the RQ buffer (`rq_stride * rq_wqes` bytes).
+    /// DMA address of the RQ buffer (`rq_stride * rq_wqes` bytes); with
+    /// `buf_pages`, its offset from the start of the first page.
     pub rq_buf_addr: u64,
+    /// The page table of the QP's buffer (both rings), if its pages are
+    /// scattered (see [`super::ring`]).
+    pub buf_pages: Option<RingPages>,
     /// DMA address of the 8-byte QP doorbell record.
     pub dbr_addr: u64,
     /// DMA address of the UAR page holding the QP's BlueFlame register.
@@ -192,7 +198,7 @@ pub(super) enum OnList {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Sq {
     pub(super) log: u32,
-    pub(super) buf: u64,
+    pub(super) buf: Ring,
     pub(super) pi: u16,
     pub(super) ci: u16,
 }
@@ -202,7 +208,7 @@ pub(super) struct Sq {
 pub(super) struct Rq {
     pub(super) log: u32,
     pub(super) log_stride: u32,
-    pub(super) buf: u64,
+    pub(super) buf: Ring,
     pub(super) ci: u16,
 }
 
@@ -239,14 +245,14 @@ impl Qp {
             conn: ConnAttrs::default(),
             sq: (attr.sq_wqebbs != 0).then(|| Sq {
                 log: log2(attr.sq_wqebbs),
-                buf: attr.sq_buf_addr,
+                buf: Ring::new(attr.sq_buf_addr, attr.buf_pages),
                 pi: 0,
                 ci: 0,
             }),
             rq: (attr.rq_wqes != 0).then(|| Rq {
                 log: log2(attr.rq_wqes),
                 log_stride: log2(attr.rq_stride),
-                buf: attr.rq_buf_addr,
+                buf: Ring::new(attr.rq_buf_addr, attr.buf_pages),
                 ci: 0,
             }),
             wait: None,

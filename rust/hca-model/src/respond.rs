@@ -232,9 +232,8 @@ pub(super) fn request<P: Platform>(
     // message needs.
     let stride = 1usize << rq.log_stride;
     let index = u64::from(ring::ring_index(u32::from(counter), rq.log));
-    let addr = rq.buf.wrapping_add(index << rq.log_stride);
     let read = match recv_buf.get_mut(..stride) {
-        Some(w) => p.read(addr, w).is_ok(),
+        Some(w) => rq.buf.read(p, index << rq.log_stride, w).is_ok(),
         None => false,
     };
     let wqe = match recv_buf.get(..stride) {

@@ -194,6 +194,7 @@ mod tests {
             rq_wqes: 0,
             rq_stride: 16,
             rq_buf_addr: 0,
+            buf_pages: None,
             dbr_addr: 0,
             uar_addr: 0,
             bfreg: 0,

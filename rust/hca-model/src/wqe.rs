@@ -67,9 +67,9 @@ fn ring_read<M: DmaMemory>(mem: &mut M, sq: &Sq, offset: usize, out: &mut [u8]) 
     let ring_len = WQEBB_SIZE.checked_shl(sq.log)?;
     let first = out.len().min(ring_len.checked_sub(offset)?);
     let (head, tail) = out.split_at_mut(first);
-    mem.read(sq.buf.wrapping_add(offset as u64), head).ok()?;
+    sq.buf.read(mem, offset as u64, head).ok()?;
     if !tail.is_empty() {
-        mem.read(sq.buf, tail).ok()?;
+        sq.buf.read(mem, 0, tail).ok()?;
     }
     Some(())
 }

@@ -26,14 +26,15 @@
 //!   PSNs, where a ConnectX reports the next ones.
 //! - The path (`rlid`) reads 0 until INIT2RTR has set it (the model keeps
 //!   a peer index, valid once `path_mtu` is set).
-//! - Not kept, so read 0: `log_page_size`, `page_offset` (the buffer is
-//!   kept as one address), `log_msg_max`, `ts_format`, `rlky`,
+//! - Not kept, so read 0: `log_page_size`, `page_offset` (the buffer is kept
+//!   as one address or a table), `log_msg_max`, `ts_format`, `rlky`,
 //!   `user_index`, `atomic_mode`, `log_ack_req_freq`, `q_key`; with
 //!   `no_sq`, `log_sq_size` reads 0; with a zero-length RQ, so do
 //!   `log_rq_size` and `log_rq_stride`. `opt_param_mask` and `ece` are 0.
 //!
 //! [`Hca::modify_qp`]: super::super::hca::Hca::modify_qp
 
+use super::super::dev::qp_slot;
 use super::super::error::Error;
 use super::super::fabric::{index_of_lid, lid_of_index};
 use super::super::mem::Platform;
@@ -55,7 +56,7 @@ use super::super::prm::qpc::{
 use super::super::qp::{ConnAttrs, QpAttr, QpInfo, QpState, RemoteQp};
 use super::super::qp_modify::{AttrMask, QpModify};
 use super::super::table::{get, Storage};
-use super::cmd_queue::{doorbell_record, queue_buffer, uar, BufferDesc};
+use super::cmd_queue::{doorbell_record, free_queue_table, queue_buffer, uar, BufferDesc};
 use super::exec::Cx;
 use super::pages::PageStore;
 use super::reject::Reject;
@@ -109,7 +110,8 @@ pub(super) fn create_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
     }
     let dbr_addr = doorbell_record(cx, q.dbr_addr)?;
     let rq_bytes = u64::from(rq_wqes) * u64::from(rq_stride);
-    let start = queue_buffer(
+    cx.need_out(CreateQpOut::SIZE)?;
+    let buf = queue_buffer(
         cx,
         &BufferDesc {
             pas_offset: CreateQpIn::SIZE,
@@ -117,8 +119,9 @@ pub(super) fn create_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
             page_offset: q.page_offset,
             size: rq_bytes + u64::from(sq_wqebbs) * 64,
         },
+        true,
     )?;
-    cx.need_out(CreateQpOut::SIZE)?;
+    let start = buf.start;
     let attr = QpAttr {
         pdn: q.pd,
         send_cqn: q.cqn_snd,
@@ -128,17 +131,24 @@ pub(super) fn create_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
         rq_wqes,
         rq_stride,
         rq_buf_addr: start,
+        buf_pages: buf.pages,
         dbr_addr,
         uar_addr,
         bfreg: cx.fw.cfg.qp_bfreg,
         max_send_sge: caps.max_send_sge,
         max_inline_data: caps.max_inline_data,
     };
-    let qpn = cx.hca.create_qp(&attr).map_err(|e| match e {
-        Error::NoSpace => Reject::TableFull,
-        Error::NotFound => Reject::BadCq,
-        _ => Reject::BadQpSize,
-    })?;
+    let qpn = match cx.hca.create_qp(&attr) {
+        Ok(qpn) => qpn,
+        Err(e) => {
+            free_queue_table(cx, buf.pages);
+            return Err(match e {
+                Error::NoSpace => Reject::TableFull,
+                Error::NotFound => Reject::BadCq,
+                _ => Reject::BadQpSize,
+            });
+        }
+    };
     cx.fw.queues = cx.fw.queues.saturating_add(1);
     cx.reply(&CreateQpOut { qpn, ece: 0 })
 }
@@ -147,7 +157,12 @@ pub(super) fn destroy_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, 
     cx.no_op_mod()?;
     let i: DestroyQpIn = cx.read_in()?;
     cx.need_out(DestroyQpOut::SIZE)?;
+    let table = qp_slot(i.qpn)
+        .and_then(|slot| get(cx.hca.tables().qps, slot))
+        .filter(|q| q.qpn == i.qpn)
+        .and_then(|q| q.attr.buf_pages);
     cx.hca.destroy_qp(i.qpn).map_err(|_| Reject::BadQp)?;
+    free_queue_table(cx, table);
     cx.fw.queues = cx.fw.queues.saturating_sub(1);
     cx.reply(&DestroyQpOut {})
 }

@@ -3,20 +3,27 @@
 //! EQ and CQ commands (CREATE_EQ / DESTROY_EQ, CREATE_CQ / DESTROY_CQ) and
 //! the page-list checks every queue buffer goes through.
 //!
-//! The model reads and writes a ring at one contiguous DMA range, so a
-//! queue's page list must describe physically contiguous memory: entry
-//! `k` must be entry 0 plus `k` pages. A real ConnectX takes any pages;
-//! lifting this needs the model's rings to be described by page lists.
+//! A queue whose page list describes contiguous memory (entry `k` is entry
+//! 0 plus `k` pages: the kernel's coherent buffers) is read and written as
+//! one DMA range and costs no device memory. Otherwise (a CQ or QP in a
+//! process's pinned pages) the firmware copies the list into pages the
+//! driver lent it, as for a scattered CREATE_MKEY, and the ring translates
+//! through it ([`super::super::ring`]); DESTROY frees the table. An EQ must
+//! be contiguous: only the kernel makes EQs, and an EQ written from the
+//! interrupt path should not depend on a table a driver could have lent
+//! back.
 
 use super::super::error::Error;
 use super::super::mem::Platform;
+use super::super::mr::PageList;
 use super::super::prm::cmd_cq::{CreateCqIn, CreateCqOut, DestroyCqIn, DestroyCqOut, CQE_SZ_64};
 use super::super::prm::cmd_eq::{CreateEqIn, CreateEqOut, DestroyEqIn, DestroyEqOut};
 use super::super::prm::ifc::Layout;
 use super::super::prm::opcode::EventType;
-use super::super::table::Storage;
+use super::super::ring::RingPages;
+use super::super::table::{get, Storage};
 use super::super::{cq::CqAttr, eq::EqAttr};
-use super::cmd_res::uar_allocated;
+use super::cmd_res::{build_table, free_table, uar_allocated};
 use super::exec::Cx;
 use super::pages::PageStore;
 use super::reject::Reject;
@@ -35,20 +42,37 @@ pub(super) struct BufferDesc {
     pub(super) size: u64,
 }
 
-/// Checks a queue buffer's page list and returns the buffer's DMA address
-/// (0 for an empty buffer).
+/// A queue buffer as checked: where its byte 0 is, and its table if its
+/// pages are scattered (then `start` is byte 0's offset in the first page).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct QueueBuf {
+    pub(super) start: u64,
+    pub(super) pages: Option<RingPages>,
+}
+
+/// Checks a queue buffer's page list: every page aligned to the page size
+/// and outside the pages the device holds. A contiguous list becomes a
+/// linear buffer (0 for an empty one); a scattered one is copied into a
+/// table if `scattered_ok`, else refused with
+/// [`Reject::QueueNotContiguous`]. A table is freed with
+/// [`free_queue_table`].
 pub(super) fn queue_buffer<B: PageStore, S: Storage, P: Platform>(
     cx: &mut Cx<'_, B, S, P>,
     d: &BufferDesc,
-) -> Result<u64, Reject> {
+    scattered_ok: bool,
+) -> Result<QueueBuf, Reject> {
     let pgsz = 4096u64
         .checked_shl(u32::from(d.log_page_size))
         .filter(|&s| s != 0 && s.trailing_zeros() < 63)
         .ok_or(Reject::BadQueuePageSize)?;
+    let linear = |start| QueueBuf { start, pages: None };
     if d.size == 0 {
-        return Ok(0);
+        return Ok(linear(0));
     }
     let offset = u64::from(d.page_offset) * 64;
+    if offset >= pgsz {
+        return Err(Reject::QueuePageMisaligned);
+    }
     let span = offset.checked_add(d.size).ok_or(Reject::QueueTooLarge)?;
     let pages = span.div_ceil(pgsz);
     let list = usize::try_from(pages * 8).map_err(|_| Reject::QueuePagesTooShort)?;
@@ -56,27 +80,63 @@ pub(super) fn queue_buffer<B: PageStore, S: Storage, P: Platform>(
         return Err(Reject::QueuePagesTooShort);
     }
     let mut first = 0;
+    let mut contiguous = true;
     for k in 0..pages {
         let addr = cx.input.pas(cx.p, d.pas_offset, k as usize)?;
         if addr & (pgsz - 1) != 0 {
             return Err(Reject::QueuePageMisaligned);
         }
+        if addr.checked_add(pgsz).is_none() {
+            return Err(Reject::QueueNotContiguous);
+        }
+        if cx.fw.pages.overlaps(addr, pgsz) {
+            return Err(Reject::QueueOverlapsPages);
+        }
         if k == 0 {
             first = addr;
         } else if Some(addr) != k.checked_mul(pgsz).and_then(|o| first.checked_add(o)) {
-            return Err(Reject::QueueNotContiguous);
+            contiguous = false;
         }
     }
-    let start = first
-        .checked_add(offset)
-        .ok_or(Reject::QueueNotContiguous)?;
-    if start.checked_add(d.size).is_none() {
+    if contiguous {
+        let start = first
+            .checked_add(offset)
+            .filter(|s| s.checked_add(d.size).is_some())
+            .ok_or(Reject::QueueNotContiguous)?;
+        return Ok(linear(start));
+    }
+    if !scattered_ok {
         return Err(Reject::QueueNotContiguous);
     }
-    if cx.fw.pages.overlaps(start, d.size) {
-        return Err(Reject::QueueOverlapsPages);
+    let log_page = 12 + d.log_page_size;
+    let t = build_table(cx, d.pas_offset, pages, log_page)?;
+    Ok(QueueBuf {
+        start: offset,
+        pages: Some(RingPages {
+            table: t.mtt,
+            log_page,
+            indirect: t.indirect,
+            count: t.max_pages,
+        }),
+    })
+}
+
+/// Frees the table [`queue_buffer`] made for a scattered queue.
+pub(super) fn free_queue_table<B: PageStore, S: Storage, P: Platform>(
+    cx: &mut Cx<'_, B, S, P>,
+    pages: Option<RingPages>,
+) {
+    if let Some(r) = pages {
+        let list = PageList {
+            max_pages: r.count,
+            valid: true,
+            mtt: r.table,
+            log_page: r.log_page,
+            umr: false,
+            indirect: r.indirect,
+        };
+        free_table(cx, &list);
     }
-    Ok(start)
 }
 
 /// Checks a doorbell record address.
@@ -154,7 +214,9 @@ pub(super) fn create_eq<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
             page_offset: c.page_offset,
             size: 64u64 << c.log_eq_size,
         },
-    )?;
+        false,
+    )?
+    .start;
     cx.need_out(CreateEqOut::SIZE)?;
     let attr = EqAttr {
         log_size: c.log_eq_size,
@@ -213,7 +275,8 @@ pub(super) fn create_cq<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
         return Err(Reject::BadEq);
     }
     let dbr_addr = doorbell_record(cx, c.dbr_addr)?;
-    let buf_addr = queue_buffer(
+    cx.need_out(CreateCqOut::SIZE)?;
+    let buf = queue_buffer(
         cx,
         &BufferDesc {
             pas_offset: CreateCqIn::SIZE,
@@ -221,20 +284,27 @@ pub(super) fn create_cq<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
             page_offset: c.page_offset,
             size: 64u64 << c.log_cq_size,
         },
+        true,
     )?;
-    cx.need_out(CreateCqOut::SIZE)?;
     let attr = CqAttr {
         log_size: c.log_cq_size,
-        buf_addr,
+        buf_addr: buf.start,
+        buf_pages: buf.pages,
         dbr_addr,
         eqn,
         uar_addr,
     };
-    let cqn = cx.hca.create_cq(&attr).map_err(|e| match e {
-        Error::NoSpace => Reject::TableFull,
-        Error::NotFound => Reject::BadEq,
-        _ => Reject::QueueTooLarge,
-    })?;
+    let cqn = match cx.hca.create_cq(&attr) {
+        Ok(cqn) => cqn,
+        Err(e) => {
+            free_queue_table(cx, buf.pages);
+            return Err(match e {
+                Error::NoSpace => Reject::TableFull,
+                Error::NotFound => Reject::BadEq,
+                _ => Reject::QueueTooLarge,
+            });
+        }
+    };
     cx.fw.queues = cx.fw.queues.saturating_add(1);
     cx.reply(&CreateCqOut { cqn })
 }
@@ -243,10 +313,12 @@ pub(super) fn destroy_cq<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, 
     cx.no_op_mod()?;
     let i: DestroyCqIn = cx.read_in()?;
     cx.need_out(DestroyCqOut::SIZE)?;
+    let table = get(cx.hca.tables().cqs, i.cqn).and_then(|c| c.attr.buf_pages);
     cx.hca.destroy_cq(i.cqn).map_err(|e| match e {
         Error::Busy => Reject::CqBusy,
         _ => Reject::BadCq,
     })?;
+    free_queue_table(cx, table);
     cx.fw.queues = cx.fw.queues.saturating_sub(1);
     cx.reply(&DestroyCqOut {})
 }

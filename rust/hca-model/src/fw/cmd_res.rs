@@ -176,11 +176,13 @@ fn check_mtt<B: PageStore, S: Storage, P: Platform>(
     })
 }
 
-/// Copies entries `from..to` of CREATE_MKEY's list, as they are, to the
-/// page at `page` (entry `from` first).
+/// Copies entries `from..to` of the command's page list (at byte
+/// `pas_offset` of the input), as they are, to the page at `page` (entry
+/// `from` first).
 fn copy_entries<P: Platform>(
     input: &mut Input,
     p: &mut P,
+    pas_offset: usize,
     from: u64,
     to: u64,
     page: u64,
@@ -194,7 +196,7 @@ fn copy_entries<P: Platform>(
         let at = usize::try_from(k)
             .ok()
             .and_then(|k| k.checked_mul(8))
-            .and_then(|o| o.checked_add(CreateMkeyIn::SIZE))
+            .and_then(|o| o.checked_add(pas_offset))
             .ok_or(Reject::InputTooShort)?;
         input.read(p, at, bytes)?;
         p.write(page.wrapping_add((k - from) * 8), bytes)
@@ -204,14 +206,16 @@ fn copy_entries<P: Platform>(
     Ok(())
 }
 
-/// Builds the translation table of `n` entries of CREATE_MKEY's list in
-/// the lowest free held pages and marks them in use: one page, or a
-/// directory page followed by one page per [`MTT_PER_PAGE`] entries.
-/// Nothing is marked if it fails: too few free pages, no slot in the page
-/// store to mark them ([`Reject::PageTableFull`]), a page or the input
-/// unreachable.
-fn build_table<B: PageStore, S: Storage, P: Platform>(
+/// Builds the translation table of the first `n` entries of the
+/// command's page list (at byte `pas_offset` of the input: CREATE_MKEY's,
+/// or a queue's in CREATE_CQ and CREATE_QP) in the lowest free held pages
+/// and marks them in use: one page, or a directory page followed by one
+/// page per [`MTT_PER_PAGE`] entries. Nothing is marked if it fails: too
+/// few free pages, no slot in the page store to mark them
+/// ([`Reject::PageTableFull`]), a page or the input unreachable.
+pub(super) fn build_table<B: PageStore, S: Storage, P: Platform>(
     cx: &mut Cx<'_, B, S, P>,
+    pas_offset: usize,
     n: u64,
     log_page: u8,
 ) -> Result<PageList, Reject> {
@@ -236,10 +240,11 @@ fn build_table<B: PageStore, S: Storage, P: Platform>(
                 cx.p.write(top.wrapping_add(j * 8), &leaf.to_be_bytes())
                     .map_err(|_| Reject::PageUnreachable)?;
                 let from = j * MTT_PER_PAGE;
-                copy_entries(&mut cx.input, cx.p, from, n.min(from + MTT_PER_PAGE), leaf)?;
+                let to = n.min(from + MTT_PER_PAGE);
+                copy_entries(&mut cx.input, cx.p, pas_offset, from, to, leaf)?;
             }
         } else {
-            copy_entries(&mut cx.input, cx.p, 0, n, top)?;
+            copy_entries(&mut cx.input, cx.p, pas_offset, 0, n, top)?;
         }
         top
     };
@@ -258,7 +263,10 @@ fn build_table<B: PageStore, S: Storage, P: Platform>(
 
 /// Marks the pages of a table [`build_table`] made free again (a
 /// directory's pages as it lists them).
-fn free_table<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>, list: &PageList) {
+pub(super) fn free_table<B: PageStore, S: Storage, P: Platform>(
+    cx: &mut Cx<'_, B, S, P>,
+    list: &PageList,
+) {
     if list.indirect {
         for j in 0..u64::from(list.max_pages).div_ceil(MTT_PER_PAGE) {
             let mut e = [0u8; 8];
@@ -301,7 +309,10 @@ pub(super) fn create_mkey<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_,
     cx.need_out(CreateMkeyOut::SIZE)?;
     let (dma_addr, pages) = match map {
         Translation::Linear(at) => (at, None),
-        Translation::Pages(n) => (0, Some(build_table(cx, n, m.log_page_size)?)),
+        Translation::Pages(n) => (
+            0,
+            Some(build_table(cx, CreateMkeyIn::SIZE, n, m.log_page_size)?),
+        ),
     };
     let attr = MrAttr {
         pdn: m.pd,

@@ -274,6 +274,8 @@ impl<B: PageStore> PageTable<B> {
 
 /// Calls `f` with every queue buffer and doorbell record of the model's
 /// tables (start, length) until it returns `true`; returns whether it did.
+/// A scattered ring (one with a table) is checked page by page when it is
+/// created, not here: its pages are in the table, in device memory.
 pub(super) fn any_queue_range(t: &Tables<'_>, mut f: impl FnMut(u64, u64) -> bool) -> bool {
     for eq in t.eqs.iter().filter_map(|s| s.obj.as_ref()) {
         if f(eq.attr.buf_addr, 64u64 << eq.attr.log_size) {
@@ -281,14 +283,20 @@ pub(super) fn any_queue_range(t: &Tables<'_>, mut f: impl FnMut(u64, u64) -> boo
         }
     }
     for cq in t.cqs.iter().filter_map(|s| s.obj.as_ref()) {
-        if f(cq.attr.buf_addr, 64u64 << cq.attr.log_size) || f(cq.attr.dbr_addr, 8) {
+        let ring = if cq.attr.buf_pages.is_none() {
+            64u64 << cq.attr.log_size
+        } else {
+            0
+        };
+        if f(cq.attr.buf_addr, ring) || f(cq.attr.dbr_addr, 8) {
             return true;
         }
     }
     for qp in t.qps.iter().filter_map(|s| s.obj.as_ref()) {
         let a = &qp.attr;
-        let sq = u64::from(a.sq_wqebbs) * 64;
-        let rq = u64::from(a.rq_wqes) * u64::from(a.rq_stride);
+        let linear = u64::from(a.buf_pages.is_none());
+        let sq = u64::from(a.sq_wqebbs) * 64 * linear;
+        let rq = u64::from(a.rq_wqes) * u64::from(a.rq_stride) * linear;
         if f(a.sq_buf_addr, sq) || f(a.rq_buf_addr, rq) || f(a.dbr_addr, 8) {
             return true;
         }

@@ -208,25 +208,13 @@ impl Bed {
 
     /// CREATE_CQ of `1 << log` CQEs on the completion EQ.
     pub fn create_cq(&mut self, d: usize, log: u32) -> TestCq {
-        let size = (CQE_SIZE as u64) << log;
-        let buf = self.w.mem.alloc(size, Kind::DevWrite);
-        for i in 0..(1u64 << log) {
-            self.w.mem.put(
-                buf + i * CQE_SIZE as u64 + OP_OWN_OFFSET as u64,
-                &[CQE_INIT_OP_OWN],
-            );
-        }
-        let dbr = self.w.mem.alloc(8, Kind::DevRead);
-        let pas: Vec<u64> = (0..size.div_ceil(4096)).map(|k| buf + k * 4096).collect();
-        let input = CreateCqIn {
-            cq_context: Cqc {
-                log_cq_size: log as u8,
-                uar_page: self.devs[d].uar,
-                c_eqn_or_apu_element: u32::from(self.w.ctx[d].comp.eqn),
-                dbr_addr: dbr,
-                ..Cqc::default()
-            },
-        };
+        self.create_cq_on(d, log, false)
+    }
+
+    /// CREATE_CQ as [`Bed::create_cq`]; with `scatter`, the ring's page
+    /// list names scattered bus pages (as a user CQ's pinned pages).
+    pub fn create_cq_on(&mut self, d: usize, log: u32, scatter: bool) -> TestCq {
+        let (input, pas, buf, dbr) = self.cq_input(d, log, scatter);
         let cqn = self.cmd::<CreateCq>(d, &input, &pas).unwrap().cqn;
         self.settle_pages(d);
         TestCq {
@@ -240,6 +228,47 @@ impl Bed {
         }
     }
 
+    /// The CREATE_CQ input and page list of a new CQ of `1 << log` CQEs
+    /// (see [`Bed::create_cq_on`]), with its ring and doorbell record.
+    pub fn cq_input(
+        &mut self,
+        d: usize,
+        log: u32,
+        scatter: bool,
+    ) -> (CreateCqIn, Vec<u64>, u64, u64) {
+        let size = (CQE_SIZE as u64) << log;
+        let buf = self.w.mem.alloc(size, Kind::DevWrite);
+        for i in 0..(1u64 << log) {
+            self.w.mem.put(
+                buf + i * CQE_SIZE as u64 + OP_OWN_OFFSET as u64,
+                &[CQE_INIT_OP_OWN],
+            );
+        }
+        let dbr = self.w.mem.alloc(8, Kind::DevRead);
+        let pas = self.page_list(buf, size, scatter);
+        let input = CreateCqIn {
+            cq_context: Cqc {
+                log_cq_size: log as u8,
+                uar_page: self.devs[d].uar,
+                c_eqn_or_apu_element: u32::from(self.w.ctx[d].comp.eqn),
+                dbr_addr: dbr,
+                ..Cqc::default()
+            },
+        };
+        (input, pas, buf, dbr)
+    }
+
+    /// The page list of `size` bytes at `buf`: the pages themselves, or
+    /// scattered bus pages that map them.
+    fn page_list(&mut self, buf: u64, size: u64, scatter: bool) -> Vec<u64> {
+        let n = size.div_ceil(4096);
+        if scatter {
+            self.w.mem.map_scattered(buf, n)
+        } else {
+            (0..n).map(|k| buf + k * 4096).collect()
+        }
+    }
+
     /// CREATE_QP of an RC QP with `caps`, RQ then SQ in one buffer.
     pub fn create_qp(
         &mut self,
@@ -249,12 +278,26 @@ impl Bed {
         rcq: &TestCq,
         caps: QpCaps,
     ) -> TestQp {
+        self.create_qp_on(d, pd, scq, rcq, caps, false)
+    }
+
+    /// CREATE_QP as [`Bed::create_qp`]; with `scatter`, the buffer's page
+    /// list names scattered bus pages.
+    pub fn create_qp_on(
+        &mut self,
+        d: usize,
+        pd: u32,
+        scq: &TestCq,
+        rcq: &TestCq,
+        caps: QpCaps,
+        scatter: bool,
+    ) -> TestQp {
         let rq_stride = (caps.max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_bytes = u64::from(caps.rq_wqes * rq_stride);
         let size = rq_bytes + u64::from(caps.sq_wqebbs) * 64;
         let buf = self.w.mem.alloc(size, Kind::DevRead);
         let dbr = self.w.mem.alloc(8, Kind::DevRead);
-        let pas: Vec<u64> = (0..size.div_ceil(4096)).map(|k| buf + k * 4096).collect();
+        let pas = self.page_list(buf, size, scatter);
         let input = CreateQpIn {
             ece: 0,
             qpc: Qpc {

@@ -391,6 +391,7 @@ impl World {
         let attr = CqAttr {
             log_size: log as u8,
             buf_addr: buf,
+            buf_pages: None,
             dbr_addr: dbr,
             eqn: self.ctx[h].comp.eqn,
             uar_addr: self.ctx[h].uar,
@@ -427,6 +428,7 @@ impl World {
             rq_wqes: caps.rq_wqes,
             rq_stride,
             rq_buf_addr: rq_buf,
+            buf_pages: None,
             dbr_addr: dbr,
             uar_addr: uar,
             bfreg: 1,

@@ -21,6 +21,7 @@ mod cmd_mtt;
 mod cmd_objects;
 mod cmd_props;
 mod cmd_query;
+mod cmd_user_queues;
 mod errors;
 mod failure;
 mod fastreg;

@@ -4,6 +4,12 @@
 //! surrounded by unmapped space, queue buffers the device must only read are
 //! marked so, and data buffers may only be reached inside a registered MR.
 //! Any other access by the model is a violation that fails the test.
+//!
+//! An IOMMU window lets a test give the device bus addresses that differ
+//! from the provider's: [`TestMem::map_scattered`] maps a contiguous
+//! buffer page by page at scattered bus addresses, as a process's pinned
+//! pages reach a device. A device access through the window must stay in
+//! one page.
 
 use hca_model::mem::{DmaFault, DmaMemory, Interrupt, Platform};
 
@@ -11,6 +17,8 @@ use hca_model::mem::{DmaFault, DmaMemory, Interrupt, Platform};
 const BASE: u64 = 0x1_0000_0000;
 /// Unmapped bytes between regions.
 const GUARD: u64 = 4096;
+/// Where the IOMMU window starts (far above any allocation).
+const IOVA_BASE: u64 = 0x7000_0000_0000;
 
 /// What the device may do to a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +56,8 @@ pub struct TestMem {
     /// Check device accesses (turned off by the benchmark to time the
     /// model rather than the checker).
     pub checks: bool,
+    /// The IOMMU window: the host page of each bus page from `IOVA_BASE`.
+    iova_pages: Vec<Option<u64>>,
 }
 
 impl Default for TestMem {
@@ -69,7 +79,38 @@ impl TestMem {
             irqs: Vec::new(),
             accesses: 0,
             checks: true,
+            iova_pages: Vec::new(),
         }
+    }
+
+    /// Maps the `n` pages from `host` (4 KiB aligned) into the IOMMU
+    /// window, in order but never two adjacent, and returns their bus
+    /// addresses.
+    pub fn map_scattered(&mut self, host: u64, n: u64) -> Vec<u64> {
+        assert_eq!(host % 4096, 0);
+        let mut out = Vec::new();
+        for k in 0..n {
+            // Every other slot, and each page after a hole of 1 to 3.
+            let slot = self.iova_pages.len() + 1 + (k as usize % 3);
+            self.iova_pages.resize(slot + 1, None);
+            self.iova_pages[slot] = Some(host + k * 4096);
+            out.push(IOVA_BASE + slot as u64 * 4096);
+        }
+        out
+    }
+
+    /// The host address of a device address (itself outside the window);
+    /// `None` for an unmapped bus page or an access crossing one.
+    fn translate(&self, addr: u64, len: usize) -> Option<u64> {
+        let Some(off) = addr.checked_sub(IOVA_BASE) else {
+            return Some(addr);
+        };
+        let within = off % 4096;
+        if within + len as u64 > 4096 {
+            return None;
+        }
+        let page = (*self.iova_pages.get(usize::try_from(off / 4096).ok()?)?)?;
+        Some(page + within)
     }
 
     /// Allocates `len` bytes (zeroed), 4 KiB aligned, with guards around.
@@ -123,6 +164,17 @@ impl TestMem {
         &mut self.bytes[r]
     }
 
+    /// Records a device access the IOMMU window refused.
+    fn iommu_fault(&mut self, addr: u64, len: usize, write: bool) -> DmaFault {
+        let msg = format!(
+            "device {} of {len} bytes at {addr:#x}: unmapped bus page or crossing one",
+            if write { "write" } else { "read" }
+        );
+        assert!(!self.strict, "{msg}");
+        self.violations.push(msg);
+        DmaFault
+    }
+
     /// Checks a device access; returns whether it is allowed.
     fn check(&mut self, addr: u64, len: usize, write: bool) -> bool {
         self.accesses += 1;
@@ -166,6 +218,9 @@ impl TestMem {
 
 impl DmaMemory for TestMem {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        let Some(addr) = self.translate(addr, buf.len()) else {
+            return Err(self.iommu_fault(addr, buf.len(), false));
+        };
         if !self.check(addr, buf.len(), false) {
             return Err(DmaFault);
         }
@@ -175,6 +230,9 @@ impl DmaMemory for TestMem {
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+        let Some(addr) = self.translate(addr, data.len()) else {
+            return Err(self.iommu_fault(addr, data.len(), true));
+        };
         if !self.check(addr, data.len(), true) {
             return Err(DmaFault);
         }

@@ -469,6 +469,7 @@ fn create_cq(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::CreateCq) -> Re
     let attr = CqAttr {
         log_size: u8::try_from(log).map_err(|_| os(EINVAL))?,
         buf_addr: buf.addr(),
+        buf_pages: None,
         dbr_addr: dbr.addr(),
         eqn,
         uar_addr,
@@ -566,6 +567,7 @@ fn create_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::CreateQp) -> Re
         rq_wqes,
         rq_stride,
         rq_buf_addr: buf.addr(),
+        buf_pages: None,
         dbr_addr: dbr.addr(),
         uar_addr,
         bfreg: u8::try_from(bfreg).unwrap_or(0),
