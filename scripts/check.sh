@@ -145,7 +145,7 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                     --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
                     --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-devinfo" \
                     --module "$top/build/module/rmlx5.ko" --kunit-filter none \
-                    "$@" --timeout 600 --log "$top/build/$log" --results "$res"
+                    --timeout 600 "$@" --log "$top/build/$log" --results "$res"
                 add_guest_results "$res" "$what"
             }
             if qemu=$(bash "$here/qemu.sh") &&
@@ -159,9 +159,15 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 for p in provider events abi kpath; do
                     uprogs+=(--program "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-$p-tests")
                 done
+                # rdma-core's tools and libmlx5 (cached), for the
+                # function's libmlx5 cases.
+                cxoverlay=()
+                if userland=$(bash "$here/bench-userland.sh" check); then
+                    cxoverlay=(--overlay "$userland")
+                fi
                 pci_guest "guest with the emulated ConnectX (PCI backend)" \
                     "PCI guest" pci-console.log --cx-emu-fail 0x102 "${uprogs[@]}" \
-                    "${guest_tools[@]}"
+                    "${guest_tools[@]}" "${cxoverlay[@]}" --timeout 1500
                 # Again with a firmware that never leaves its initialisation:
                 # probe must give up after cx_fw_wait_ms, cleanly.
                 pci_guest "guest with an emulated ConnectX whose firmware never becomes ready" \

@@ -118,6 +118,13 @@ pub(crate) trait UserUar: Send + Sync {
     /// caller checked).
     fn mmap(&self, vma: &VmaNew) -> Result;
 
+    /// The physical address of the page, for a UAR page in a PCI BAR
+    /// (`EOPNOTSUPP` for a software HCA's, `ENODEV` once the function is
+    /// gone).
+    fn bar_page(&self) -> Result<u64> {
+        Err(EOPNOTSUPP)
+    }
+
     /// Whether the device needs the process's doorbells reported (KICK):
     /// the software HCA cannot see stores to a page; a PCI function's UAR
     /// page is a device page and the stores reach it.

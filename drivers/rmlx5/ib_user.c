@@ -20,10 +20,13 @@
  * the software HCA learns of a doorbell by the provider's store trapping
  * (hca/trap.rs): the fault maps the page and reads the doorbell records,
  * and when the HCA's poller goes idle it removes every mapping's page
- * table entry again (rmlx5_ibu_zap_uars), so the next store traps.
+ * table entry again (rmlx5_ibu_zap_uars), so the next store traps. On a
+ * ConnectX function each is a page of BAR0 the function gave with
+ * ALLOC_UAR, mapped write-combined through rdma_user_mmap_io (ib_core
+ * tracks the mapping), and the provider's stores reach the device.
  *
- * Not here (yet): ConnectX functions (alloc_ucontext is -EOPNOTSUPP on
- * them), SRQ, UD, dynamic UARs, DEVX, the core clock page, ECE.
+ * Not here (yet): SRQ, UD, dynamic UARs, DEVX, the core clock page, ECE,
+ * BlueFlame.
  */
 #include <linux/list.h>
 #include <linux/mm.h>
@@ -41,9 +44,13 @@
 /* In the Rust crate (ibu.rs). */
 int rmlx5_ibu_supported(int index);
 void rmlx5_ibu_uar_fault(void);
-int rmlx5_ibu_create_cq(int index, void *ibcq, u64 buf_addr, u64 db_addr,
-			u32 entries, u32 comp_vector, struct rmlx5_ibu_cq **out,
-			u32 *cqn);
+struct rmlx5_ibu_uars;
+int rmlx5_ibu_uars_new(int index, u32 n, struct rmlx5_ibu_uars **out);
+void rmlx5_ibu_uars_free(struct rmlx5_ibu_uars *uars);
+int rmlx5_ibu_uars_page(const struct rmlx5_ibu_uars *uars, u32 k, u64 *phys);
+int rmlx5_ibu_create_cq(int index, const struct rmlx5_ibu_uars *uars,
+			void *ibcq, u64 buf_addr, u64 db_addr, u32 entries,
+			u32 comp_vector, struct rmlx5_ibu_cq **out, u32 *cqn);
 int rmlx5_ibu_destroy_cq(struct rmlx5_ibu_cq *cq);
 struct rmlx5_ibu_qp_args {
 	u64 buf_addr;
@@ -53,7 +60,9 @@ struct rmlx5_ibu_qp_args {
 	u32 rq_wqe_shift;
 	u32 bfreg;
 };
-int rmlx5_ibu_create_qp(struct rmlx5_ib_pd *pd, struct rmlx5_ibu_cq *send_cq,
+int rmlx5_ibu_create_qp(struct rmlx5_ib_pd *pd,
+			const struct rmlx5_ibu_uars *uars,
+			struct rmlx5_ibu_cq *send_cq,
 			struct rmlx5_ibu_cq *recv_cq, void *ibqp,
 			const struct rmlx5_ibu_qp_args *args,
 			struct rmlx5_ibu_qp **out, u32 *qpn);
@@ -92,7 +101,10 @@ struct rmlx5_ibu_ucontext {
 	int index;
 	u32 tot_bfregs;
 	u32 nr_uars;
+	/* A software HCA's UAR pages: ordinary pages, trapped. */
 	struct page **uars;
+	/* A ConnectX function's: pages of BAR0 (ibu.rs). */
+	struct rmlx5_ibu_uars *cuars;
 };
 
 static struct rmlx5_ibu_ucontext *to_uctx(struct ib_ucontext *uc)
@@ -148,6 +160,8 @@ static void rmlx5_ibu_free_uars(struct rmlx5_ibu_ucontext *ctx)
 			__free_page(ctx->uars[i]);
 	kfree(ctx->uars);
 	ctx->uars = NULL;
+	rmlx5_ibu_uars_free(ctx->cuars);
+	ctx->cuars = NULL;
 }
 
 static int rmlx5_ibu_alloc_ucontext(struct ib_ucontext *uc,
@@ -192,10 +206,15 @@ static int rmlx5_ibu_alloc_ucontext(struct ib_ucontext *uc,
 		return -ENOMEM;
 	ctx->tot_bfregs = total;
 	ctx->nr_uars = total / RMLX5_IBU_BFREGS_PER_PAGE;
-	ctx->uars = kcalloc(ctx->nr_uars, sizeof(*ctx->uars), GFP_KERNEL);
-	if (!ctx->uars)
+	/* A function's pages come from ALLOC_UAR; a software HCA's below. */
+	err = rmlx5_ibu_uars_new(ctx->index, ctx->nr_uars, &ctx->cuars);
+	if (err)
+		return err;
+	ctx->uars = ctx->cuars ? NULL :
+		kcalloc(ctx->nr_uars, sizeof(*ctx->uars), GFP_KERNEL);
+	if (!ctx->cuars && !ctx->uars)
 		return -ENOMEM;
-	for (i = 0; i < ctx->nr_uars; i++) {
+	for (i = 0; ctx->uars && i < ctx->nr_uars; i++) {
 		ctx->uars[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
 		if (!ctx->uars[i]) {
 			rmlx5_ibu_free_uars(ctx);
@@ -298,13 +317,39 @@ static int rmlx5_ibu_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma)
 		break;
 	case MLX5_IB_MMAP_GET_CONTIGUOUS_PAGES:
 		return -ENOSYS;
+	case MLX5_IB_MMAP_CORE_CLOCK:
+	case MLX5_IB_MMAP_ALLOC_WC:
+	case MLX5_IB_MMAP_CLOCK_INFO:
+	case MLX5_IB_MMAP_DEVICE_MEM:
+		/*
+		 * mlx5_ib's, not offered: libmlx5 then does without the clock
+		 * pages, and mlx5dv_devx_alloc_uar's legacy path reports that
+		 * dynamic UARs are not supported.
+		 */
+		return -EOPNOTSUPP;
 	default:
-		/* Core clock, clock info, dynamic UARs: not offered. */
 		return -EINVAL;
 	}
 	if (vma->vm_pgoff >> 16 || idx >= ctx->nr_uars ||
 	    vma->vm_end - vma->vm_start != PAGE_SIZE)
 		return -EINVAL;
+	if (ctx->cuars) {
+		/*
+		 * A page of the function's BAR0: write-combined as mlx5_ib
+		 * maps it (uncached if asked), tracked by ib_core so that
+		 * nothing maps it once the device is gone.
+		 */
+		pgprot_t prot = cmd == MLX5_IB_MMAP_NC_PAGE ?
+			pgprot_noncached(vma->vm_page_prot) :
+			pgprot_writecombine(vma->vm_page_prot);
+		u64 phys;
+		int err = rmlx5_ibu_uars_page(ctx->cuars, idx, &phys);
+
+		if (err)
+			return err;
+		return rdma_user_mmap_io(uc, vma, phys >> PAGE_SHIFT, PAGE_SIZE,
+					 prot, NULL);
+	}
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
 	if (!m)
 		return -ENOMEM;
@@ -478,19 +523,24 @@ static int rmlx5_ibu_create_user_cq(struct ib_cq *ibcq,
 				    struct uverbs_attr_bundle *attrs)
 {
 	struct ib_udata *udata = &attrs->driver_udata;
+	struct rmlx5_ibu_ucontext *ctx = rdma_udata_to_drv_context(
+		udata, struct rmlx5_ibu_ucontext, ibuc);
 	struct rmlx5_ibc_cq *cq = to_cq(ibcq);
 	struct mlx5_ib_create_cq ucmd;
 	struct mlx5_ib_create_cq_resp resp = {};
 	u32 entries;
 	int err;
 
+	if (!ctx)
+		return -EINVAL;
 	if (attr->flags)
 		return -EOPNOTSUPP;
 	err = rmlx5_ibu_copy_in(&ucmd, sizeof(ucmd),
 				offsetof(struct mlx5_ib_create_cq, flags), udata);
 	if (err)
 		return err;
-	if (ucmd.cqe_comp_en || ucmd.flags)
+	/* 128-byte CQEs are mlx5's, not rmlx5's (yet). */
+	if (ucmd.cqe_comp_en || ucmd.flags || ucmd.cqe_size == 128)
 		return -EOPNOTSUPP;
 	if (ucmd.cqe_size != 64 || ucmd.cqe_comp_res_format ||
 	    ucmd.uar_page_index || ucmd.reserved0 || ucmd.reserved1)
@@ -499,7 +549,7 @@ static int rmlx5_ibu_create_user_cq(struct ib_cq *ibcq,
 	if (!attr->cqe || attr->cqe >= RMLX5_IBC_MAX_CQ_ENTRIES)
 		return -EINVAL;
 	entries = roundup_pow_of_two(attr->cqe + 1);
-	err = rmlx5_ibu_create_cq(to_dev(ibcq->device)->index, ibcq,
+	err = rmlx5_ibu_create_cq(to_dev(ibcq->device)->index, ctx->cuars, ibcq,
 				  ucmd.buf_addr, ucmd.db_addr, entries,
 				  attr->comp_vector, &cq->ucq, &cq->cqn);
 	if (err)
@@ -583,7 +633,8 @@ int rmlx5_ibc_user_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 	a.rq_wqe_count = ucmd.rq_wqe_count;
 	a.rq_wqe_shift = ucmd.rq_wqe_shift;
 	a.bfreg = bfreg;
-	err = rmlx5_ibu_create_qp(to_pd(ibqp->pd)->pd, to_cq(init->send_cq)->ucq,
+	err = rmlx5_ibu_create_qp(to_pd(ibqp->pd)->pd, ctx->cuars,
+				  to_cq(init->send_cq)->ucq,
 				  to_cq(init->recv_cq)->ucq, ibqp, &a, &qp->uqp,
 				  &ibqp->qp_num);
 	if (err)

@@ -20,9 +20,13 @@
 //! object of a context before the device can go, and holds a module
 //! reference while a context is open.
 //!
-//! Only the software HCA has this path for now: on a ConnectX function,
-//! pinned pages would need PAS lists in CREATE_CQ and CREATE_QP, and the
-//! UAR pages would be BAR pages (Documentation/rdma-core.md).
+//! On a ConnectX function the same objects are made by command: the pinned
+//! pages are mapped for the function's DMA one by one and given to
+//! CREATE_CQ and CREATE_QP as page lists (the firmware keeps a table of
+//! them), and each UAR page of a context is a page of BAR0 the function
+//! gave with ALLOC_UAR ([`IbuUars`]), which `ib_user.c` maps into the
+//! process write-combined: the provider's doorbells are stores to the
+//! device, and nothing is trapped.
 
 use kernel::{
     ffi::{
@@ -33,6 +37,7 @@ use kernel::{
     sync::Arc,
 };
 
+use crate::backend::UserUar;
 use crate::hca_model::doorbell::CQ_ARM_RECORD_UNARMED;
 use crate::ib::{
     cq::{
@@ -47,7 +52,13 @@ use crate::ib::{
         UserQpMem, //
     },
 };
-use crate::mem::{pages::PinnedPages, DmaBuf};
+use crate::mem::{
+    pages::{
+        PinnedDma,
+        PinnedPages, //
+    },
+    DmaBuf,
+};
 use crate::mlx5_core::device::Device;
 use crate::mlx5_prm::{
     cqe::CQE_SIZE,
@@ -74,20 +85,108 @@ fn errno(e: Error) -> c_int {
     e.to_errno()
 }
 
-/// The device `rmlx5_<index>`, which must be a software HCA.
-fn soft_device(index: c_int) -> Result<Arc<Device>> {
-    let dev = crate::mlx5_core::device::get(usize::try_from(index).map_err(|_| ENODEV)?)?;
-    if dev.be.dma_device().is_some() {
-        return Err(EOPNOTSUPP);
-    }
-    Ok(dev)
+/// The device `rmlx5_<index>`.
+fn device(index: c_int) -> Result<Arc<Device>> {
+    crate::mlx5_core::device::get(usize::try_from(index).map_err(|_| ENODEV)?)
 }
 
-/// Whether `rmlx5_<index>` takes user contexts of rdma-core's provider:
-/// 0, or `-EOPNOTSUPP` for a ConnectX function.
+/// Whether `rmlx5_<index>` takes user contexts of rdma-core's provider: 0,
+/// or `-ENODEV` for a device that is gone.
 #[no_mangle]
 pub extern "C" fn rmlx5_ibu_supported(index: c_int) -> c_int {
-    soft_device(index).map_or_else(errno, |_| 0)
+    device(index).map_or_else(errno, |_| 0)
+}
+
+/// The UAR pages of a user context on a ConnectX function: pages of BAR0
+/// from ALLOC_UAR, freed (DEALLOC_UAR) when the context goes, after its
+/// objects.
+pub struct IbuUars {
+    uars: KVec<KBox<dyn UserUar>>,
+}
+
+impl IbuUars {
+    /// The address CQs and QPs name UAR page `k` by.
+    fn addr(&self, k: usize) -> Result<u64> {
+        Ok(self.uars.get(k).ok_or(EINVAL)?.addr())
+    }
+}
+
+/// The UAR pages of a new context of `rmlx5_<index>`: `n` pages of BAR0
+/// for a ConnectX function (in `*out`), none for a software HCA (`*out`
+/// null: `ib_user.c` gives it ordinary pages, trapped).
+///
+/// # Safety
+///
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ibu_uars_new(index: c_int, n: u32, out: *mut *mut IbuUars) -> c_int {
+    let r = (|| -> Result<Option<KBox<IbuUars>>> {
+        let dev = device(index)?;
+        if dev.be.dma_device().is_none() {
+            return Ok(None);
+        }
+        let n = usize::try_from(n)?;
+        let mut uars = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            // Within the capacity: no allocation fails here; on an error
+            // the pages taken so far are freed as `uars` drops.
+            uars.push(dev.be.clone().alloc_uar()?, GFP_KERNEL)?;
+        }
+        Ok(Some(KBox::new(IbuUars { uars }, GFP_KERNEL)?))
+    })();
+    match r {
+        Ok(u) => {
+            // SAFETY: The caller passes a writable slot.
+            unsafe { out.write(u.map_or(core::ptr::null_mut(), KBox::into_raw)) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// Frees a context's UAR pages.
+///
+/// # Safety
+///
+/// `uars` comes from `rmlx5_ibu_uars_new` (or is null) and is not used
+/// afterwards; no object of the context is left.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ibu_uars_free(uars: *mut IbuUars) {
+    if !uars.is_null() {
+        // SAFETY: From `KBox::into_raw`; the caller gives it up.
+        drop(unsafe { KBox::from_raw(uars) });
+    }
+}
+
+/// The physical address of UAR page `k` of a context, to map into the
+/// process; `-EINVAL` past its pages, `-ENODEV` once the function is gone.
+///
+/// # Safety
+///
+/// `uars` is live; `phys` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ibu_uars_page(
+    uars: *const IbuUars,
+    k: u32,
+    phys: *mut u64,
+) -> c_int {
+    // SAFETY: The caller passes a live context's pages.
+    let Some(u) = (unsafe { uars.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let r = usize::try_from(k)
+        .ok()
+        .and_then(|k| u.uars.get(k))
+        .ok_or(EINVAL)
+        .and_then(|p| p.bar_page());
+    match r {
+        Ok(a) => {
+            // SAFETY: The caller passes a writable slot.
+            unsafe { phys.write(a) };
+            0
+        }
+        Err(e) => errno(e),
+    }
 }
 
 /// A store to a trapped UAR page faulted (called by the fault handler, in
@@ -99,15 +198,34 @@ pub extern "C" fn rmlx5_ibu_uar_fault() {
     }
 }
 
-/// Pins `len` bytes of the calling process at `addr` for the device:
-/// 8-byte aligned (the records are read as whole words), writable.
-fn pin_for_device(addr: u64, len: u64) -> Result<DmaBuf> {
+/// Pins `len` bytes of the calling process at `addr` for `dev`: 8-byte
+/// aligned (the records are read as whole words), writable; mapped for
+/// DMA page by page on a PCI function.
+fn pin_for_device(dev: &Device, addr: u64, len: u64) -> Result<DmaBuf> {
     if addr % 8 != 0 || len == 0 {
         return Err(EINVAL);
     }
     let pages = PinnedPages::pin(addr, len, true)?;
-    let backing: Arc<dyn crate::mem::DmaBacking> = Arc::new(pages, GFP_KERNEL)?;
+    let backing: Arc<dyn crate::mem::DmaBacking> = match dev.be.dma_device() {
+        Some(d) => Arc::new(PinnedDma::new(pages, d)?, GFP_KERNEL)?,
+        None => Arc::new(pages, GFP_KERNEL)?,
+    };
     Ok(DmaBuf::shared(backing))
+}
+
+/// Puts a software HCA's object under the UAR trap with `add`, and says
+/// which HCA's trap it is in; `None` on a ConnectX function, whose
+/// doorbells reach the device.
+fn trap(
+    dev: &Device,
+    add: impl FnOnce(&mut crate::hca::trap::TrapSet, usize) -> Result,
+) -> Result<Option<usize>> {
+    if dev.be.dma_device().is_some() {
+        return Ok(None);
+    }
+    let hca = usize::from(dev.index);
+    add(&mut crate::soft()?.state.lock().trap, hca)?;
+    Ok(Some(hca))
 }
 
 /// Events of a CQ or QP go to the ib_core object at `obj` (its address,
@@ -139,17 +257,35 @@ impl EventSink for CSink {
 /// A CQ of rdma-core's provider.
 pub struct IbuCq {
     cq: Arc<Cq>,
-    hca: usize,
+    /// The software HCA whose trap reads its record (`None` on a
+    /// function).
+    hca: Option<usize>,
+}
+
+/// Takes CQ `cqn` out of the trap of software HCA `hca`, if trapped.
+fn untrap_cq(hca: Option<usize>, cqn: u32) {
+    if let (Some(h), Ok(soft)) = (hca, crate::soft()) {
+        soft.state.lock().trap.remove_cq(h, cqn);
+    }
+}
+
+/// Takes QP `qpn` out of the trap of software HCA `hca`, if trapped.
+fn untrap_qp(hca: Option<usize>, qpn: u32) {
+    if let (Some(h), Ok(soft)) = (hca, crate::soft()) {
+        soft.state.lock().trap.remove_qp(h, qpn);
+    }
 }
 
 /// # Safety
 ///
 /// `ibcq` is the `struct ib_cq` being created, live until
-/// `rmlx5_ibu_destroy_cq` succeeded; `out` and `cqn` are writable; the
-/// caller runs in the process whose memory `buf_addr` and `db_addr` name.
+/// `rmlx5_ibu_destroy_cq` succeeded; `uars` is the context's (null on a
+/// software HCA); `out` and `cqn` are writable; the caller runs in the
+/// process whose memory `buf_addr` and `db_addr` name.
 #[no_mangle]
 pub unsafe extern "C" fn rmlx5_ibu_create_cq(
     index: c_int,
+    uars: *const IbuUars,
     ibcq: *mut c_void,
     buf_addr: u64,
     db_addr: u64,
@@ -158,8 +294,10 @@ pub unsafe extern "C" fn rmlx5_ibu_create_cq(
     out: *mut *mut IbuCq,
     cqn: *mut u32,
 ) -> c_int {
+    // SAFETY: The caller passes the context's pages, live, or null.
+    let uars = unsafe { uars.as_ref() };
     let r = (|| -> Result<KBox<IbuCq>> {
-        let dev = soft_device(index)?;
+        let dev = device(index)?;
         if !entries.is_power_of_two() || entries > dev.be.info()?.max_cqe {
             return Err(EINVAL);
         }
@@ -169,8 +307,16 @@ pub unsafe extern "C" fn rmlx5_ibu_create_cq(
         if buf_addr % CQE_SIZE as u64 != 0 {
             return Err(EINVAL);
         }
-        let buf = pin_for_device(buf_addr, bytes)?;
-        let dbr = pin_for_device(db_addr, CQ_DBR_SIZE as u64)?;
+        // A CQ is armed through the context's first UAR page (mlx5_ib's
+        // choice, which libmlx5 follows); on a software HCA the kernel's
+        // page stands for every context's.
+        let uar_addr = match (dev.be.dma_device(), uars) {
+            (None, _) => dev.be.kernel_uar()?,
+            (Some(_), Some(u)) => u.addr(0)?,
+            (Some(_), None) => return Err(EINVAL),
+        };
+        let buf = pin_for_device(&dev, buf_addr, bytes)?;
+        let dbr = pin_for_device(&dev, db_addr, CQ_DBR_SIZE as u64)?;
         // Nothing is armed until the provider writes an ARM word (see
         // `Hca::cq_arm_record`); it writes the record only after this
         // command returns.
@@ -182,18 +328,15 @@ pub unsafe extern "C" fn rmlx5_ibu_create_cq(
             },
             GFP_KERNEL,
         )?;
-        let mem = CqMem {
-            buf,
-            dbr,
-            uar_addr: dev.be.kernel_uar()?,
-        };
+        let mem = CqMem { buf, dbr, uar_addr };
         let cq = Cq::new_on(&dev, log_size, mem, comp_vector, sink)?;
-        let hca = usize::from(dev.index);
-        let soft = crate::soft()?;
-        if let Err(e) = soft.state.lock().trap.add_cq(hca, cq.cqn) {
-            let _ = cq.destroy();
-            return Err(e);
-        }
+        let hca = match trap(&dev, |t, h| t.add_cq(h, cq.cqn)) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = cq.destroy();
+                return Err(e);
+            }
+        };
         match KBox::new(
             IbuCq {
                 cq: cq.clone(),
@@ -203,7 +346,7 @@ pub unsafe extern "C" fn rmlx5_ibu_create_cq(
         ) {
             Ok(b) => Ok(b),
             Err(e) => {
-                soft.state.lock().trap.remove_cq(hca, cq.cqn);
+                untrap_cq(hca, cq.cqn);
                 let _ = cq.destroy();
                 Err(e.into())
             }
@@ -231,12 +374,10 @@ pub unsafe extern "C" fn rmlx5_ibu_destroy_cq(cq: *mut IbuCq) -> c_int {
     let Some(c) = (unsafe { cq.as_ref() }) else {
         return EINVAL.to_errno();
     };
-    if let Ok(soft) = crate::soft() {
-        soft.state.lock().trap.remove_cq(c.hca, c.cq.cqn);
-    }
+    untrap_cq(c.hca, c.cq.cqn);
     if let Err(e) = c.cq.destroy() {
-        if let Ok(soft) = crate::soft() {
-            let _ = soft.state.lock().trap.add_cq(c.hca, c.cq.cqn);
+        if let (Some(h), Ok(soft)) = (c.hca, crate::soft()) {
+            let _ = soft.state.lock().trap.add_cq(h, c.cq.cqn);
         }
         return errno(e);
     }
@@ -260,7 +401,8 @@ pub struct QpArgs {
 /// A QP of rdma-core's provider.
 pub struct IbuQp {
     qp: Arc<UserQp>,
-    hca: usize,
+    /// As [`IbuCq::hca`].
+    hca: Option<usize>,
 }
 
 /// The largest RQ WQE (`max_rq_desc_sz` the context reports).
@@ -269,13 +411,15 @@ pub(crate) const MAX_RQ_DESC: u32 = 512;
 /// # Safety
 ///
 /// `pd` comes from `rmlx5_ib_alloc_pd`, `send_cq` and `recv_cq` from
-/// `rmlx5_ibu_create_cq`, all live; `ibqp` is the `struct ib_qp` being
-/// created, live until `rmlx5_ibu_destroy_qp` succeeded; `args` is
-/// readable, `out` and `qpn` writable; the caller runs in the process
-/// whose memory the arguments name.
+/// `rmlx5_ibu_create_cq`, all live; `uars` is the context's (null on a
+/// software HCA); `ibqp` is the `struct ib_qp` being created, live until
+/// `rmlx5_ibu_destroy_qp` succeeded; `args` is readable, `out` and `qpn`
+/// writable; the caller runs in the process whose memory the arguments
+/// name.
 #[no_mangle]
 pub unsafe extern "C" fn rmlx5_ibu_create_qp(
     pd: *const Pd,
+    uars: *const IbuUars,
     send_cq: *const IbuCq,
     recv_cq: *const IbuCq,
     ibqp: *mut c_void,
@@ -294,6 +438,8 @@ pub unsafe extern "C" fn rmlx5_ibu_create_qp(
     }) else {
         return EINVAL.to_errno();
     };
+    // SAFETY: The caller passes the context's pages, live, or null.
+    let uars = unsafe { uars.as_ref() };
     let r = (|| -> Result<KBox<IbuQp>> {
         let dev = &pd.dev;
         let caps = dev.be.caps()?;
@@ -314,12 +460,20 @@ pub unsafe extern "C" fn rmlx5_ibu_create_qp(
             u64::from(a.rq_wqe_count) << a.rq_wqe_shift
         };
         let sq_bytes = u64::from(a.sq_wqe_count) * WQEBB_SIZE as u64;
-        let buf = pin_for_device(a.buf_addr, rq_bytes + sq_bytes)?;
-        let dbr = pin_for_device(a.db_addr, QP_DBR_SIZE as u64)?;
+        // The QP rings on the UAR page of its register (libmlx5 indexes
+        // four registers per page); on a software HCA the kernel's page
+        // stands for every context's.
+        let uar_addr = match (dev.be.dma_device(), uars) {
+            (None, _) => dev.be.kernel_uar()?,
+            (Some(_), Some(u)) => u.addr(usize::try_from(a.bfreg / 4)?)?,
+            (Some(_), None) => return Err(EINVAL),
+        };
+        let buf = pin_for_device(dev, a.buf_addr, rq_bytes + sq_bytes)?;
+        let dbr = pin_for_device(dev, a.db_addr, QP_DBR_SIZE as u64)?;
         let mem = UserQpMem {
             buf,
             dbr,
-            uar_addr: dev.be.kernel_uar()?,
+            uar_addr,
             bfreg: u8::try_from(a.bfreg % 4)?,
             sq_wqebbs: a.sq_wqe_count,
             sq_offset: rq_bytes,
@@ -342,12 +496,13 @@ pub unsafe extern "C" fn rmlx5_ibu_create_qp(
             GFP_KERNEL,
         )?;
         let qp = UserQp::new(pd, &scq.cq, &rcq.cq, mem, sink)?;
-        let hca = usize::from(dev.index);
-        let soft = crate::soft()?;
-        if let Err(e) = soft.state.lock().trap.add_qp(hca, qp.qpn) {
-            let _ = qp.destroy();
-            return Err(e);
-        }
+        let hca = match trap(dev, |t, h| t.add_qp(h, qp.qpn)) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = qp.destroy();
+                return Err(e);
+            }
+        };
         match KBox::new(
             IbuQp {
                 qp: qp.clone(),
@@ -357,7 +512,7 @@ pub unsafe extern "C" fn rmlx5_ibu_create_qp(
         ) {
             Ok(b) => Ok(b),
             Err(e) => {
-                soft.state.lock().trap.remove_qp(hca, qp.qpn);
+                untrap_qp(hca, qp.qpn);
                 let _ = qp.destroy();
                 Err(e.into())
             }
@@ -420,12 +575,10 @@ pub unsafe extern "C" fn rmlx5_ibu_destroy_qp(qp: *mut IbuQp) -> c_int {
     let Some(q) = (unsafe { qp.as_ref() }) else {
         return EINVAL.to_errno();
     };
-    if let Ok(soft) = crate::soft() {
-        soft.state.lock().trap.remove_qp(q.hca, q.qp.qpn);
-    }
+    untrap_qp(q.hca, q.qp.qpn);
     if let Err(e) = q.qp.destroy() {
-        if let Ok(soft) = crate::soft() {
-            let _ = soft.state.lock().trap.add_qp(q.hca, q.qp.qpn);
+        if let (Some(h), Ok(soft)) = (q.hca, crate::soft()) {
+            let _ = soft.state.lock().trap.add_qp(h, q.qp.qpn);
         }
         return errno(e);
     }

@@ -34,6 +34,12 @@ pub(crate) unsafe trait DmaBacking: Send + Sync {
     fn dma_addr(&self) -> u64 {
         self.kaddr()
     }
+    /// The bus address of each page of a buffer a PCI function reaches
+    /// page by page (a process's pinned pages), in order, `None` for a
+    /// buffer it reaches as one range.
+    fn bus_pages(&self) -> Option<&[u64]> {
+        None
+    }
 }
 
 /// What keeps a [`DmaBuf`]'s memory alive.
@@ -109,6 +115,15 @@ impl DmaBuf {
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The bus addresses of the buffer's pages, for shared memory a PCI
+    /// function reaches page by page ([`DmaBacking::bus_pages`]).
+    pub(crate) fn bus_pages(&self) -> Option<&[u64]> {
+        match &self._storage {
+            Storage::Own { .. } => None,
+            Storage::Shared { _backing: b } => b.bus_pages(),
+        }
     }
 
     fn range(&self, off: usize, len: usize) -> Result<*mut u8> {

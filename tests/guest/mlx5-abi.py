@@ -98,7 +98,8 @@ def main():
         return command(fd, CREATE_CQ, core_in, drv_in, 8, 8)
 
     cases = [
-        ("cq_cqe_size_128", cq_req(ring, db, cqe_size=128), errno.EINVAL),
+        ("cq_cqe_size_128", cq_req(ring, db, cqe_size=128), errno.EOPNOTSUPP),
+        ("cq_cqe_size_32", cq_req(ring, db, cqe_size=32), errno.EINVAL),
         ("cq_compression", cq_req(ring, db, comp=1), errno.EOPNOTSUPP),
         ("cq_flags", cq_req(ring, db, flags=1 << 2), errno.EOPNOTSUPP),
         ("cq_reserved", cq_req(ring, db, r1=1), errno.EINVAL),
@@ -158,6 +159,23 @@ def main():
         mark("destroy_qp", err == 0, f"errno {err}")
     err, _, _ = command(fd, DESTROY_CQ, struct.pack("<II", cq, 0), b"", 8, 0)
     mark("destroy_cq", err == 0, f"errno {err}")
+    # mmap offsets (in pages): command << 8 | index. The context has 8 UAR
+    # pages (16 bfregs, two per page).
+    for name, pgoff, want in [
+        ("mmap_uar_page", 7, 0),
+        ("mmap_index_past_the_pages", 8, errno.EINVAL),
+        ("mmap_contiguous_pages", 1 << 8, errno.ENOSYS),
+        ("mmap_core_clock", 5 << 8, errno.EOPNOTSUPP),
+        ("mmap_dynamic_uar", 6 << 8, errno.EOPNOTSUPP),
+        ("mmap_unknown_command", 9 << 8, errno.EINVAL),
+    ]:
+        try:
+            m = mmap.mmap(fd, 4096, offset=pgoff * 4096)
+            m.close()
+            err = 0
+        except OSError as e:
+            err = e.errno
+        mark(name, err == want, f"errno {err}, wanted {want}")
     # DEALLOC_PD has no response address.
     data = struct.pack("<IHHI", DEALLOC_PD, 3, 0, pd)
     n = libc.write(fd, data, len(data))

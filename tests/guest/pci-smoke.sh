@@ -403,6 +403,49 @@ if [ -f /lib/modules/rmlx5.ko ]; then
                 echo "rmlx5-guest: EXIT cx-$name $?"
             done
         fi
+        # rdma-core's own provider on the function, through ib_uverbs
+        # (Debian's libmlx5, unmodified, staged with --overlay): its CQs
+        # and QPs in the process's pinned pages, given to CREATE_CQ and
+        # CREATE_QP as page lists; its UAR pages pages of BAR0 mapped
+        # write-combined. Cases: cx_rdmacore_*.
+        if [ -n "$n" ] && [ -x /usr/bin/ibv_devinfo ]; then
+            /tests/rdma-core.sh cx rmlx5_$n
+            # Its UAR pages are mapped asking for write-combining; what the
+            # CPU really uses is PAT's business, and while rmlx5 maps all of
+            # BAR0 uncached for itself PAT gives the process's pages that
+            # type too (Documentation/rdma-core.md). Printed, for the
+            # record: PAT's memory types within BAR0 while a libmlx5
+            # process holds a context open (a pingpong server waiting).
+            set -- $(head -n 1 $dev/resource)
+            bar0=$(($1)) bar0_end=$(($2))
+            env LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu \
+                ibv_rc_pingpong -d rmlx5_$n -p 18999 > /dev/null 2>&1 &
+            pp=$!
+            sleep 2
+            for l in $(sed -n 's/^PAT: \[mem \(0x[0-9a-f]*\)-\(0x[0-9a-f]*\)\] \([a-z-]*\).*/\1,\2,\3/p' \
+                /sys/kernel/debug/x86/pat_memtype_list 2>/dev/null); do
+                a=$((${l%%,*}))
+                [ $a -ge $bar0 ] && [ $a -le $bar0_end ] && echo "rmlx5-guest: PAT in BAR0: $l"
+            done
+            kill $pp 2>/dev/null
+            wait $pp
+            # rdma-core's own test suite on the function (cx_pyverbs:*).
+            # The function reports a ConnectX part, so the suite also runs
+            # its mlx5-only tests; left out here are those that take what
+            # only mlx5_ib has for granted and fail rather than skip
+            # without it (Documentation/rdma-core.md):
+            # - the device-memory atomic tests query HCA caps through a
+            #   DEVX general command (rmlx5 has no DEVX; the suite skips
+            #   only when opening the DEVX context fails, which rmlx5
+            #   allows, see ib_user.c);
+            # - test_prefer_obj_on_huge creates a UD QP and an SRQ and does
+            #   not skip when they are refused (no UD or SRQ yet).
+            RMLX5_PYVERBS_DEV=rmlx5_$n RMLX5_PYVERBS_PREFIX=cx_ \
+                RMLX5_PYVERBS_LEFT_OUT="tests.test_mlx5_dm_ops.Mlx5DmOpAddresses.test_dm_atomic_ops
+tests.test_mlx5_dm_ops.Mlx5DmOpAddresses.test_parallel_dm_atomic_ops
+tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
+                /tests/pyverbs.sh
+        fi
         # The same device for ULPs of the generic ib_* API: an ib_core
         # device whose DMA device is the function, its DMA MR a PA key. The
         # ib_core test ULP runs as a loopback pair on it in the three poll

@@ -94,24 +94,28 @@ fi
 
 # rdma-core's ibv_rc_pingpong through libmlx5 (the UAR trap's faults and
 # unmapping on this kernel), data checked, polling and with events.
+L="LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+# rcpp NAME SERVER_DEV CLIENT_DEV PORT ARGS...: one data-checked pair.
+rcpp() {
+    name=$1 sdev=$2 cdev=$3 port=$4
+    shift 4
+    env $L ibv_rc_pingpong -d $sdev -i 1 -p $port -n 300 -c "$@" > /tmp/pp-s.log 2>&1 &
+    srv=$!
+    sleep 1
+    if env $L timeout 120 ibv_rc_pingpong -d $cdev -i 1 -p $port -n 300 -c "$@" 127.0.0.1 \
+        > /tmp/pp-c.log 2>&1 && wait $srv; then
+        grep "iters in" /tmp/pp-c.log
+        pass $name
+    else
+        kill -9 $srv 2>/dev/null
+        cat /tmp/pp-s.log /tmp/pp-c.log
+        fail $name "ibv_rc_pingpong -c $* between $sdev and $cdev failed"
+    fi
+}
 if [ -x /usr/bin/ibv_rc_pingpong ]; then
     ifconfig lo 127.0.0.1 up 2>/dev/null
-    L="LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
-    for ev in "" -e; do
-        name=prod_rc_pingpong${ev:+_events}
-        env $L ibv_rc_pingpong -d rmlx5_1 -i 1 -p 18600 -n 300 -c $ev > /tmp/pp-s.log 2>&1 &
-        srv=$!
-        sleep 1
-        if env $L timeout 120 ibv_rc_pingpong -d rmlx5_0 -i 1 -p 18600 -n 300 -c $ev 127.0.0.1 \
-            > /tmp/pp-c.log 2>&1 && wait $srv; then
-            grep "iters in" /tmp/pp-c.log
-            pass $name
-        else
-            kill -9 $srv 2>/dev/null
-            cat /tmp/pp-s.log /tmp/pp-c.log
-            fail $name "ibv_rc_pingpong -c $ev between rmlx5_1 and rmlx5_0 failed"
-        fi
-    done
+    rcpp prod_rc_pingpong rmlx5_1 rmlx5_0 18600
+    rcpp prod_rc_pingpong_events rmlx5_1 rmlx5_0 18601 -e
 else
     fail prod_rc_pingpong "no ibv_rc_pingpong in the guest (scripts/bench-userland.sh check)"
 fi
@@ -152,6 +156,12 @@ fi
 # doorbells BAR stores (no KICK), in both modes.
 if [ -n "$n" ]; then
     pingpong prod_cx_pingpong $n $n 200
+fi
+# And through libmlx5 (queues in the process's pages by page list, UAR
+# pages of BAR0 mapped write-combined: this kernel has PAT).
+if [ -n "$n" ] && [ -x /usr/bin/ibv_rc_pingpong ]; then
+    rcpp prod_cx_rc_pingpong rmlx5_$n rmlx5_$n 18602
+    rcpp prod_cx_rc_pingpong_events rmlx5_$n rmlx5_$n 18603 -e
 fi
 
 # Unload: the function goes down with every page back, the nodes go.

@@ -275,11 +275,48 @@ fn cmd_err(pdev: &pci::Device<device::Bound>, e: crate::mlx5_cmdif::error::Error
     Error::from_errno(-e.errno())
 }
 
-/// The page list of a queue buffer, one contiguous DMA range (coherent
-/// memory, or pages allocated contiguous and mapped as one range), and
-/// its page size as a queue context's `log_page_size`: the largest power of
-/// two, 4 KiB at least, that the range's bus address is aligned to and
-/// that the buffer needs, so that a large queue takes few entries.
+/// A queue buffer as a queue context gives it: `log_page_size`,
+/// `page_offset` and the page list.
+struct QueuePages {
+    log_page_size: u8,
+    /// Offset of the buffer in its first page, in 64-byte units.
+    page_offset: u8,
+    list: KVec<u64>,
+}
+
+/// The page list of a queue buffer. A buffer of pinned user pages lists
+/// each system page, from a 64-byte boundary in the first (a ConnectX
+/// takes the offset in 64ths of a page: 64-byte units with 4 KiB pages,
+/// the only size the function's user contexts run with). A contiguous DMA
+/// range (coherent memory, or pages allocated contiguous and mapped as one
+/// range) lists pages of the largest power of two, 4 KiB at least, that
+/// its bus address is aligned to and that the buffer needs, so that a
+/// large queue takes few entries.
+fn queue_pages(buf: &DmaBuf) -> Result<QueuePages> {
+    if let Some(list) = buf.bus_pages() {
+        let offset = buf.dma_addr() % kernel::page::PAGE_SIZE as u64;
+        if kernel::page::PAGE_SIZE != PAGE || offset % 64 != 0 {
+            return Err(EINVAL);
+        }
+        let mut v = KVec::with_capacity(list.len(), GFP_KERNEL)?;
+        v.extend_from_slice(list, GFP_KERNEL)?;
+        return Ok(QueuePages {
+            log_page_size: 0,
+            // Below 4096 / 64.
+            page_offset: (offset / 64) as u8,
+            list: v,
+        });
+    }
+    let (log_page_size, list) = pages(buf)?;
+    Ok(QueuePages {
+        log_page_size,
+        page_offset: 0,
+        list,
+    })
+}
+
+/// The page list of a contiguous queue buffer (see [`queue_pages`]) and
+/// its page size as a queue context's `log_page_size`.
 fn pages(buf: &DmaBuf) -> Result<(u8, KVec<u64>)> {
     let addr = buf.dma_addr();
     let len = buf.len().max(1) as u64;
@@ -792,11 +829,16 @@ impl Backend for CxBackend {
 
     fn create_cq(&self, attr: &CqAttr, mem: [&DmaBuf; 2]) -> Result<u32> {
         let [buf, dbr] = mem;
-        let (log_page_size, list) = pages(buf)?;
+        let QueuePages {
+            log_page_size,
+            page_offset,
+            list,
+        } = queue_pages(buf)?;
         let input = CreateCqIn {
             cq_context: Cqc {
                 log_cq_size: attr.log_size,
                 log_page_size,
+                page_offset,
                 uar_page: CxBackend::uar_index(attr.uar_addr)?,
                 c_eqn_or_apu_element: u32::from(attr.eqn),
                 dbr_addr: dbr.dma_addr(),
@@ -858,7 +900,11 @@ impl Backend for CxBackend {
             return Err(EINVAL);
         }
         let stride = attr.rq_stride / 16;
-        let (log_page_size, list) = pages(buf)?;
+        let QueuePages {
+            log_page_size,
+            page_offset,
+            list,
+        } = queue_pages(buf)?;
         let input = CreateQpIn {
             ece: 0,
             qpc: Qpc {
@@ -871,6 +917,7 @@ impl Backend for CxBackend {
                 log_sq_size: log2_exact(attr.sq_wqebbs)?,
                 rq_type: RQ_TYPE_REGULAR,
                 log_page_size,
+                page_offset,
                 cqn_snd: attr.send_cqn,
                 cqn_rcv: attr.recv_cqn,
                 dbr_addr: dbr.dma_addr(),
@@ -1029,6 +1076,14 @@ struct CxUar {
 impl UserUar for CxUar {
     fn addr(&self) -> u64 {
         u64::from(self.index) * UAR_PAGE_SIZE as u64
+    }
+
+    fn bar_page(&self) -> Result<u64> {
+        // Only while the function is bound: the page is the function's.
+        if self.be.ctl.lock().state.is_none() {
+            return Err(ENODEV);
+        }
+        Ok(self.be.bar_phys + self.addr())
     }
 
     fn mmap(&self, vma: &VmaNew) -> Result {

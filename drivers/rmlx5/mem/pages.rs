@@ -557,6 +557,50 @@ impl PageDma {
     }
 }
 
+/// Pinned pages of a process mapped for a PCI function: a queue buffer or
+/// doorbell record of rdma-core's provider on a ConnectX function. The
+/// function reaches it page by page ([`DmaBacking::bus_pages`]); the
+/// kernel through the pages' vmap.
+///
+/// # Invariants
+///
+/// `map` maps every page of `pages` (fields drop in order: the mapping
+/// before the pins).
+pub(crate) struct PinnedDma {
+    map: PageDma,
+    pages: PinnedPages,
+}
+
+impl PinnedDma {
+    /// Maps `pages` for `dev`.
+    pub(crate) fn new(pages: PinnedPages, dev: ARef<device::Device>) -> Result<Self> {
+        let map = pages.map_for(dev)?;
+        // INVARIANT: `map` maps `pages`.
+        Ok(Self { map, pages })
+    }
+}
+
+// SAFETY: the range is the pinned region's (see `PinnedPages`), kept
+// alive with its vmap for as long as the value.
+unsafe impl DmaBacking for PinnedDma {
+    fn kaddr(&self) -> u64 {
+        self.pages.kaddr()
+    }
+
+    fn len(&self) -> usize {
+        DmaBacking::len(&self.pages)
+    }
+
+    fn dma_addr(&self) -> u64 {
+        let first = self.map.addrs().first().copied().unwrap_or(0);
+        first + self.pages.offset() as u64
+    }
+
+    fn bus_pages(&self) -> Option<&[u64]> {
+        Some(self.map.addrs())
+    }
+}
+
 impl Drop for PageDma {
     fn drop(&mut self) {
         for &dma in self.addrs.iter() {
