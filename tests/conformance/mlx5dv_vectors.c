@@ -242,6 +242,36 @@ static void data_vectors(unsigned int n)
 	}
 }
 
+/* dgram qkey ext dqpn stat_rate_sl fl_mlid rlid tclass hop_limit grh_gid_fl
+ * RMAC RGID BYTES (mlx5dv_set_dgram_seg) */
+static void dgram_vectors(unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		struct mlx5_wqe_datagram_seg seg;
+		uint32_t qkey = (uint32_t)rnd_bits(32);
+		uint32_t dqpn = (uint32_t)rnd_bits(24);
+		uint8_t ext = below(2), srsl = (uint8_t)rnd(), fl = (uint8_t)rnd();
+		uint16_t rlid = (uint16_t)rnd_bits(16);
+		uint8_t tclass = (uint8_t)rnd(), hop = (uint8_t)rnd();
+		uint32_t ggf = (uint32_t)rnd_bits(32);
+		uint8_t rmac[6], rgid[16];
+
+		rnd_bytes(rmac, sizeof(rmac));
+		rnd_bytes(rgid, sizeof(rgid));
+		memset(&seg, 0xff, sizeof(seg));
+		/* The 64-bit key: the Q_Key in its upper half, as mlx5 puts it. */
+		mlx5dv_set_dgram_seg(&seg, (uint64_t)qkey << 32, dqpn, ext, srsl, fl,
+				     rlid, rmac, tclass, hop, ggf, rgid);
+		memset(seg.av.reserved0, 0, sizeof(seg.av.reserved0));
+		printf("dgram %x %x %x %x %x %x %x %x %x", qkey, ext, dqpn, srsl, fl,
+		       rlid, tclass, hop, ggf);
+		hex(rmac, sizeof(rmac));
+		hex(rgid, sizeof(rgid));
+		hex(&seg, sizeof(seg));
+		putchar('\n');
+	}
+}
+
 /* raddr raddr rkey BYTES (mlx5dv.h has no setter: struct fields) */
 static void raddr_vectors(unsigned int n)
 {
@@ -529,6 +559,7 @@ int main(int argc, char **argv)
 	ctrl_vectors(n);
 	data_vectors(n);
 	raddr_vectors(n);
+	dgram_vectors(n);
 	atomic_vectors(n);
 	inline_header_vectors(n);
 	inline_ring_vectors(n);

@@ -374,6 +374,102 @@ impl DataSeg {
     }
 }
 
+/// Datagram segment of a UD send WQE: the address vector
+/// (`struct mlx5_wqe_datagram_seg`, one `struct mlx5_wqe_av`, 48 bytes;
+/// filled by mlx5dv.h's `mlx5dv_set_dgram_seg`). It follows the control
+/// segment, before the data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatagramSeg {
+    /// Q_Key of the destination QP: `key.qkey.qkey`, byte 0 (bytes 4-7,
+    /// the rest of the 64-bit DC key, are zero for UD).
+    pub qkey: u32,
+    /// Extended address vector: bit 31 of `dqp_dct`, byte 8.
+    pub ext: bool,
+    /// Destination QP number: bits 23-0 of `dqp_dct`.
+    pub dqpn: u32,
+    /// Static rate (bits 7-4) and SL (bits 3-0): `stat_rate_sl`, byte 12.
+    pub stat_rate_sl: u8,
+    /// Force loopback (bit 7) and source path bits (bits 6-0): `fl_mlid`,
+    /// byte 13.
+    pub fl_mlid: u8,
+    /// Destination LID: `rlid`, byte 14.
+    pub rlid: u16,
+    /// Destination MAC (RoCE): `rmac`, byte 20.
+    pub rmac: [u8; 6],
+    /// GRH traffic class: `tclass`, byte 26.
+    pub tclass: u8,
+    /// GRH hop limit: `hop_limit`, byte 27.
+    pub hop_limit: u8,
+    /// GRH present (bit 30), source GID index (bits 27-20), flow label
+    /// (bits 19-0): `grh_gid_fl`, byte 28.
+    pub grh_gid_fl: u32,
+    /// Destination GID: `rgid`, byte 32.
+    pub rgid: [u8; 16],
+}
+
+impl DatagramSeg {
+    /// Size in bytes (`sizeof(struct mlx5_wqe_datagram_seg)`).
+    pub const SIZE: usize = 48;
+    /// `grh_gid_fl`: a GRH is sent (`MLX5_EXTENDED_UD_AV`'s companion bit
+    /// mlx5 sets from `ah_attr.ah_flags & IB_AH_GRH`).
+    pub const GRH: u32 = 1 << 30;
+    /// `dqp_dct`: the extended address vector bit.
+    const EXT: u32 = 1 << 31;
+
+    /// Writes the segment into `out`.
+    pub fn encode(&self, out: &mut [u8; 48]) {
+        put_u32(out, 0, self.qkey);
+        put_u32(out, 4, 0);
+        put_u32(
+            out,
+            8,
+            (self.dqpn & 0xff_ffff) | if self.ext { Self::EXT } else { 0 },
+        );
+        put_u8(out, 12, self.stat_rate_sl);
+        put_u8(out, 13, self.fl_mlid);
+        put_u16(out, 14, self.rlid);
+        put_u32(out, 16, 0);
+        for (k, &m) in self.rmac.iter().enumerate() {
+            put_u8(out, 20 + k, m);
+        }
+        put_u8(out, 26, self.tclass);
+        put_u8(out, 27, self.hop_limit);
+        put_u32(out, 28, self.grh_gid_fl);
+        for (k, &g) in self.rgid.iter().enumerate() {
+            put_u8(out, 32 + k, g);
+        }
+    }
+
+    /// Reads a segment from `b` (reserved bytes and the DC half of the key
+    /// are ignored, as are bits 30-24 of `dqp_dct`).
+    pub fn decode(b: &[u8; 48]) -> Self {
+        let dqp = get_u32(b, 8);
+        DatagramSeg {
+            qkey: get_u32(b, 0),
+            ext: dqp & Self::EXT != 0,
+            dqpn: dqp & 0xff_ffff,
+            stat_rate_sl: get_u8(b, 12),
+            fl_mlid: get_u8(b, 13),
+            rlid: get_u16(b, 14),
+            rmac: core::array::from_fn(|k| get_u8(b, 20 + k)),
+            tclass: get_u8(b, 26),
+            hop_limit: get_u8(b, 27),
+            grh_gid_fl: get_u32(b, 28),
+            rgid: core::array::from_fn(|k| get_u8(b, 32 + k)),
+        }
+    }
+
+    /// The SL of the path (`stat_rate_sl` bits 3-0).
+    pub fn sl(&self) -> u8 {
+        self.stat_rate_sl & 0xf
+    }
+
+    /// Whether the message carries a GRH.
+    pub fn grh(&self) -> bool {
+        self.grh_gid_fl & Self::GRH != 0
+    }
+}
+
 /// The 4-byte header of an inline data segment
 /// (`struct mlx5_wqe_inl_data_seg`): the payload length with bit 31
 /// (`MLX5_INLINE_SEG`) set. The payload follows it directly and the segment

@@ -26,7 +26,7 @@ use mlx5_prm::error::Error;
 use mlx5_prm::opcode::{CqeOpcode, CqeSyndrome, SendOpcode, VENDOR_SYNDROME_ODP_PFAULT};
 use mlx5_prm::recv::{recv_wqe_words, write_recv_wqe, RecvSegs};
 use mlx5_prm::wqe::{
-    self, AtomicSeg, CtrlSeg, DataSeg, InlineHeader, RaddrSeg, CE_CQ_UPDATE,
+    self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineHeader, RaddrSeg, CE_CQ_UPDATE,
     FENCE_MODE_INITIATOR_SMALL, FENCE_MODE_SMALL_AND_FENCE,
 };
 use mlx5_prm::{ring, sq};
@@ -312,6 +312,35 @@ fn remote_address_segments() {
         assert_eq!(ours, b, "encode {seg:?}");
         assert_eq!(flat(seg.to_words()), b, "words of {seg:?}");
         assert_eq!(RaddrSeg::decode(&b), seg);
+    }
+}
+
+/// UD address vectors: what `mlx5dv_set_dgram_seg` writes, byte for byte.
+#[test]
+fn datagram_segments() {
+    for r in cases("dgram") {
+        let [qkey, ext, dqpn, srsl, fl, rlid, tclass, hop, ggf] =
+            std::array::from_fn(|i| num(r[i]));
+        let seg = DatagramSeg {
+            qkey: qkey as u32,
+            ext: ext != 0,
+            dqpn: dqpn as u32,
+            stat_rate_sl: srsl as u8,
+            fl_mlid: fl as u8,
+            rlid: rlid as u16,
+            rmac: array(&bytes(r[9])),
+            tclass: tclass as u8,
+            hop_limit: hop as u8,
+            grh_gid_fl: ggf as u32,
+            rgid: array(&bytes(r[10])),
+        };
+        let b: [u8; 48] = array(&bytes(r[11]));
+        let mut ours = [0u8; 48];
+        seg.encode(&mut ours);
+        assert_eq!(ours, b, "encode {seg:?}");
+        assert_eq!(DatagramSeg::decode(&b), seg);
+        assert_eq!(seg.sl(), srsl as u8 & 0xf);
+        assert_eq!(seg.grh(), ggf & 1 << 30 != 0);
     }
 }
 
