@@ -136,24 +136,13 @@ bool rmlx5_is_event_file(struct file *filp)
 }
 
 /*
- * `1 << order` zeroed, physically contiguous pages, split into order-0
- * pages that are freed one by one (each may be mapped into a process with
- * vm_insert_page, which takes a reference on it). NULL if out of memory.
+ * A zeroed page, freed with rmlx5_free_page (it may be mapped into a
+ * process with vm_insert_page, which takes a reference on it). NULL if out
+ * of memory.
  */
-struct page *rmlx5_alloc_contig_pages(unsigned int order)
+struct page *rmlx5_alloc_page(void)
 {
-	struct page *page = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO |
-					__GFP_NOWARN, order);
-
-	if (page && order)
-		split_page(page, order);
-	return page;
-}
-
-/* The page `k` pages after `page` (in a range from rmlx5_alloc_contig_pages). */
-struct page *rmlx5_nth_page(struct page *page, unsigned long k)
-{
-	return page + k;
+	return alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_NOWARN);
 }
 
 void rmlx5_free_page(struct page *page)

@@ -42,8 +42,7 @@ void rmlx5_unpin_user_pages(struct page **pages, unsigned long npages,
 void *rmlx5_vmap_pages(struct page **pages, unsigned int npages);
 void rmlx5_vunmap(void *addr);
 
-struct page *rmlx5_alloc_contig_pages(unsigned int order);
-struct page *rmlx5_nth_page(struct page *page, unsigned long k);
+struct page *rmlx5_alloc_page(void);
 void rmlx5_free_page(struct page *page);
 int rmlx5_dma_map_pages(struct device *dev, struct page *page, size_t len,
 			u64 *dma);

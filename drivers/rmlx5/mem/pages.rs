@@ -52,8 +52,7 @@ extern "C" {
     fn rmlx5_unpin_user_pages(pages: *mut c_void, npages: usize, dirty: bool);
     fn rmlx5_vmap_pages(pages: *mut c_void, npages: u32) -> *mut c_void;
     fn rmlx5_vunmap(addr: *mut c_void);
-    fn rmlx5_alloc_contig_pages(order: u32) -> *mut c_void;
-    fn rmlx5_nth_page(page: *mut c_void, k: usize) -> *mut c_void;
+    fn rmlx5_alloc_page() -> *mut c_void;
     fn rmlx5_free_page(page: *mut c_void);
     fn rmlx5_dma_map_pages(
         dev: *mut c_void,
@@ -114,8 +113,8 @@ unsafe impl Sync for Vmap {}
 ///
 /// # Invariants
 ///
-/// The page was allocated by `rmlx5_alloc_contig_pages` (directly or as
-/// part of a split higher-order allocation) and is freed once, on drop.
+/// The page was allocated by `rmlx5_alloc_page` and is freed once, on
+/// drop.
 struct OwnedPage(NonNull<bindings::page>);
 
 impl Drop for OwnedPage {
@@ -139,13 +138,11 @@ unsafe impl Sync for OwnedPage {}
 ///
 /// # Invariants
 ///
-/// `vmap` maps exactly `pages`, in order; `pages` is not empty; if
-/// `contiguous`, the pages are physically consecutive.
+/// `vmap` maps exactly `pages`, in order; `pages` is not empty.
 pub(crate) struct PageBuf {
     // Field order: `vmap` is dropped before the pages it maps.
     vmap: Vmap,
     pages: KVVec<OwnedPage>,
-    contiguous: bool,
 }
 
 impl PageBuf {
@@ -156,43 +153,14 @@ impl PageBuf {
         let mut pages = KVVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             // SAFETY: plain allocation call.
-            let p = unsafe { rmlx5_alloc_contig_pages(0) };
+            let p = unsafe { rmlx5_alloc_page() };
             // INVARIANT: allocated just above, owned by `pages`.
             pages.push(OwnedPage(NonNull::new(p.cast()).ok_or(ENOMEM)?), GFP_KERNEL)?;
         }
-        Self::map(pages, false)
+        Self::map(pages)
     }
 
-    /// Allocates `len` bytes rounded up to whole pages (at least one) as
-    /// one physically contiguous range, for a device that takes a queue
-    /// as one DMA range (see `Documentation/pci-backend.md`). At most
-    /// 4 MiB (the page allocator's largest block).
-    pub(crate) fn new_contiguous(len: usize) -> Result<Self> {
-        let n = len.div_ceil(PAGE_SIZE).max(1);
-        let order = n.next_power_of_two().trailing_zeros();
-        if order > bindings::MAX_PAGE_ORDER {
-            return Err(ENOMEM);
-        }
-        let mut pages = KVVec::with_capacity(1 << order, GFP_KERNEL)?;
-        // SAFETY: plain allocation call.
-        let head = unsafe { rmlx5_alloc_contig_pages(order) };
-        let head = NonNull::new(head).ok_or(ENOMEM)?;
-        for k in 0..(1usize << order) {
-            // SAFETY: `head` starts `1 << order` pages that were split into
-            // order-0 pages, and `k` is inside the range.
-            let p = unsafe { rmlx5_nth_page(head.as_ptr(), k) };
-            // INVARIANT: each split page is owned here once; the capacity
-            // was reserved above, so the push does not fail and no page is
-            // left without an owner.
-            let owned = OwnedPage(NonNull::new(p.cast()).ok_or(ENOMEM)?);
-            pages.push(owned, GFP_KERNEL)?;
-        }
-        // The pages past `n` go back now (each is its own page).
-        pages.truncate(n);
-        Self::map(pages, true)
-    }
-
-    fn map(pages: KVVec<OwnedPage>, contiguous: bool) -> Result<Self> {
+    fn map(pages: KVVec<OwnedPage>) -> Result<Self> {
         let mut raw = KVVec::with_capacity(pages.len(), GFP_KERNEL)?;
         for p in pages.iter() {
             raw.push(p.0.as_ptr(), GFP_KERNEL)?;
@@ -201,11 +169,7 @@ impl PageBuf {
         // `PageBuf` owns and drops after its `vmap`.
         let vmap = unsafe { Vmap::new(&mut raw)? };
         // INVARIANT: `vmap` maps `pages` in order, and there is at least one.
-        Ok(Self {
-            vmap,
-            pages,
-            contiguous,
-        })
+        Ok(Self { vmap, pages })
     }
 
     /// Size in bytes (whole pages): the exact length a mapping must have.
@@ -264,26 +228,14 @@ impl PageBuf {
         Ok(())
     }
 
-    /// Maps the buffer for DMA by `dev` (both directions), for as long as
-    /// the returned value lives. Only a contiguous buffer is one range.
+    /// Maps the buffer for DMA by `dev` (both directions), page by page,
+    /// for as long as the returned value lives.
     pub(crate) fn map_for(self: &Arc<Self>, dev: ARef<device::Device>) -> Result<MappedBuf> {
-        if !self.contiguous {
-            return Err(EINVAL);
-        }
-        let first = self.pages.first().ok_or(EINVAL)?.0;
-        let mut dma = 0u64;
-        // SAFETY: `first` starts `len()` bytes of physically consecutive
-        // pages that `self` keeps allocated; the shim writes `dma` only on
-        // success.
-        let r = unsafe {
-            rmlx5_dma_map_pages(raw_dev(&dev), first.as_ptr().cast(), self.len(), &mut dma)
-        };
-        kernel::error::to_result(r)?;
-        // INVARIANT: mapped just above.
+        let map = PageDma::map(dev, self.pages.iter().map(|p| p.0.as_ptr().cast()))?;
+        // INVARIANT: `map` maps every page of `buf`.
         Ok(MappedBuf {
+            map,
             buf: self.clone(),
-            dev,
-            dma,
         })
     }
 }
@@ -307,24 +259,17 @@ unsafe impl DmaBacking for PageBuf {
     }
 }
 
-/// A contiguous [`PageBuf`] mapped for a PCI function's DMA: what the
-/// function is given of a user queue.
+/// A [`PageBuf`] mapped for a PCI function's DMA page by page: what the
+/// function is given of a queue of rmlx5's own provider (a page list in
+/// CREATE_CQ / CREATE_QP, so no contiguous allocation is needed).
 ///
 /// # Invariants
 ///
-/// `dma` is a live mapping of all of `buf` for `dev`, unmapped on drop.
+/// `map` maps every page of `buf` (fields drop in order: the mappings
+/// before the pages).
 pub(crate) struct MappedBuf {
+    map: PageDma,
     buf: Arc<PageBuf>,
-    dev: ARef<device::Device>,
-    dma: u64,
-}
-
-impl Drop for MappedBuf {
-    fn drop(&mut self) {
-        // SAFETY: by the type invariant the mapping is live and ours; its
-        // owner drops it only once the device no longer uses the queue.
-        unsafe { rmlx5_dma_unmap_pages(raw_dev(&self.dev), self.dma, self.buf.len()) };
-    }
 }
 
 // SAFETY: as for the `PageBuf` it maps (which it keeps alive); the device
@@ -339,7 +284,11 @@ unsafe impl DmaBacking for MappedBuf {
     }
 
     fn dma_addr(&self) -> u64 {
-        self.dma
+        self.map.addrs().first().copied().unwrap_or(0)
+    }
+
+    fn bus_pages(&self) -> Option<&[u64]> {
+        Some(self.map.addrs())
     }
 }
 
@@ -508,28 +457,7 @@ impl PinnedPages {
     /// result must be dropped before `self` (its owner keeps it in a
     /// field before the pages').
     pub(crate) fn map_for(&self, dev: ARef<device::Device>) -> Result<PageDma> {
-        let mut addrs = KVVec::with_capacity(self.pages.len(), GFP_KERNEL)?;
-        let mut map = PageDma {
-            dev,
-            addrs: KVVec::new(),
-        };
-        for &page in self.pages.iter() {
-            let mut dma = 0u64;
-            // SAFETY: `page` is pinned by `self`, which outlives the
-            // mapping (the caller's contract); the shim writes `dma` only
-            // on success.
-            let r =
-                unsafe { rmlx5_dma_map_pages(raw_dev(&map.dev), page.cast(), PAGE_SIZE, &mut dma) };
-            if let Err(e) = kernel::error::to_result(r) {
-                // `map` unmaps what was mapped so far.
-                map.addrs = addrs;
-                return Err(e);
-            }
-            // Within the capacity reserved above: no allocation.
-            addrs.push(dma, GFP_KERNEL)?;
-        }
-        map.addrs = addrs;
-        Ok(map)
+        PageDma::map(dev, self.pages.iter().map(|&p| p.cast()))
     }
 
     /// Offset of the region's first byte in its first page.
@@ -551,6 +479,34 @@ pub(crate) struct PageDma {
 }
 
 impl PageDma {
+    /// Maps each of `pages` (live pages the caller keeps until the result
+    /// is dropped) for DMA by `dev`, both directions.
+    fn map(
+        dev: ARef<device::Device>,
+        pages: impl ExactSizeIterator<Item = *mut c_void>,
+    ) -> Result<Self> {
+        let mut addrs = KVVec::with_capacity(pages.len(), GFP_KERNEL)?;
+        let mut map = PageDma {
+            dev,
+            addrs: KVVec::new(),
+        };
+        for page in pages {
+            let mut dma = 0u64;
+            // SAFETY: `page` is live until the mapping is dropped (the
+            // caller's contract); the shim writes `dma` only on success.
+            let r = unsafe { rmlx5_dma_map_pages(raw_dev(&map.dev), page, PAGE_SIZE, &mut dma) };
+            if let Err(e) = kernel::error::to_result(r) {
+                // `map` unmaps what was mapped so far.
+                map.addrs = addrs;
+                return Err(e);
+            }
+            // Within the capacity reserved above: no allocation.
+            addrs.push(dma, GFP_KERNEL)?;
+        }
+        map.addrs = addrs;
+        Ok(map)
+    }
+
     /// The bus address of each page, in order.
     pub(crate) fn addrs(&self) -> &[u64] {
         &self.addrs

@@ -103,9 +103,9 @@ pub(crate) struct UserBuf {
 }
 
 impl UserBuf {
-    /// `len` zeroed bytes (whole pages) for `be`: page by page for the
-    /// software HCA, one contiguous range mapped for DMA for a device with
-    /// a DMA device.
+    /// `len` zeroed bytes (whole pages) for `be`, page by page; mapped for
+    /// DMA page by page for a device with a DMA device, which takes the
+    /// queue as a page list.
     pub(crate) fn new(be: &dyn Backend, len: usize) -> Result<Self> {
         match be.dma_device() {
             None => {
@@ -114,7 +114,7 @@ impl UserBuf {
                 Ok(Self { pages, dma })
             }
             Some(dev) => {
-                let pages = Arc::new(PageBuf::new_contiguous(len)?, GFP_KERNEL)?;
+                let pages = Arc::new(PageBuf::new(len)?, GFP_KERNEL)?;
                 let mapped: Arc<MappedBuf> = Arc::new(pages.map_for(dev)?, GFP_KERNEL)?;
                 Ok(Self {
                     pages,

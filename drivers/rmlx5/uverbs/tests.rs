@@ -219,21 +219,6 @@ mod uverbs_kunit {
         Ok(())
     }
 
-    /// A contiguous buffer (a PCI function's user queue) is whole pages,
-    /// zeroed, at most the page allocator's largest block; only it can be
-    /// mapped for DMA as one range.
-    #[test]
-    fn contiguous_page_buf() -> Result {
-        let b = PageBuf::new_contiguous(3 * 4096 + 1)?;
-        assert_eq!(b.len(), 4 * 4096);
-        assert_eq!(b.read_u32(4 * 4096 - 4)?, 0);
-        let c = PageBuf::new_contiguous(5 * 4096)?;
-        assert_eq!(c.len(), 5 * 4096);
-        let too_big = (4096usize << kernel::bindings::MAX_PAGE_ORDER) + 1;
-        assert_eq!(PageBuf::new_contiguous(too_big).err(), Some(ENOMEM));
-        Ok(())
-    }
-
     /// A destroy command ends the device object even while a racing
     /// command (MODIFY_QP, QUERY_QP, KICK) still holds a reference to it:
     /// once the QP's destroy returned, its CQ can be destroyed, and the
