@@ -38,6 +38,7 @@
 //! interrupts freed, EQs destroyed, backend revoked), then takes the
 //! function down.
 
+mod bar;
 mod buf;
 mod bus;
 #[cfg(CONFIG_KUNIT)]
@@ -108,6 +109,7 @@ use crate::mlx5_core::{
         EqIrq, //
     },
 };
+use bar::CxBar;
 use bus::CxBus;
 use dev::CxBackend;
 use eq::PageEq;
@@ -277,7 +279,7 @@ pub(crate) struct CxFunction<'bound> {
     /// The MSI-X vectors `irq` and `comp` borrow.
     vectors: Owned<IrqVectorRegistration<'bound>>,
     /// BAR0, which the state's bus and the backend's doorbells borrow.
-    bar: Owned<pci::Bar<'bound>>,
+    bar: Owned<CxBar>,
     /// The function enabled, bus mastering on: set first, dropped last.
     enabled: PciEnabled,
 }
@@ -471,7 +473,8 @@ impl pci::Driver for CxDriver {
                     return Err(ENODEV);
                 }
             },
-            bar: map_function(pdev).and_then(|()| Owned::new(pdev.iomap_region(0, c"rmlx5")?))?,
+            bar: map_function(pdev)
+                .and_then(|()| Owned::new(CxBar::new(pdev, raw_device(pdev))?))?,
             vectors: alloc_vectors(pdev)?,
             device <- new_mutex!(None, "rmlx5_cx_device"),
             comp <- new_mutex!(KVec::new(), "rmlx5_cx_comp"),
@@ -575,7 +578,7 @@ fn attach<'bound>(
     comp: &Mutex<KVec<Pin<KBox<irq::Registration<'bound, EqIrq>>>>>,
     device: &Mutex<Option<Attached>>,
     vectors: &'bound IrqVectorRegistration<'bound>,
-    bar: &pci::Bar<'bound>,
+    bar: &CxBar,
     uar: u32,
 ) -> Result {
     let nvec = u16::try_from(vectors.len()).unwrap_or(u16::MAX);
@@ -786,6 +789,13 @@ fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Resu
         s.num_ports
     );
     registry::record(pdev, model, &s);
+    // The driver's UAR page, mapped uncached for the EQ and CQ doorbells
+    // and the kernel's BlueFlame registers (cx/bar.rs).
+    if let Err(e) = bus.map_uar(s.uar) {
+        dev_err!(pdev, "cannot map UAR page {}: {:?}\n", s.uar, e);
+        take_down(pdev, model, st);
+        return Err(e);
+    }
     match PageEq::create(bus, function, s.uar, 0) {
         Ok(e) => {
             e.arm(bus);

@@ -279,6 +279,17 @@ void rmlx5_pci_disable(struct device *dev)
 	pci_disable_device(pdev);
 }
 
+/* Requests BAR0 of a PCI function (mapped by the caller, in parts). */
+int rmlx5_pci_request_bar0(struct device *dev)
+{
+	return pci_request_region(to_pci_dev(dev), 0, "rmlx5");
+}
+
+void rmlx5_pci_release_bar0(struct device *dev)
+{
+	pci_release_region(to_pci_dev(dev), 0);
+}
+
 /* The module's workqueue for frees deferred out of atomic context. */
 struct workqueue_struct *rmlx5_reap_wq_alloc(void)
 {

@@ -18,6 +18,8 @@ void rmlx5_shim_cond_resched(void);
 bool rmlx5_may_sleep(void);
 bool rmlx5_pci_has_driver_override(struct device *dev);
 void rmlx5_pci_disable(struct device *dev);
+int rmlx5_pci_request_bar0(struct device *dev);
+void rmlx5_pci_release_bar0(struct device *dev);
 struct workqueue_struct *rmlx5_reap_wq_alloc(void);
 void rmlx5_reap_wq_destroy(struct workqueue_struct *wq);
 /* The platform device of software HCA `hca` (parent of its ib_device). */

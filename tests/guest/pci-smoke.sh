@@ -410,25 +410,38 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         # write-combined. Cases: cx_rdmacore_*.
         if [ -n "$n" ] && [ -x /usr/bin/ibv_devinfo ]; then
             /tests/rdma-core.sh cx rmlx5_$n
-            # Its UAR pages are mapped asking for write-combining; what the
-            # CPU really uses is PAT's business, and while rmlx5 maps all of
-            # BAR0 uncached for itself PAT gives the process's pages that
-            # type too (Documentation/rdma-core.md). Printed, for the
-            # record: PAT's memory types within BAR0 while a libmlx5
-            # process holds a context open (a pingpong server waiting).
+            # Its UAR pages are mapped write-combined, and rmlx5 maps no
+            # more of BAR0 for itself than the initialization segment and
+            # its own UAR page (cx/bar.rs): PAT's memory types within BAR0
+            # while a libmlx5 process holds a context open (a pingpong
+            # server waiting for its client). A whole-BAR uncached mapping
+            # of the driver's would make PAT give the process's pages that
+            # type too.
             set -- $(head -n 1 $dev/resource)
             bar0=$(($1)) bar0_end=$(($2))
             env LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu \
                 ibv_rc_pingpong -d rmlx5_$n -p 18999 > /dev/null 2>&1 &
             pp=$!
             sleep 2
+            wc=0 big=0
             for l in $(sed -n 's/^PAT: \[mem \(0x[0-9a-f]*\)-\(0x[0-9a-f]*\)\] \([a-z-]*\).*/\1,\2,\3/p' \
                 /sys/kernel/debug/x86/pat_memtype_list 2>/dev/null); do
                 a=$((${l%%,*}))
-                [ $a -ge $bar0 ] && [ $a -le $bar0_end ] && echo "rmlx5-guest: PAT in BAR0: $l"
+                e=${l#*,}
+                t=${e#*,}
+                e=$((${e%%,*}))
+                [ $a -ge $bar0 ] && [ $a -le $bar0_end ] || continue
+                echo "rmlx5-guest: PAT in BAR0: $l"
+                [ "$t" = write-combining ] && wc=$((wc + 1))
+                [ "$t" != write-combining ] && [ $((e - a)) -gt 8192 ] && big=$((big + 1))
             done
             kill $pp 2>/dev/null
             wait $pp
+            if [ $wc -gt 0 ] && [ $big = 0 ]; then
+                pass cx_rdmacore_uar_pages_write_combined
+            else
+                fail cx_rdmacore_uar_pages_write_combined "$wc write-combining ranges in BAR0 (want some), $big other ranges over 8 KiB (want none)"
+            fi
             # rdma-core's own test suite on the function (cx_pyverbs:*).
             # The function reports a ConnectX part, so the suite also runs
             # its mlx5-only tests; left out here are those that take what

@@ -14,7 +14,6 @@ use kernel::{
         Core, //
     },
     dma::Coherent,
-    io::Io,
     pci,
     prelude::*,
     time::{
@@ -25,6 +24,7 @@ use kernel::{
     },
 };
 
+use super::bar::CxBar;
 use super::buf::Buf;
 use crate::mlx5_cmdif::{
     bus::{
@@ -49,7 +49,7 @@ type Page = Coherent<[u8; PAGE_SIZE as usize]>;
 /// what is left when the bus drops is kept for good.
 pub(super) struct CxBus<'bound> {
     pdev: &'bound pci::Device<Bound>,
-    bar: &'bound pci::Bar<'bound>,
+    bar: &'bound CxBar,
     /// Freed in `drop` only if `quiesced`.
     cmd_mem: ManuallyDrop<Buf>,
     pages: KVec<Page>,
@@ -61,10 +61,7 @@ pub(super) struct CxBus<'bound> {
 
 impl<'bound> CxBus<'bound> {
     /// Allocates the command memory of `pdev`, whose BAR0 is `bar`.
-    pub(super) fn new(
-        pdev: &'bound pci::Device<Core<'_>>,
-        bar: &'bound pci::Bar<'bound>,
-    ) -> Result<Self> {
+    pub(super) fn new(pdev: &'bound pci::Device<Core<'_>>, bar: &'bound CxBar) -> Result<Self> {
         let cmd_mem = ManuallyDrop::new(Buf::new(pdev, CMD_MEM_MAX)?);
         Ok(Self {
             pdev,
@@ -106,6 +103,12 @@ impl<'bound> CxBus<'bound> {
         {
             dev_warn!(self.pdev, "BAR0 write at {:#x} out of range\n", offset);
         }
+    }
+
+    /// Maps UAR page `index` (the driver's, from ALLOC_UAR) for its
+    /// doorbells ([`CxBar::map_uar`]).
+    pub(super) fn map_uar(&self, index: u32) -> Result {
+        self.bar.map_uar(index)
     }
 
     /// The DMA address of the command memory.

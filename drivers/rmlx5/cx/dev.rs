@@ -38,7 +38,6 @@ use core::ptr::NonNull;
 use kernel::{
     device,
     ffi::c_void,
-    io::Io,
     mm::virt::VmaNew,
     new_mutex, new_spinlock_irq, pci,
     prelude::*,
@@ -50,7 +49,7 @@ use kernel::{
     },
 };
 
-use super::State;
+use super::{bar::CxBar, State};
 use crate::backend::{
     Backend,
     DeviceInfo,
@@ -205,7 +204,7 @@ struct StateLink(NonNull<Mutex<State<'static>>>);
 unsafe impl Send for StateLink {}
 
 /// BAR0, its lifetime erased (see [`CxBackend`]).
-struct BarLink(NonNull<pci::Bar<'static>>);
+struct BarLink(NonNull<CxBar>);
 
 // SAFETY: Only dereferenced under `CxBackend::db` while the function is
 // bound; a `Bar` is a mapping address, usable from any thread.
@@ -385,14 +384,14 @@ impl CxBackend {
     pub(super) unsafe fn new(
         pdev: &pci::Device<device::Bound>,
         state: &Mutex<State<'_>>,
-        bar: &pci::Bar<'_>,
+        bar: &CxBar,
         uar: u32,
         vectors: u16,
     ) -> Result<Arc<Self>> {
         let bar_phys = pdev.resource_start(0)?;
         let bar_len = pdev.resource_len(0)?;
         let state = StateLink(NonNull::from(state).cast());
-        let bar = BarLink(NonNull::from(bar).cast());
+        let bar = BarLink(NonNull::from(bar));
         let dev: &device::Device = pdev.as_ref();
         Arc::pin_init(
             pin_init!(Self {
