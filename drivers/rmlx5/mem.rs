@@ -36,7 +36,9 @@ pub(crate) unsafe trait DmaBacking: Send + Sync {
     }
     /// The bus address of each page of a buffer a PCI function reaches
     /// page by page (a process's pinned pages), in order, `None` for a
-    /// buffer it reaches as one range.
+    /// buffer it reaches as one range. Each address is page aligned;
+    /// [`DmaBacking::dma_addr`] is the first one plus the buffer's offset
+    /// in its first page.
     fn bus_pages(&self) -> Option<&[u64]> {
         None
     }

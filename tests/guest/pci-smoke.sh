@@ -422,7 +422,11 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             env LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu \
                 ibv_rc_pingpong -d rmlx5_$n -p 18999 > /dev/null 2>&1 &
             pp=$!
-            sleep 2
+            # Until its pages are mapped (up to 20 s on a slow guest).
+            for i in $(seq 1 40); do
+                grep -q "write-combining" /sys/kernel/debug/x86/pat_memtype_list 2>/dev/null && break
+                sleep 0.5
+            done
             wc=0 big=0
             for l in $(sed -n 's/^PAT: \[mem \(0x[0-9a-f]*\)-\(0x[0-9a-f]*\)\] \([a-z-]*\).*/\1,\2,\3/p' \
                 /sys/kernel/debug/x86/pat_memtype_list 2>/dev/null); do

@@ -57,9 +57,13 @@ for m in $modules; do
             *) names="$names ${t#tests.}" ;;
             esac
         done
-        # Nothing left of the module (or no list): run none of it, not
-        # (as run_tests.py would without names) the whole suite.
-        [ -n "$names" ] || continue
+        # Nothing left of the module: run none of it, not (as run_tests.py
+        # would without names) the whole suite; no list at all is a failure.
+        if [ -z "$names" ]; then
+            [ -n "$all_tests" ] ||
+                fail "${pfx}pyverbs:$m" "run_tests.py --list-tests listed nothing"
+            continue
+        fi
     fi
     (cd $tests && timeout ${RMLX5_PYVERBS_TIMEOUT:-300} python3 run_tests.py --dev $dev -v $names) \
         > $log 2>&1

@@ -188,6 +188,8 @@ if [ "$mode" = cx ]; then
     if [ -x /usr/bin/ib_write_lat ]; then
         perf cx_rdmacore_perftest_write_lat $cxdev $cxdev ib_write_lat -s 64 -n 200
         perf cx_rdmacore_perftest_send_bw $cxdev $cxdev ib_send_bw -s 4096 -n 200
+    else
+        fail cx_rdmacore_perftest "no perftest in the guest (scripts/bench-userland.sh check)"
     fi
     exit 0
 fi

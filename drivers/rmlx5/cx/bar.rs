@@ -19,6 +19,7 @@
 //! with acquire.
 
 use core::sync::atomic::{
+    AtomicBool,
     AtomicU32,
     AtomicUsize,
     Ordering, //
@@ -44,6 +45,12 @@ use crate::mlx5_prm::init_seg::REAL_TIME_L_OFFSET;
 pub(super) const INIT_SEG_LEN: usize = REAL_TIME_L_OFFSET + 4;
 /// The size of a UAR page.
 const UAR_PAGE: usize = 4096;
+
+/// Whether UAR page `index` shares a page with the initialization segment
+/// (which rmlx5 maps uncached): such a page must not go to a process.
+pub(super) fn uar_in_init_seg(index: u32) -> bool {
+    (index as usize).saturating_mul(UAR_PAGE) < INIT_SEG_LEN
+}
 
 extern "C" {
     fn rmlx5_pci_request_bar0(dev: *mut c_void) -> kernel::ffi::c_int;
@@ -122,6 +129,8 @@ pub(crate) struct CxBar {
     init: Window,
     uar_addr: AtomicUsize,
     uar_index: AtomicU32,
+    /// Set by the one [`CxBar::map_uar`] call that maps the page.
+    uar_claimed: AtomicBool,
     _request: BarRequest,
 }
 
@@ -151,19 +160,21 @@ impl CxBar {
             init,
             uar_addr: AtomicUsize::new(0),
             uar_index: AtomicU32::new(0),
+            uar_claimed: AtomicBool::new(false),
             _request: request,
         })
     }
 
     /// Maps UAR page `index`, the driver's: once, before anything rings
-    /// on it. Mapping it again is a no-op; another page is `EBUSY`.
+    /// on it. A second call gets `EBUSY` (the page is mapped, or being
+    /// mapped by the first).
     pub(super) fn map_uar(&self, index: u32) -> Result {
-        if self.uar_addr.load(Ordering::Acquire) != 0 {
-            return if self.uar_index.load(Ordering::Relaxed) == index {
-                Ok(())
-            } else {
-                Err(EBUSY)
-            };
+        if self
+            .uar_claimed
+            .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(EBUSY);
         }
         let base = usize::try_from(index)?
             .checked_mul(UAR_PAGE)
@@ -171,10 +182,17 @@ impl CxBar {
             .ok_or(EINVAL)?;
         // The page may share the second page of the initialization
         // segment (UAR 1); both are uncached, PAT allows it.
-        let w = Window::map(self.phys, base, UAR_PAGE)?;
+        let w = match Window::map(self.phys, base, UAR_PAGE) {
+            Ok(w) => w,
+            Err(e) => {
+                self.uar_claimed.store(false, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         self.uar_index.store(index, Ordering::Relaxed);
         // Ownership of the mapping passes to `uar_addr` (dropped with
-        // `self`); the single bring-up calls this before any doorbell.
+        // `self`); only the claimant gets here, so it is stored once, the
+        // index before the address that publishes it.
         let addr = w.addr;
         core::mem::forget(w);
         self.uar_addr.store(addr, Ordering::Release);

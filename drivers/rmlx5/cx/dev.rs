@@ -293,8 +293,9 @@ struct QueuePages {
 /// large queue takes few entries.
 fn queue_pages(buf: &DmaBuf) -> Result<QueuePages> {
     if let Some(list) = buf.bus_pages() {
-        let offset = buf.dma_addr() % kernel::page::PAGE_SIZE as u64;
-        if kernel::page::PAGE_SIZE != PAGE || offset % 64 != 0 {
+        let first = list.first().copied().ok_or(EINVAL)?;
+        let offset = buf.dma_addr().checked_sub(first).ok_or(EINVAL)?;
+        if kernel::page::PAGE_SIZE != PAGE || offset >= PAGE as u64 || offset % 64 != 0 {
             return Err(EINVAL);
         }
         let mut v = KVec::with_capacity(list.len(), GFP_KERNEL)?;
@@ -336,6 +337,16 @@ fn pages(buf: &DmaBuf) -> Result<(u8, KVec<u64>)> {
     // `size` is 4 KiB at least: the shift does not go below 0.
     let log = (size.trailing_zeros() as u8).saturating_sub(ADAPTER_PAGE_SHIFT);
     Ok((log, v))
+}
+
+/// The most CQEs a CQ of 4 KiB pages can have: a power of two whose page
+/// list fits one CREATE_CQ message of the driver's command memory.
+fn max_list_cqes() -> u32 {
+    let room = INLINE_SIZE + MAX_BLOCKS * MAILBOX_DATA_SIZE - CreateCqIn::SIZE;
+    let cqes = (room / 8).saturating_mul(PAGE / 64);
+    let cqes = u32::try_from(cqes).unwrap_or(u32::MAX);
+    // The largest power of two not above it (at least 1).
+    1u32 << cqes.max(1).ilog2()
 }
 
 /// The memory key context of `attr`'s PD and rights, with key byte
@@ -624,7 +635,9 @@ impl Backend for CxBackend {
                 max_cq: pow(c.log_max_cq),
                 max_pd: pow(c.log_max_pd),
                 max_mr: pow(c.log_max_mkey),
-                max_cqe: pow(c.log_max_cq_sz),
+                // As many CQEs as one CREATE_CQ's page list reaches in
+                // 4 KiB pages (a user CQ is pinned page by page).
+                max_cqe: pow(c.log_max_cq_sz).min(max_list_cqes()),
                 max_qp_rd_atom: pow(c.log_max_ra_res_qp),
                 lid: PORT_LID,
                 // No UMR yet (`create_fast_mr`).
@@ -670,7 +683,9 @@ impl Backend for CxBackend {
         }
         let index = self.exec::<AllocUar>(&AllocUarIn::default(), &[])?.uar;
         let end = (u64::from(index) + 1) * UAR_PAGE_SIZE as u64;
-        if end > self.bar_len {
+        // A page of the initialization segment (the command doorbell, the
+        // health buffer) is never a process's, whatever the firmware says.
+        if end > self.bar_len || super::bar::uar_in_init_seg(index) {
             let _ = self.destroy_cmd::<DeallocUar>(&DeallocUarIn { uar: index });
             return Err(EIO);
         }

@@ -62,7 +62,7 @@ impl Ring {
         if index >= u64::from(p.count) {
             return Err(DmaFault);
         }
-        let mask = (1u64 << p.log_page) - 1;
+        let mask = 1u64.checked_shl(u32::from(p.log_page)).ok_or(DmaFault)? - 1;
         let page = table_entry(mem, p.table, p.indirect, index)? & !mask;
         let within = pos & mask;
         Ok((page.wrapping_add(within), mask + 1 - within))

@@ -20,7 +20,7 @@ use super::super::prm::ifc::{Layout, PAS_ENTRY_SIZE};
 use super::super::table::Storage;
 use super::caps::{initial_caps, max_caps, set_caps};
 use super::exec::Cx;
-use super::pages::{any_queue_range, intersects, stamp, PageStore, PAGE_SIZE};
+use super::pages::{any_queue_range, any_ring_page, intersects, stamp, PageStore, PAGE_SIZE};
 use super::reject::Reject;
 use super::HcaState;
 
@@ -202,6 +202,7 @@ fn give_pages<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>, n
     if overlaps(cmdq, if cmdq == 0 { 0 } else { PAGE_SIZE })
         || overlaps(fw.cfg.uar_base, uar_area)
         || any_queue_range(&cx.hca.tables(), overlaps)
+        || any_ring_page(&cx.hca.tables(), cx.p, overlaps)
     {
         return Err(Reject::PageOverlapsQueue);
     }

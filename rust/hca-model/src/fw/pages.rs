@@ -26,6 +26,7 @@
 //! holds (in use or not).
 
 use super::super::mem::DmaMemory;
+use super::super::mr::table_entry;
 use super::super::table::Tables;
 
 /// The size of a device page (4 KiB, whatever the host's page size).
@@ -274,8 +275,8 @@ impl<B: PageStore> PageTable<B> {
 
 /// Calls `f` with every queue buffer and doorbell record of the model's
 /// tables (start, length) until it returns `true`; returns whether it did.
-/// A scattered ring (one with a table) is checked page by page when it is
-/// created, not here: its pages are in the table, in device memory.
+/// The pages of a scattered ring (one with a table) are in the table, in
+/// device memory: [`any_ring_page`] reads them.
 pub(super) fn any_queue_range(t: &Tables<'_>, mut f: impl FnMut(u64, u64) -> bool) -> bool {
     for eq in t.eqs.iter().filter_map(|s| s.obj.as_ref()) {
         if f(eq.attr.buf_addr, 64u64 << eq.attr.log_size) {
@@ -299,6 +300,31 @@ pub(super) fn any_queue_range(t: &Tables<'_>, mut f: impl FnMut(u64, u64) -> boo
         let rq = u64::from(a.rq_wqes) * u64::from(a.rq_stride) * linear;
         if f(a.sq_buf_addr, sq) || f(a.rq_buf_addr, rq) || f(a.dbr_addr, 8) {
             return true;
+        }
+    }
+    false
+}
+
+/// Calls `f` with every page (address, size) of every scattered CQ and QP
+/// ring, read from its table, until it returns `true`; returns whether it
+/// did. An entry that cannot be read is skipped (the ring faults on it).
+pub(super) fn any_ring_page<M: DmaMemory>(
+    t: &Tables<'_>,
+    mem: &mut M,
+    mut f: impl FnMut(u64, u64) -> bool,
+) -> bool {
+    let cqs = t.cqs.iter().filter_map(|s| s.obj.as_ref()?.attr.buf_pages);
+    let qps = t.qps.iter().filter_map(|s| s.obj.as_ref()?.attr.buf_pages);
+    for r in cqs.chain(qps) {
+        let Some(size) = 1u64.checked_shl(u32::from(r.log_page)) else {
+            continue;
+        };
+        for k in 0..u64::from(r.count) {
+            if let Ok(e) = table_entry(mem, r.table, r.indirect, k) {
+                if f(e & !(size - 1), size) {
+                    return true;
+                }
+            }
         }
     }
     false

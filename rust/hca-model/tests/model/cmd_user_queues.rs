@@ -12,6 +12,7 @@ use hca_model::fw::reject::Reject;
 use hca_model::fw::FwConfig;
 use mlx5_prm::cmd_cq::CreateCq;
 use mlx5_prm::cmd_eq::{CreateEq, CreateEqIn, Eqc};
+use mlx5_prm::cmd_hca::{ManagePages, ManagePagesIn, MANAGE_PAGES_ALLOCATION_SUCCESS};
 
 use super::cmd_driver::*;
 use super::cmd_errors::{last, refused, status};
@@ -144,8 +145,9 @@ fn scattered_queues_carry_traffic_and_free_their_tables() {
 /// A scattered queue's table takes a free page like any table: on a
 /// function holding two pages, two scattered CQs take both, a third is
 /// refused ([`Reject::MttNoPages`]) and marks nothing, and a scattered EQ
-/// is refused (only CQs and QPs may be scattered); destroying the CQs
-/// frees the pages.
+/// is refused (only CQs and QPs may be scattered); a page of a scattered
+/// ring cannot be given to the device; destroying the CQs frees the
+/// pages.
 #[test]
 fn scattered_queues_need_a_free_page() {
     let cfg = FwConfig {
@@ -158,11 +160,28 @@ fn scattered_queues_need_a_free_page() {
     b.bring_up(0);
     assert_eq!(b.devs[0].fw.page_counts().held, 2);
     let mut cqs = Vec::new();
+    let mut lists = Vec::new();
     for _ in 0..2 {
         let (input, pas, ..) = b.cq_input(0, 7, true);
         cqs.push(b.cmd::<CreateCq>(0, &input, &pas).unwrap().cqn);
+        lists.push(pas);
     }
     assert_eq!(b.devs[0].fw.page_counts().in_use, 2);
+    // A page of a scattered ring, found through its table, cannot be lent
+    // to the device.
+    let give = ManagePagesIn {
+        op_mod: MANAGE_PAGES_ALLOCATION_SUCCESS,
+        input_num_entries: 1,
+        ..Default::default()
+    };
+    refused!(
+        b,
+        0,
+        ManagePages,
+        give,
+        &[lists[1][1]],
+        Reject::PageOverlapsQueue
+    );
     let (input, pas, ..) = b.cq_input(0, 7, true);
     refused!(b, 0, CreateCq, input, &pas, Reject::MttNoPages);
     // The same CQ over contiguous pages needs no table.
@@ -187,7 +206,7 @@ fn scattered_queues_need_a_free_page() {
     }
     assert_eq!(b.devs[0].fw.page_counts().in_use, 0);
     b.tear_down(0);
-    // The two refusals above, nothing else.
-    assert_eq!(b.devs[0].fw.log().total(), 2);
+    // The three refusals above, nothing else.
+    assert_eq!(b.devs[0].fw.log().total(), 3);
     assert!(b.w.mem.violations.is_empty(), "{:?}", b.w.mem.violations);
 }
