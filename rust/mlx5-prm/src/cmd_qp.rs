@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Queue pair commands: CREATE_QP, the transitions RST2INIT, INIT2RTR,
-//! RTR2RTS, 2ERR and 2RST, QUERY_QP and DESTROY_QP. The contexts they
-//! carry are in `qpc`.
+//! Queue pair commands: CREATE_QP, the transitions RST2INIT, INIT2INIT,
+//! INIT2RTR, RTR2RTS, 2ERR and 2RST, QUERY_QP and DESTROY_QP. The contexts
+//! they carry are in `qpc`.
 //!
 //! CREATE_QP's input is followed by the bus addresses of the QP buffer's
-//! pages (receive queue first, then send queue, as one buffer). The three
+//! pages (receive queue first, then send queue, as one buffer). The four
 //! forward transitions take a full [`Qpc`] of which the device reads the
 //! fields the transition defines, plus the optional ones named in
-//! `opt_param_mask`; 2ERR, 2RST and DESTROY take only the QP number.
+//! `opt_param_mask` (INIT2INIT only those); 2ERR, 2RST and DESTROY take only the QP number.
 //! QUERY_QP takes the QP number and returns the context as the device has
 //! it, `state` included (a QP the device moved to ERR after an error
 //! completion reads [`super::qpc::STATE_ERR`]).
@@ -17,7 +17,7 @@
 //! a driver that does not negotiate it leaves it 0.
 
 use super::command::{command, OP_2ERR_QP, OP_2RST_QP, OP_CREATE_QP, OP_DESTROY_QP};
-use super::command::{OP_INIT2RTR_QP, OP_QUERY_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP};
+use super::command::{OP_INIT2INIT_QP, OP_INIT2RTR_QP, OP_QUERY_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP};
 use super::ifc::ifc_layout;
 use super::qpc::Qpc;
 
@@ -59,6 +59,30 @@ ifc_layout! {
 ifc_layout! {
     /// RST2INIT_QP output.
     pub struct Rst2InitQpOut = "rst2init_qp_out", bits 0x80 {
+        /// ECE options in force.
+        ece: u32 = [0x60, 0x20],
+    }
+}
+
+ifc_layout! {
+    /// INIT2INIT_QP input: INIT to INIT, changing only the fields
+    /// `opt_param_mask` names (RC: pkey index, port, access bits; UD: pkey
+    /// index, port, Q_Key).
+    pub struct Init2InitQpIn = "init2init_qp_in", bits 0x880, opcode OP_INIT2INIT_QP {
+        /// The QP number, 24 bits.
+        qpn: u32 = [0x48, 0x18],
+        /// Optional fields given (`qpc::OPTPAR_*`).
+        opt_param_mask: u32 = [0x80, 0x20],
+        /// ECE options.
+        ece: u32 = [0xa0, 0x20],
+        /// The context.
+        qpc: Qpc = [0xc0, 0x740],
+    }
+}
+
+ifc_layout! {
+    /// INIT2INIT_QP output.
+    pub struct Init2InitQpOut = "init2init_qp_out", bits 0x80 {
         /// ECE options in force.
         ece: u32 = [0x60, 0x20],
     }
@@ -188,6 +212,11 @@ command! {
 command! {
     /// RST2INIT_QP (`MLX5_CMD_OP_RST2INIT_QP`, 0x502).
     pub struct Rst2InitQp: OP_RST2INIT_QP, "RST2INIT_QP", Rst2InitQpIn => Rst2InitQpOut;
+}
+
+command! {
+    /// INIT2INIT_QP (`MLX5_CMD_OP_INIT2INIT_QP`, 0x50e).
+    pub struct Init2InitQp: OP_INIT2INIT_QP, "INIT2INIT_QP", Init2InitQpIn => Init2InitQpOut;
 }
 
 command! {

@@ -89,6 +89,8 @@ pub const OP_2ERR_QP: u16 = 0x507;
 pub const OP_2RST_QP: u16 = 0x50a;
 /// `MLX5_CMD_OP_QUERY_QP`.
 pub const OP_QUERY_QP: u16 = 0x50b;
+/// `MLX5_CMD_OP_INIT2INIT_QP`.
+pub const OP_INIT2INIT_QP: u16 = 0x50e;
 /// `MLX5_CMD_OP_ALLOC_PD`.
 pub const OP_ALLOC_PD: u16 = 0x800;
 /// `MLX5_CMD_OP_DEALLOC_PD`.
@@ -125,6 +127,7 @@ pub const OPCODES: &[(u16, &str)] = &[
     (OP_2ERR_QP, "2ERR_QP"),
     (OP_2RST_QP, "2RST_QP"),
     (OP_QUERY_QP, "QUERY_QP"),
+    (OP_INIT2INIT_QP, "INIT2INIT_QP"),
     (OP_ALLOC_PD, "ALLOC_PD"),
     (OP_DEALLOC_PD, "DEALLOC_PD"),
     (OP_ALLOC_UAR, "ALLOC_UAR"),

@@ -34,6 +34,29 @@ pub const OP_OWN_OFFSET: usize = 63;
 /// The owner bit of `op_own` (`MLX5_CQE_OWNER_MASK`).
 pub const OWNER_MASK: u8 = 1;
 
+/// `flags_rqpn` bits 29:28 ([`Cqe64::grh`]): the packet had no GRH (or,
+/// on InfiniBand, no network header at all).
+pub const GRH_NONE: u8 = 0;
+/// `flags_rqpn` bits 29:28: the packet's network header (GRH, or the IPv6
+/// or IPv4 header of RoCE v2) is in the first 40 bytes of the receive
+/// buffer. mlx5_ib and rdma-core set `IB_WC_GRH` for any non-zero value.
+pub const GRH_IN_BUFFER: u8 = 1;
+/// `flags_rqpn` bits 29:28: the GRH is in the CQE itself (128-byte CQEs
+/// only; never written by rmlx5's devices).
+pub const GRH_IN_CQE: u8 = 2;
+
+/// `flags_rqpn` bits 25:24 of a responder CQE on an Ethernet (RoCE) port
+/// ([`Cqe64::roce_l3_header_type`]): RoCE v1, a GRH
+/// (`MLX5_CQE_ROCE_L3_HEADER_TYPE_GRH`; mlx5_ib reports
+/// `RDMA_NETWORK_ROCE_V1`).
+pub const ROCE_L3_HEADER_TYPE_GRH: u8 = 0x0;
+/// RoCE v2 over IPv6 (`MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV6`;
+/// `RDMA_NETWORK_IPV6`).
+pub const ROCE_L3_HEADER_TYPE_IPV6: u8 = 0x1;
+/// RoCE v2 over IPv4 (`MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4`;
+/// `RDMA_NETWORK_IPV4`).
+pub const ROCE_L3_HEADER_TYPE_IPV4: u8 = 0x2;
+
 /// The last byte of a CQE (`mlx5_cqe64.op_own`): opcode (7:4), format (3:2),
 /// solicited event (1), owner (0). Read by mlx5dv.h's
 /// `mlx5dv_get_cqe_opcode`, `mlx5dv_get_cqe_format`, `mlx5dv_get_cqe_se` and
@@ -100,9 +123,9 @@ impl OpOwn {
 /// |---|---|
 /// | 17 | `ml_path`: the DLID path bits of the receiving port (responder) |
 /// | 22 | `slid`: the sender's LID (responder, InfiniBand link layer) |
-/// | 24 | `flags_rqpn`: GRH location (29:28), SL (27:24), source QPN (23:0) (responder) |
+/// | 24 | `flags_rqpn`: GRH location (29:28), SL (27:24) on InfiniBand or RoCE L3 header type (25:24) on Ethernet, source QPN (23:0) (responder) |
 /// | 32 | `srqn_uidx`: SRQ number or user index (23:0) |
-/// | 36 | `imm_inval_pkey`: immediate data, invalidated rkey, or P_Key index |
+/// | 36 | `imm_inval_pkey`: immediate data, invalidated rkey, or a QP1 receive's P_Key |
 /// | 44 | `byte_cnt` |
 /// | 56 | `sop_drop_qpn`: send opcode in requester CQEs (31:24), QPN (23:0) |
 /// | 60 | `wqe_counter` |
@@ -123,12 +146,15 @@ pub struct Cqe64 {
     /// The sender's LID in a responder CQE on an InfiniBand port (0 in
     /// requester CQEs): `slid`.
     pub slid: u16,
-    /// Where the received packet's GRH went, 2 bits: 0 none, 1 the first 40
-    /// bytes of the receive buffer, 2 the CQE; rdma-core sets `IBV_WC_GRH`
-    /// when non-zero: `flags_rqpn` bits 29:28.
+    /// Where the received packet's GRH went, 2 bits ([`GRH_NONE`],
+    /// [`GRH_IN_BUFFER`], [`GRH_IN_CQE`]); rdma-core and mlx5_ib set
+    /// `IB_WC_GRH` when non-zero: `flags_rqpn` bits 29:28.
     pub grh: u8,
     /// The service level the packet travelled on, 4 bits (responder CQEs on
-    /// an InfiniBand port): `flags_rqpn` bits 27:24.
+    /// an InfiniBand port): `flags_rqpn` bits 27:24. On an Ethernet (RoCE)
+    /// port the same bits hold 0 in 27:26 and the RoCE L3 header type in
+    /// 25:24 (`ROCE_L3_HEADER_TYPE_*`, read with
+    /// [`Cqe64::roce_l3_header_type`]).
     pub sl: u8,
     /// The sender's QP number, 24 bits (responder CQEs): `flags_rqpn` bits
     /// 23:0.
@@ -136,8 +162,11 @@ pub struct Cqe64 {
     /// SRQ number or user index, 24 bits: `srqn_uidx` bits 23:0.
     pub srqn_uidx: u32,
     /// Immediate data (RESP_WR_IMM, RESP_SEND_IMM), the invalidated rkey
-    /// (RESP_SEND_INV), or in a RESP_SEND the P_Key index (15:0) the packet
-    /// matched; its big-endian bytes are `imm_inval_pkey`.
+    /// (RESP_SEND_INV), or, in a RESP_SEND on QP1, the packet's P_Key in
+    /// bits 15:0 (mlx5_ib looks its index up with `ib_find_cached_pkey`;
+    /// read with [`Cqe64::pkey`]); its big-endian bytes are
+    /// `imm_inval_pkey`. rdma-core, which never sees QP1, reports bits 15:0
+    /// of a RESP_SEND as `pkey_index`, so a device leaves them 0 there.
     pub imm_inval_rkey: u32,
     /// Bytes transferred (responder: bytes received; requester RDMA read and
     /// atomics: bytes read): `byte_cnt`.
@@ -169,6 +198,19 @@ impl Cqe64 {
     /// what rdma-core reports as `ibv_wc.dlid_path_bits`.
     pub fn dlid_path_bits(&self) -> u8 {
         dlid_path_bits(self.ml_path)
+    }
+
+    /// The RoCE L3 header type of a responder CQE on an Ethernet port
+    /// (`ROCE_L3_HEADER_TYPE_*`): `flags_rqpn` bits 25:24, the low two bits
+    /// of [`Cqe64::sl`], as mlx5_ib's `handle_responder` reads them.
+    pub fn roce_l3_header_type(&self) -> u8 {
+        self.sl & 0x3
+    }
+
+    /// The P_Key of a QP1 RESP_SEND: bits 15:0 of `imm_inval_pkey`
+    /// (mlx5_ib's `be32_to_cpu(cqe->pkey) & 0xffff`).
+    pub fn pkey(&self) -> u16 {
+        self.imm_inval_rkey as u16
     }
 
     /// Writes the CQE into `out`, `op_own` included (a device copies bytes
@@ -397,6 +439,12 @@ impl Cqe64Words {
         self.flags_rqpn() & 0xff_ffff
     }
 
+    /// [`Cqe64::roce_l3_header_type`]: `flags_rqpn` bits 25:24.
+    #[inline]
+    pub fn roce_l3_header_type(&self) -> u8 {
+        ((self.flags_rqpn() >> 24) & 0x3) as u8
+    }
+
     /// [`Cqe64::srqn_uidx`]: `srqn_uidx` bits 23:0, byte 32.
     #[inline]
     pub fn srqn_uidx(&self) -> u32 {
@@ -407,6 +455,12 @@ impl Cqe64Words {
     #[inline]
     pub fn imm_inval_rkey(&self) -> u32 {
         word_u32::<32, 36>(self.w4)
+    }
+
+    /// [`Cqe64::pkey`]: `imm_inval_pkey` bits 15:0, byte 38.
+    #[inline]
+    pub fn pkey(&self) -> u16 {
+        word_u16::<32, 38>(self.w4)
     }
 
     /// [`Cqe64::byte_cnt`]: `byte_cnt`, byte 44.
@@ -690,6 +744,44 @@ mod tests {
         b[24] |= 0xc0;
         assert_eq!(Cqe64::decode(&b), Ok(c));
         assert_eq!(Cqe64Words::from_bytes(&b).decode(), Ok(c));
+    }
+
+    #[test]
+    fn ud_responder_cqe_known_bytes() {
+        // RoCE v2 over IPv4 into QP 0x123 from QP1: GRH in the buffer
+        // (29:28 = 1), L3 type IPv4 (25:24 = 2), source QPN 1, P_Key 0xffff,
+        // 40 + 256 bytes.
+        let c = Cqe64 {
+            ml_path: 0,
+            slid: 0,
+            grh: GRH_IN_BUFFER,
+            sl: ROCE_L3_HEADER_TYPE_IPV4,
+            src_qpn: 1,
+            srqn_uidx: 0,
+            imm_inval_rkey: 0xffff,
+            byte_cnt: 296,
+            send_opcode: 0,
+            qpn: 0x123,
+            wqe_counter: 9,
+            signature: 0,
+            op_own: OpOwn {
+                opcode: CqeOpcode::RespSend,
+                format: 0,
+                solicited: false,
+                owner: true,
+            },
+        };
+        let mut b = [0u8; 64];
+        c.encode(&mut b);
+        assert_eq!(b[22..28], [0, 0, 0x12, 0, 0, 1]);
+        assert_eq!(b[36..40], [0, 0, 0xff, 0xff]);
+        assert_eq!(b[44..48], [0, 0, 1, 0x28]);
+        let w = Cqe64Words::from_bytes(&b);
+        assert_eq!(w.roce_l3_header_type(), ROCE_L3_HEADER_TYPE_IPV4);
+        assert_eq!(c.roce_l3_header_type(), ROCE_L3_HEADER_TYPE_IPV4);
+        assert_eq!((w.pkey(), c.pkey()), (0xffff, 0xffff));
+        assert_eq!(w.grh(), GRH_IN_BUFFER);
+        assert_eq!(w.decode(), Ok(c));
     }
 
     #[test]

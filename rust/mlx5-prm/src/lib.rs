@@ -4,7 +4,8 @@
 //!
 //! This crate is the one place in rmlx5 that knows where a field sits inside
 //! an mlx5 work queue entry, completion queue entry, event queue entry or
-//! doorbell word. Every layout is encoded into and decoded from a plain byte
+//! doorbell word, and in the network header (GRH, IPv4 or IPv6) at the
+//! start of a UD receive buffer (`net_hdr`). Every layout is encoded into and decoded from a plain byte
 //! array at explicit offsets, converting to and from big-endian on the way;
 //! nothing relies on `#[repr(C)]` or on the host's byte order. The offsets
 //! follow rdma-core's `infiniband/mlx5dv.h` and the kernel's
@@ -43,7 +44,7 @@
 // Module list (mirror it in the kernel's `mod mlx5_prm { ... }`):
 // bytes, cmd_cq, cmd_eq, cmd_hca, cmd_qp, cmd_queue, cmd_res, cmd_status,
 // command, cqe, doorbell, eqe, eqe_async, error, hca_cap, ifc, init_seg,
-// opcode, qpc, recv, ring, sq, wqe.
+// net_hdr, opcode, qpc, recv, ring, sq, wqe.
 //
 // The command layer of a PCI backend (not used yet): `init_seg` (BAR0
 // registers), `cmd_queue` (queue entries and mailboxes), `command` (headers,
@@ -68,6 +69,7 @@ pub mod error;
 pub mod hca_cap;
 pub mod ifc;
 pub mod init_seg;
+pub mod net_hdr;
 pub mod opcode;
 pub mod qpc;
 pub mod recv;

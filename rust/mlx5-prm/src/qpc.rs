@@ -5,12 +5,14 @@
 //!
 //! [`Qpc`] models the fields a driver sets for an RC (and UC/UD) QP over
 //! InfiniBand: service type, PD, UAR, queue geometry, CQs, doorbell
-//! record, the primary path, PSNs, retry and timeout parameters, and the
-//! RDMA read/atomic limits and remote access bits. Each transition reads
-//! only the fields that belong to it (INIT: pkey index, port, access bits;
-//! RTR: path, MTU, remote QPN, receive PSN, responder resources, RNR NAK
-//! timer; RTS: send PSN, retries, ACK timeout, initiator depth) plus the
-//! optional ones named in `opt_param_mask` (`OPTPAR_*`).
+//! record, the primary path, PSNs, retry and timeout parameters, the
+//! RDMA read/atomic limits and remote access bits, and the Q_Key of UD and
+//! QP1 QPs. Each transition reads only the fields that belong to it (RC
+//! INIT: pkey index, port, access bits; RTR: path, MTU, remote QPN,
+//! receive PSN, responder resources, RNR NAK timer; RTS: send PSN,
+//! retries, ACK timeout, initiator depth; UD INIT: pkey index, port,
+//! Q_Key; UD RTS: send PSN) plus the optional ones named in
+//! `opt_param_mask` (`OPTPAR_*`).
 //!
 //! Sizes follow mlx5 conventions: `log_rq_size` and `log_sq_size` are log2
 //! of the number of WQEs, `log_rq_stride` is log2 of the receive WQE size
@@ -86,6 +88,12 @@ pub const ST_UC: u8 = 0x1;
 pub const ST_UD: u8 = 0x2;
 /// `qpc.st`: XRC (`MLX5_QPC_ST_XRC`).
 pub const ST_XRC: u8 = 0x3;
+/// `qpc.st`: the subnet management QP, QP0 (`MLX5_QPC_ST_QP0`).
+pub const ST_QP0: u8 = 0x7;
+/// `qpc.st`: the general services QP, QP1 (`MLX5_QPC_ST_QP1`; mlx5_ib's
+/// `MLX5_IB_QPT_HW_GSI`). The device returns an ordinary QPN for it; the
+/// driver calls it QP 1, and packets to and from it carry QPN 1.
+pub const ST_QP1: u8 = 0x8;
 
 /// `qpc.pm_state`: path migration armed (`MLX5_QPC_PM_STATE_ARMED`).
 pub const PM_STATE_ARMED: u8 = 0x0;
@@ -276,7 +284,10 @@ ifc_layout! {
         /// Bus address of the QP's doorbell record (receive counter at +0,
         /// send counter at +4).
         dbr_addr: u64 = [0x500, 0x40],
-        /// Q_Key (UD).
+        /// Q_Key of a UD or QP1 QP: incoming datagrams must carry it, and
+        /// a send whose address vector's Q_Key has bit 31 set uses it
+        /// instead. Taken by RST2INIT_QP always and by INIT2INIT_QP,
+        /// INIT2RTR_QP and RTR2RTS_QP with `OPTPAR_Q_KEY`.
         q_key: u32 = [0x540, 0x20],
         /// Kind of receive queue (`RQ_TYPE_*`), 3 bits.
         rq_type: u8 = [0x565, 3],

@@ -459,7 +459,9 @@ impl DatagramSeg {
         }
     }
 
-    /// The SL of the path (`stat_rate_sl` bits 3-0).
+    /// The SL of the path (`stat_rate_sl` bits 3-0), as mlx5_ib writes it
+    /// for an InfiniBand address (on RoCE it writes the SL's low three
+    /// bits to bits 3-1 instead).
     pub fn sl(&self) -> u8 {
         self.stat_rate_sl & 0xf
     }
@@ -467,6 +469,17 @@ impl DatagramSeg {
     /// Whether the message carries a GRH.
     pub fn grh(&self) -> bool {
         self.grh_gid_fl & Self::GRH != 0
+    }
+
+    /// The index of the sender's GID the message leaves from (`grh_gid_fl`
+    /// bits 27-20, mlx5_ib's `sgid_index << 20`).
+    pub fn sgid_index(&self) -> u8 {
+        (self.grh_gid_fl >> 20) as u8
+    }
+
+    /// The GRH flow label (`grh_gid_fl` bits 19-0).
+    pub fn flow_label(&self) -> u32 {
+        self.grh_gid_fl & 0xf_ffff
     }
 }
 

@@ -91,6 +91,7 @@ const LIFTS: &[Lift] = &[
             "MLX5_UMR_TRANSLATION_OFFSET_EN",
             "MLX5_MKEY_STATUS_FREE",
             "MLX5_MKEY_REMOTE_INVAL",
+            "MLX5_CQE_ROCE_L3_HEADER_TYPE_GRH",
         ],
         defines: &[],
         structs: &["mlx5_eqe", "mlx5_err_cqe", "mlx5_cqe64", "mlx5_mkey_seg"],
@@ -209,6 +210,7 @@ const KERNEL_LAYOUTS: &[LayoutMap] = &[
             ("srqn", &["srqn_uidx"]),
             ("immediate", &["imm_inval_rkey"]),
             ("inval_rkey", &["imm_inval_rkey"]),
+            ("pkey", &["imm_inval_rkey"]),
             ("byte_cnt", &["byte_cnt"]),
             ("sop_drop_qpn", &["send_opcode", "qpn"]),
             ("wqe_counter", &["wqe_counter"]),
@@ -418,6 +420,9 @@ fn our_constant(name: &str) -> Option<Option<u64>> {
         "MLX5_ADAPTER_PAGE_SIZE" => doorbell::UAR_PAGE_SIZE as u64,
         "MLX5_BFREGS_PER_UAR" => doorbell::BFREGS_PER_UAR as u64,
         "MLX5_CQE_OWNER_MASK" => u64::from(mlx5_prm::cqe::OWNER_MASK),
+        "MLX5_CQE_ROCE_L3_HEADER_TYPE_GRH" => u64::from(mlx5_prm::cqe::ROCE_L3_HEADER_TYPE_GRH),
+        "MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV6" => u64::from(mlx5_prm::cqe::ROCE_L3_HEADER_TYPE_IPV6),
+        "MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4" => u64::from(mlx5_prm::cqe::ROCE_L3_HEADER_TYPE_IPV4),
         "MLX5_CQ_DB_REQ_NOT_SOL" => u64::from(ArmCmd::Solicited.bits()),
         "MLX5_CQ_DB_REQ_NOT" => u64::from(ArmCmd::Next.bits()),
         "MLX5_WQE_CTRL_CQ_UPDATE" => fm_ce_se(CtrlSeg {
@@ -630,7 +635,7 @@ fn constants_match_the_kernel() {
 #[test]
 fn struct_layouts_match_the_kernel() {
     let checked = common::check_layouts(vectors(), KERNEL_LAYOUTS);
-    assert_eq!(checked, 11 + 59, "layout facts checked");
+    assert_eq!(checked, 11 + 60, "layout facts checked");
 }
 
 #[test]

@@ -145,7 +145,7 @@ fn every_layout_round_trips() {
         CreateEqIn, CreateEqOut, DestroyEqIn, DestroyEqOut,
         CreateCqIn, CreateCqOut, DestroyCqIn, DestroyCqOut,
         CreateQpIn, CreateQpOut, DestroyQpIn, DestroyQpOut,
-        Rst2InitQpIn, Rst2InitQpOut, Init2RtrQpIn, Init2RtrQpOut,
+        Rst2InitQpIn, Rst2InitQpOut, Init2InitQpIn, Init2InitQpOut, Init2RtrQpIn, Init2RtrQpOut,
         Rtr2RtsQpIn, Rtr2RtsQpOut, Qp2ErrIn, Qp2ErrOut, Qp2RstIn, Qp2RstOut,
         QueryQpIn, QueryQpOut,
     );

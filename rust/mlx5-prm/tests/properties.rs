@@ -23,6 +23,7 @@ use mlx5_prm::doorbell::{
 };
 use mlx5_prm::eqe::{Eqe, EqeData, DATA_SIZE, EQE_SIZE};
 use mlx5_prm::error::Error;
+use mlx5_prm::net_hdr::{self, Grh, Ipv4Hdr, NET_HDR_SIZE};
 use mlx5_prm::opcode::{CqeOpcode, EventType, SendOpcode};
 use mlx5_prm::recv::{recv_wqe_words, write_recv_wqe, RecvSegs};
 use mlx5_prm::wqe::{
@@ -276,6 +277,70 @@ fn success_cqe() {
             }
             Err(e) => assert_eq!(e, Error::UnknownCqeOpcode(raw[63] >> 4)),
         }
+    }
+}
+
+#[test]
+fn network_headers() {
+    let mut r = Rng::new(0x6e6574);
+    // The GRH keeps every bit but the version nibble, which is always 6.
+    let grh_mask = mask::<NET_HDR_SIZE>(&[(1, NET_HDR_SIZE)], &[(0, 0x0f)]);
+    // The IPv4 header keeps every bit but version/IHL (always 0x45), the
+    // fragment offset and flags other than DF, and the checksum (always
+    // recomputed).
+    let v4_mask = mask::<{ Ipv4Hdr::SIZE }>(&[(1, 6), (8, 10), (12, 20)], &[(6, 0x40), (7, 0)]);
+    for _ in 0..CASES {
+        let g = Grh {
+            tclass: r.bits(8) as u8,
+            flow_label: r.bits(20) as u32,
+            payload_len: r.bits(16) as u16,
+            next_hdr: r.bits(8) as u8,
+            hop_limit: r.bits(8) as u8,
+            sgid: r.array(),
+            dgid: r.array(),
+        };
+        let mut b: [u8; NET_HDR_SIZE] = r.array();
+        g.encode(&mut b);
+        assert_eq!(Grh::decode(&b), g);
+        assert_eq!(b[0] >> 4, 6);
+        let v4 = Ipv4Hdr {
+            tos: r.bits(8) as u8,
+            total_len: r.bits(16) as u16,
+            id: r.bits(16) as u16,
+            dont_fragment: r.bool(),
+            ttl: r.bits(8) as u8,
+            protocol: r.bits(8) as u8,
+            saddr: r.array(),
+            daddr: r.array(),
+        };
+        let mut h: [u8; Ipv4Hdr::SIZE] = r.array();
+        v4.encode(&mut h);
+        assert_eq!(Ipv4Hdr::decode(&h), v4);
+        assert!(net_hdr::ipv4_checksum_ok(&h));
+        assert_eq!(net_hdr::ipv4_checksum(&h).to_be_bytes(), [h[10], h[11]]);
+        let mut area: [u8; NET_HDR_SIZE] = r.array();
+        v4.encode_net_hdr(&mut area);
+        assert_eq!(area[..20], [0; 20]);
+        assert_eq!(area[20..], h);
+        assert_eq!(net_hdr::ipv4_part(&area), h);
+        assert_eq!(net_hdr::header_version(&area), 4);
+
+        let raw: [u8; NET_HDR_SIZE] = r.array();
+        let mut e = [0u8; NET_HDR_SIZE];
+        Grh::decode(&raw).encode(&mut e);
+        assert_eq!(e[0] >> 4, 6);
+        e[0] &= 0x0f;
+        assert_masked("grh", &raw, &grh_mask, &e);
+        let raw4 = net_hdr::ipv4_part(&raw);
+        let mut e4 = [0u8; Ipv4Hdr::SIZE];
+        Ipv4Hdr::decode(&raw4).encode(&mut e4);
+        assert!(net_hdr::ipv4_checksum_ok(&e4));
+        // The bits the encoder sets on its own: version/IHL, checksum.
+        assert_eq!(e4[0], 0x45);
+        e4[0] = 0;
+        e4[10..12].fill(0);
+        assert_masked("ipv4", &raw4, &v4_mask, &e4);
+        assert!(matches!(net_hdr::header_version(&raw), 0 | 4 | 6));
     }
 }
 

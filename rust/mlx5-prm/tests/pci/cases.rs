@@ -159,6 +159,7 @@ pub(crate) fn layout_cases() -> Vec<Box<dyn Case>> {
         }};
     }
     transition!(Rst2InitQp, Rst2InitQpIn, Rst2InitQpOut);
+    transition!(Init2InitQp, Init2InitQpIn, Init2InitQpOut);
     transition!(Init2RtrQp, Init2RtrQpIn, Init2RtrQpOut);
     transition!(Rtr2RtsQp, Rtr2RtsQpIn, Rtr2RtsQpOut);
     v.extend(cmd::<Qp2Err>(facts!(Qp2ErrIn; qpn), vec![], rng));

@@ -221,6 +221,8 @@ pub(crate) fn constants() -> Vec<(String, u64)> {
     c("MLX5_QPC_ST_UC", u(ST_UC));
     c("MLX5_QPC_ST_UD", u(ST_UD));
     c("MLX5_QPC_ST_XRC", u(ST_XRC));
+    c("MLX5_QPC_ST_QP0", u(ST_QP0));
+    c("MLX5_QPC_ST_QP1", u(ST_QP1));
     c("MLX5_QPC_PM_STATE_ARMED", u(PM_STATE_ARMED));
     c("MLX5_QPC_PM_STATE_REARM", u(PM_STATE_REARM));
     c("MLX5_QPC_PM_STATE_MIGRATED", u(PM_STATE_MIGRATED));
