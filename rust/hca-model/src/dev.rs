@@ -6,10 +6,11 @@
 use super::caps::Caps;
 use super::cq::{CqWriteError, CqeBody};
 use super::mem::Platform;
+use super::port::Port;
 use super::prm::cqe::{ErrCqe, OpOwn};
 use super::prm::eqe::{EqeData, CQ_ERROR_SYNDROME_OVERRUN, QUEUE_TYPE_QP};
 use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
-use super::qp::{Qp, QpState, QPN_BASE};
+use super::qp::{Qp, QpService, QpState, QPN_BASE};
 use super::sched::Sched;
 use super::stats::{bump, Stats};
 use super::table::{get_mut, Tables};
@@ -22,7 +23,13 @@ pub(super) struct Dev<'a> {
     pub(super) sched: &'a mut Sched,
     pub(super) stats: &'a mut Stats,
     pub(super) async_eqn: Option<u8>,
+    pub(super) port: &'a Port,
+    /// Slot of the GSI QP, if one exists.
+    pub(super) gsi: Option<u32>,
 }
+
+/// The QPN the GSI QP has on the wire (QP1).
+pub(super) const GSI_WIRE_QPN: u32 = 1;
 
 /// The slot index of the QP numbered `qpn`, if it is in range.
 pub(super) fn qp_slot(qpn: u32) -> Option<u32> {
@@ -35,6 +42,19 @@ impl Dev<'_> {
         let slot = qp_slot(qpn)?;
         let qp = get_mut(self.t.qps, slot)?;
         (qp.qpn == qpn).then_some((slot, qp))
+    }
+
+    /// The UD or GSI QP a datagram addressed to `wire_qpn` is for, with its
+    /// slot: QPN 1 names the GSI QP; any other QPN a UD QP by its table
+    /// QPN (a GSI QP's table QPN is not its address, and RC QPs take no
+    /// datagrams).
+    pub(super) fn datagram_qp(&mut self, wire_qpn: u32) -> Option<(u32, &mut Qp)> {
+        if wire_qpn == GSI_WIRE_QPN {
+            let slot = self.gsi?;
+            return get_mut(self.t.qps, slot).map(|qp| (slot, qp));
+        }
+        self.qp(wire_qpn)
+            .filter(|(_, qp)| qp.attr.service == QpService::Ud)
     }
 
     /// Writes a CQE to CQ `cqn` and delivers the completion event if the

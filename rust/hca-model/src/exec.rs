@@ -25,6 +25,9 @@
 //!
 //! A WQE that completes in error always produces a CQE, signaled or not;
 //! the QP then moves to ERR and the rest of its work is flushed.
+//!
+//! The WQEs of UD and GSI QPs are read and checked the same way, then
+//! handed to [`super::ud`].
 
 use super::cq::CqeBody;
 use super::dev::{err_cqe, Dev};
@@ -43,18 +46,19 @@ use super::stats::bump;
 use super::table::{get_mut, Storage};
 use super::timer;
 use super::transfer::{self, CopyFault, Piece, Pieces, Scratch};
+use super::ud;
 use super::wqe::{seg_len, Op, Seg, SendWqe};
 
 /// Cost of one step in budget units: one per WQE, plus one per 4 KiB
 /// moved.
-fn cost(len: u64) -> u32 {
+pub(super) fn cost(len: u64) -> u32 {
     1u32.saturating_add(u32::try_from(len >> 12).unwrap_or(u32::MAX))
 }
 
 /// What the requester knows about the WQE it is executing.
-struct Local {
-    slot: u32,
-    qpn: u32,
+pub(super) struct Local {
+    pub(super) slot: u32,
+    pub(super) qpn: u32,
     /// LID of the sending port and SL of the QP's path: what the
     /// responder reports as `slid` and `sl`.
     slid: u16,
@@ -71,7 +75,7 @@ struct Local {
 /// list of a SEND or WRITE (`write` false: pointers and inline data), or
 /// the scatter list of a READ (`write` true: pointers only, LOCAL_WRITE),
 /// within the limits of the QP created with `attr`.
-fn local_pieces<M: DmaMemory + ?Sized>(
+pub(super) fn local_pieces<M: DmaMemory + ?Sized>(
     dev: &Dev<'_>,
     mem: &mut M,
     wqe: &SendWqe<'_>,
@@ -121,7 +125,7 @@ fn local_pieces<M: DmaMemory + ?Sized>(
 }
 
 /// Completes the head WQE in error: error CQE (signaled or not), QP to ERR.
-fn fail<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, syndrome: CqeSyndrome) {
+pub(super) fn fail<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, syndrome: CqeSyndrome) {
     if let Some(sq) = get_mut(dev.t.qps, l.slot).and_then(|q| q.sq.as_mut()) {
         sq.ci = sq.ci.wrapping_add(l.bbs);
     }
@@ -132,7 +136,7 @@ fn fail<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, syndrome: CqeSyndr
 }
 
 /// Completes the head WQE successfully.
-fn succeed<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, len: u64) {
+pub(super) fn succeed<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, len: u64) {
     if let Some(qp) = get_mut(dev.t.qps, l.slot) {
         if let Some(sq) = qp.sq.as_mut() {
             sq.ci = sq.ci.wrapping_add(l.bbs);
@@ -324,6 +328,16 @@ fn step_qp<S: Storage, P: Platform>(
     if retries_spent {
         fail(&mut dev, p, &l, CqeSyndrome::TransportRetryExc);
         return 1;
+    }
+    if attr.service.is_datagram() {
+        let send = ud::Send {
+            l: &l,
+            wqe: &wqe,
+            attr: &attr,
+            own_qkey: conn.qkey,
+            sq_ci: sq.ci,
+        };
+        return ud::execute(hcas, p, a, &send, local, remote, recv_buf);
     }
     let op = match wqe.op() {
         Some((op, from)) if wqe.ctrl.wqe_index == sq.ci && wqe.ctrl.qpn == qpn => {

@@ -17,7 +17,8 @@ use super::eq::{Eq, EqAttr, EqInfo};
 use super::error::Error;
 use super::mr::{self, Mr, MrAttr};
 use super::pd::Pd;
-use super::qp::{Qp, QpAttr, QpInfo, QpState, QPN_BASE};
+use super::port::Port;
+use super::qp::{Qp, QpAttr, QpInfo, QpService, QpState, QPN_BASE};
 use super::qp_modify::{self, QpModify};
 use super::sched::Sched;
 use super::stats::Stats;
@@ -43,7 +44,8 @@ struct Cursors {
 /// Every `users` count equals the number of live objects naming that
 /// object: a PD is named by its MRs and QPs, a CQ by its QPs (once per
 /// side), an EQ by its CQs. An object is destroyed only when its count is
-/// zero, so no live object names a dead one.
+/// zero, so no live object names a dead one. `gsi` is the slot of the one
+/// live QP whose service is [`QpService::Gsi`], if there is one.
 #[derive(Debug)]
 pub struct Hca<S> {
     pub(super) id: u16,
@@ -53,6 +55,9 @@ pub struct Hca<S> {
     cursors: Cursors,
     sched: Sched,
     stats: Stats,
+    /// The port's identity (its setters are in [`super::port`]).
+    pub(super) port: Port,
+    gsi: Option<u32>,
 }
 
 fn inc(users: &mut u32) {
@@ -75,6 +80,8 @@ impl<S: Storage> Hca<S> {
             cursors: Cursors::default(),
             sched: Sched::EMPTY,
             stats: Stats::default(),
+            port: Port::DEFAULT,
+            gsi: None,
         }
     }
 
@@ -135,6 +142,8 @@ impl<S: Storage> Hca<S> {
             sched: &mut self.sched,
             stats: &mut self.stats,
             async_eqn: self.async_eqn,
+            port: &self.port,
+            gsi: self.gsi,
         }
     }
 
@@ -417,14 +426,16 @@ impl<S: Storage> Hca<S> {
         get(self.storage.tables().cqs, cqn).map(Cq::info)
     }
 
-    /// Creates an RC QP in RESET and returns its QPN. The embedder must have
-    /// zeroed the doorbell record first.
+    /// Creates a QP (RC, UD or the GSI QP, after `attr.service`) in RESET
+    /// and returns its table QPN; the embedder reports the GSI QP's as 1.
+    /// The embedder must have zeroed the doorbell record first.
     ///
     /// # Errors
     ///
     /// [`Error::Invalid`] for queue sizes or limits beyond the device's, or
     /// a BlueFlame register index above 3; [`Error::NotFound`] if the PD or
-    /// a CQ does not exist; [`Error::NoSpace`] if the QP table is full.
+    /// a CQ does not exist; [`Error::Busy`] for a second GSI QP (the port
+    /// has one QP1, `EBUSY`); [`Error::NoSpace`] if the QP table is full.
     pub fn create_qp(&mut self, attr: &QpAttr) -> Result<u32, Error> {
         let c = &self.caps;
         let pow2_upto = |n: u32, log_max: u8| {
@@ -453,6 +464,10 @@ impl<S: Storage> Hca<S> {
         {
             return Err(Error::NotFound);
         }
+        let gsi = attr.service == QpService::Gsi;
+        if gsi && self.gsi.is_some() {
+            return Err(Error::Busy);
+        }
         let index = find_free(
             t.qps,
             &mut self.cursors.qp,
@@ -468,6 +483,9 @@ impl<S: Storage> Hca<S> {
             if let Some(cq) = get_mut(t.cqs, cqn) {
                 inc(&mut cq.users);
             }
+        }
+        if gsi {
+            self.gsi = Some(index);
         }
         Ok(QPN_BASE + index)
     }
@@ -495,7 +513,7 @@ impl<S: Storage> Hca<S> {
         let mut dev = self.dev();
         let (slot, qp) = dev.qp(qpn).ok_or(Error::NotFound)?;
         let cur = qp.state;
-        let next = qp_modify::check(cur, m, &caps)?;
+        let next = qp_modify::check(qp.attr.service, cur, m, &caps)?;
         qp_modify::apply(&mut qp.conn, m);
         qp.state = next;
         let then = match next {
@@ -556,6 +574,9 @@ impl<S: Storage> Hca<S> {
             if let Some(cq) = get_mut(dev.t.cqs, cqn) {
                 dec(&mut cq.users);
             }
+        }
+        if self.gsi == Some(slot) {
+            self.gsi = None;
         }
         Ok(())
     }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A software mlx5 HCA: it executes RC queue pairs exactly as they sit in
-//! memory, in mlx5's formats, and answers with mlx5 CQEs, EQEs and
-//! interrupts.
+//! A software mlx5 HCA: it executes RC and UD queue pairs (and the GSI QP,
+//! QP1) exactly as they sit in memory, in mlx5's formats, and answers with
+//! mlx5 CQEs, EQEs and interrupts.
 //!
 //! The provider (user space or a kernel ULP) builds WQEs in the SQ, updates
 //! the doorbell record and rings the UAR doorbell as for a ConnectX; the
@@ -18,12 +18,14 @@
 //!    hook) and [`table::Storage`] (the object tables), or use
 //!    [`table::ArrayStorage`].
 //! 2. Create instances with [`hca::Hca::new`] and join them with
-//!    [`fabric::Fabric::new`].
+//!    [`fabric::Fabric::new`]. For datagrams, give each port its identity:
+//!    [`hca::Hca::set_link_roce`], [`hca::Hca::set_port_mtu`] and the GID
+//!    table ([`hca::Hca::set_gid`], see [`port`]).
 //! 3. Create objects on an instance: [`hca::Hca::alloc_pd`],
 //!    [`hca::Hca::create_mr`], [`hca::Hca::create_eq`],
 //!    [`hca::Hca::create_cq`], [`hca::Hca::create_qp`], then
 //!    [`hca::Hca::modify_qp`] through INIT, RTR and RTS with the peer's
-//!    instance and QPN.
+//!    instance and QPN (RC) or the Q_Key (UD and GSI, see [`ud`]).
 //! 4. After the provider rings a doorbell, call
 //!    [`hca::Hca::send_doorbell`], [`hca::Hca::cq_doorbell`] or
 //!    [`hca::Hca::eq_doorbell`] (and [`hca::Hca::recv_doorbell`] after
@@ -43,8 +45,8 @@
 //!
 //! Behaviour choices (byte order of atomics, which side reports which
 //! error, overrun, arming) are documented in the modules that implement
-//! them: [`atomic`], [`respond`], [`exec`], [`cq`], [`eq`], [`doorbell`],
-//! [`flush`].
+//! them: [`atomic`], [`respond`], [`exec`], [`ud`], [`cq`], [`eq`],
+//! [`doorbell`], [`flush`].
 //!
 //! # Tests
 //!
@@ -82,10 +84,11 @@
 //! the `mlx5-prm` dependency, in the kernel an inline `mod prm` points at the
 //! kernel's copy of it. Modules (mirror this list in the kernel):
 //! atomic, caps, cq, dev, doorbell, eq, error, exec, fabric, flush, fw, hca,
-//! mem, mr, pd, prm, qp, qp_modify, respond, ring, sched, stats, table, timer,
-//! transfer, wqe. `fw` has submodules in `fw/` (caps, cmd_hca, cmd_qp,
-//! cmd_queue, cmd_res, exec, mailbox, pages, regs, reject), which `fw.rs`
-//! declares itself: the kernel lists only `pub mod fw;`.
+//! mem, mr, pd, port, prm, qp, qp_modify, respond, ring, sched, stats, table,
+//! timer, transfer, ud, wqe. `fw` has submodules in `fw/` (caps, cmd_hca,
+//! cmd_qp, cmd_queue, cmd_res, exec, mailbox, pages, regs, reject), which
+//! `fw.rs` declares itself, and `ud` in `ud/` (header, recv): the kernel
+//! lists only `pub mod fw;` and `pub mod ud;`.
 
 #![no_std]
 
@@ -107,6 +110,7 @@ pub mod hca;
 pub mod mem;
 pub mod mr;
 pub mod pd;
+pub mod port;
 pub mod prm;
 pub mod qp;
 pub mod qp_modify;
@@ -117,6 +121,7 @@ pub mod stats;
 pub mod table;
 pub mod timer;
 pub mod transfer;
+pub mod ud;
 #[cfg(feature = "alloc")]
 pub mod vec_storage;
 pub mod wqe;

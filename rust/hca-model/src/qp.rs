@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! RC queue pairs: queues, connection attributes and per-QP engine state.
+//! Queue pairs (RC, UD and the GSI QP): queues, connection attributes and
+//! per-QP engine state.
 //!
 //! A QPN is [`QPN_BASE`] plus the QP's slot index (QPNs 0 and 1 are the
-//! special QP0 and QP1 on InfiniBand, so RC QPs start higher).
+//! special QP0 and QP1 on InfiniBand, so table QPNs start higher). The GSI
+//! QP ([`QpService::Gsi`]) has a table QPN like any other, which the
+//! embedder reports to its users as 1: datagrams addressed to QPN 1 reach
+//! it, and those it sends carry source QPN 1 (see [`super::ud`]).
 //!
 //! The send queue is a ring of 64-byte WQEBBs in DMA memory and is counted
 //! in WQEBBs with 16-bit counters, like the SQ doorbell record. The model
@@ -33,7 +37,8 @@ pub enum QpState {
     Rts = 3,
     /// Send queue drained: no new send WQE is started.
     Sqd = 4,
-    /// Send queue error (UD/UC only: an RC QP never enters it).
+    /// Send queue error (UD/UC only). No QP of the model enters it: a UD
+    /// send that fails moves its QP to ERR, like an RC one.
     Sqe = 5,
     /// Error: every WQE is flushed.
     Err = 6,
@@ -64,9 +69,31 @@ impl QpState {
     }
 }
 
-/// What the embedder gives to create an RC QP.
+/// The transport service of a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QpService {
+    /// Reliable connected (`IB_QPT_RC`, QPC `st` RC).
+    #[default]
+    Rc,
+    /// Unreliable datagram (`IB_QPT_UD`, QPC `st` UD).
+    Ud,
+    /// The general services QP, QP1 (`IB_QPT_GSI`, QPC `st` QP1): a UD QP
+    /// whose QPN on the wire is 1. At most one per instance.
+    Gsi,
+}
+
+impl QpService {
+    /// Whether the QP sends and receives datagrams (UD or GSI).
+    pub fn is_datagram(self) -> bool {
+        matches!(self, QpService::Ud | QpService::Gsi)
+    }
+}
+
+/// What the embedder gives to create a QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpAttr {
+    /// RC, UD or GSI.
+    pub service: QpService,
     /// PD of the QP: its lkeys and the rkeys aimed at it must belong here.
     pub pdn: u32,
     /// CQ for send completions.
@@ -147,6 +174,10 @@ pub struct ConnAttrs {
     pub rnr_retry: u8,
     /// Raise SQ_DRAINED when the SQ has drained in SQD.
     pub sqd_async_notify: bool,
+    /// Q_Key of a UD or GSI QP ([`super::qp_modify::AttrMask::QKEY`]):
+    /// datagrams must carry it to be received, and a send WQE whose Q_Key
+    /// has bit 31 set sends with it instead. 0 on RC QPs.
+    pub qkey: u32,
 }
 
 /// Why the head send WQE is waiting.
@@ -161,8 +192,10 @@ pub enum WaitKind {
 /// A snapshot of a QP's state, for debugfs and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInfo {
-    /// QP number.
+    /// QP number (the table QPN, also for the GSI QP).
     pub qpn: u32,
+    /// RC, UD or GSI.
+    pub service: QpService,
     /// Current state.
     pub state: QpState,
     /// Connection attributes.
@@ -212,7 +245,7 @@ pub(super) struct Rq {
     pub(super) ci: u16,
 }
 
-/// An RC queue pair.
+/// A queue pair.
 #[derive(Debug)]
 pub struct Qp {
     pub(super) qpn: u32,
@@ -269,6 +302,7 @@ impl Qp {
     pub fn info(&self) -> QpInfo {
         QpInfo {
             qpn: self.qpn,
+            service: self.attr.service,
             state: self.state,
             conn: self.conn,
             sq_pi: self.sq.map_or(0, |s| s.pi),

@@ -12,7 +12,7 @@
 //!
 //! | responder finds | requester CQE | responder |
 //! |---|---|---|
-//! | QP missing, not yet RTR, or in ERR | none yet: transport timeout, retries, then TRANSPORT_RETRY_EXC | unchanged |
+//! | QP missing, not RC, not yet RTR, or in ERR | none yet: transport timeout, retries, then TRANSPORT_RETRY_EXC | unchanged |
 //! | no receive WQE | none yet: RNR NAK, retries, then RNR_RETRY_EXC | unchanged |
 //! | rkey invalid, wrong PD, out of bounds, MR or QP lacks the right | REMOTE_ACCESS | ERR, WQ_ACCESS_ERROR event |
 //! | misaligned atomic target | REMOTE_INVAL_REQ | ERR, WQ_INVAL_REQ_ERROR event |
@@ -31,7 +31,7 @@ use super::prm::doorbell::{QpDbRec, QP_DBR_SIZE};
 use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
 use super::prm::recv::RecvSegs;
 use super::prm::ring;
-use super::qp::{QpState, Rq};
+use super::qp::{QpService, QpState, Rq};
 use super::stats::bump;
 use super::table::get_mut;
 use super::transfer::{Piece, Pieces};
@@ -119,7 +119,7 @@ fn fail_no_wqe<P: Platform>(dev: &mut Dev<'_>, p: &mut P, slot: u32, qpn: u32, e
 
 /// A responder-side error on the receive WQE `counter`: it completes in
 /// error (consumed) and the QP moves to ERR.
-fn fail_recv<P: Platform>(
+pub(super) fn fail_recv<P: Platform>(
     dev: &mut Dev<'_>,
     p: &mut P,
     slot: u32,
@@ -150,7 +150,7 @@ pub(super) fn request<P: Platform>(
     let Some((slot, qp)) = dev.qp(req.dest_qpn) else {
         return Answer::Silent;
     };
-    if !qp.state.receives() {
+    if !qp.state.receives() || qp.attr.service != QpService::Rc {
         return Answer::Silent;
     }
     let qpn = qp.qpn;
@@ -228,44 +228,9 @@ pub(super) fn request<P: Platform>(
         });
     }
 
-    // Read the receive WQE and resolve as many scatter entries as the
-    // message needs.
-    let stride = 1usize << rq.log_stride;
-    let index = u64::from(ring::ring_index(u32::from(counter), rq.log));
-    let read = match recv_buf.get_mut(..stride) {
-        Some(w) => rq.buf.read(p, index << rq.log_stride, w).is_ok(),
-        None => false,
-    };
-    let wqe = match recv_buf.get(..stride) {
-        Some(w) if read => w,
-        _ => {
-            fail_recv(dev, p, slot, qpn, recv_cqn, counter, CqeSyndrome::LocalQpOp);
-            return Answer::Nak(CqeSyndrome::RemoteOp);
-        }
-    };
-    let Ok(segs) = RecvSegs::new(wqe) else {
-        fail_recv(dev, p, slot, qpn, recv_cqn, counter, CqeSyndrome::LocalQpOp);
+    if let Err(s) = scatter_list(dev, p, &rq, pdn, req.len, remote, recv_buf) {
+        fail_recv(dev, p, slot, qpn, recv_cqn, counter, s);
         return Answer::Nak(CqeSyndrome::RemoteOp);
-    };
-    for seg in segs {
-        if remote.total() >= req.len {
-            break;
-        }
-        let len = seg_len(seg.byte_count);
-        let res = resolve(
-            dev.t.mrs,
-            p,
-            seg.lkey,
-            pdn,
-            seg.addr,
-            len,
-            Access::LOCAL_WRITE,
-            |a, n| remote.push(Piece::Dma { addr: a, len: n }),
-        );
-        if res.is_err() {
-            fail_recv(dev, p, slot, qpn, recv_cqn, counter, CqeSyndrome::LocalProt);
-            return Answer::Nak(CqeSyndrome::RemoteOp);
-        }
     }
     if remote.total() < req.len {
         fail_recv(
@@ -283,6 +248,57 @@ pub(super) fn request<P: Platform>(
         slot,
         recv: Some(counter),
     })
+}
+
+/// Reads the receive WQE at the consumer counter of `rq` (of a QP in PD
+/// `pdn`) into `recv_buf` and resolves its scatter entries into `remote`
+/// until they hold `need` bytes or the list ends (the caller compares
+/// `remote.total()` with what it needs).
+///
+/// # Errors
+///
+/// LOCAL_QP_OP for a receive WQE that cannot be read or decoded,
+/// LOCAL_PROT for a scatter entry whose key, PD, bounds or rights do not
+/// allow the write.
+pub(super) fn scatter_list<P: Platform>(
+    dev: &Dev<'_>,
+    p: &mut P,
+    rq: &Rq,
+    pdn: u32,
+    need: u64,
+    remote: &mut Pieces,
+    recv_buf: &mut [u8],
+) -> Result<(), CqeSyndrome> {
+    remote.clear();
+    let stride = 1usize << rq.log_stride;
+    let index = u64::from(ring::ring_index(u32::from(rq.ci), rq.log));
+    let read = match recv_buf.get_mut(..stride) {
+        Some(w) => rq.buf.read(p, index << rq.log_stride, w).is_ok(),
+        None => false,
+    };
+    let wqe = match recv_buf.get(..stride) {
+        Some(w) if read => w,
+        _ => return Err(CqeSyndrome::LocalQpOp),
+    };
+    let segs = RecvSegs::new(wqe).map_err(|_| CqeSyndrome::LocalQpOp)?;
+    for seg in segs {
+        if remote.total() >= need {
+            break;
+        }
+        let len = seg_len(seg.byte_count);
+        resolve(
+            dev.t.mrs,
+            p,
+            seg.lkey,
+            pdn,
+            seg.addr,
+            len,
+            Access::LOCAL_WRITE,
+            |a, n| remote.push(Piece::Dma { addr: a, len: n }),
+        )
+        .map_err(|_| CqeSyndrome::LocalProt)?;
+    }
+    Ok(())
 }
 
 /// Completes a granted request at the responder once the data has moved

@@ -186,6 +186,7 @@ mod tests {
 
     fn qps(n: u32) -> [Slot<Qp>; 4] {
         let attr = QpAttr {
+            service: super::super::qp::QpService::Rc,
             pdn: 0,
             send_cqn: 0,
             recv_cqn: 0,

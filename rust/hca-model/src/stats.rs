@@ -41,6 +41,24 @@ pub struct Stats {
     /// Doorbell records whose receive counter claimed more WQEs than the RQ
     /// holds (treated as no receive posted).
     pub bad_recv_counters: u64,
+    /// Datagrams this instance sent that reached no instance: no port has
+    /// the address vector's LID (InfiniBand) or MAC (RoCE) on a link of the
+    /// sender's kind. Counted by the sender.
+    pub ud_drop_no_dest: u64,
+    /// Datagrams this instance could not address because their address
+    /// vector names a source GID index with no entry (RoCE, or InfiniBand
+    /// with a GRH). Counted by the sender.
+    pub ud_drop_bad_sgid: u64,
+    /// Datagrams that reached this instance for a QPN that is not a UD or
+    /// GSI QP ready to receive (RTR, RTS, SQD or SQE). Counted by the
+    /// receiver.
+    pub ud_drop_bad_qpn: u64,
+    /// Datagrams that reached a QP of this instance with a Q_Key other
+    /// than the QP's. Counted by the receiver.
+    pub ud_drop_qkey: u64,
+    /// Datagrams that reached a QP of this instance with no receive WQE
+    /// posted (mlx5's `out_of_buffer`). Counted by the receiver.
+    pub ud_drop_no_recv: u64,
 }
 
 impl Stats {

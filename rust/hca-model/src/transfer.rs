@@ -140,6 +140,29 @@ impl Cursor<'_> {
     fn advance(&mut self, n: u64) {
         self.offset = self.offset.saturating_add(n);
     }
+
+    /// Moves `n` bytes on, across pieces. Returns `false` if the list ends
+    /// first. Each round either finishes or uses up a piece, so the loop is
+    /// bounded by the number of pieces.
+    fn skip(&mut self, mut n: u64) -> bool {
+        while n != 0 {
+            let Some((_, left)) = self.current() else {
+                return false;
+            };
+            let step = n.min(left);
+            self.advance(step);
+            n -= step;
+        }
+        true
+    }
+
+    fn start(pieces: &Pieces) -> Cursor<'_> {
+        Cursor {
+            pieces,
+            index: 0,
+            offset: 0,
+        }
+    }
 }
 
 /// Copies `len` bytes from `src` (whose inline pieces index `inline`) to
@@ -152,16 +175,53 @@ pub(super) fn copy<M: DmaMemory>(
     dst: &Pieces,
     len: u64,
 ) -> Result<(), CopyFault> {
-    let mut s = Cursor {
-        pieces: src,
-        index: 0,
-        offset: 0,
-    };
-    let mut d = Cursor {
-        pieces: dst,
-        index: 0,
-        offset: 0,
-    };
+    copy_at(mem, src, inline, dst, 0, len)
+}
+
+/// Writes `bytes` to the DMA pieces of `dst`, from byte `offset` of the
+/// list on (a UD receive's network header, in front of the payload).
+pub(super) fn write_at<M: DmaMemory>(
+    mem: &mut M,
+    dst: &Pieces,
+    offset: u64,
+    bytes: &[u8],
+) -> Result<(), CopyFault> {
+    let mut d = Cursor::start(dst);
+    if !d.skip(offset) {
+        return Err(CopyFault::Destination);
+    }
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (piece, left) = d.current().ok_or(CopyFault::Destination)?;
+        let n = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
+        let (chunk, tail) = rest.split_at(n);
+        match piece {
+            Piece::Dma { addr, .. } => mem
+                .write(addr.wrapping_add(d.offset), chunk)
+                .map_err(|_| CopyFault::Destination)?,
+            Piece::Inline { .. } => return Err(CopyFault::Destination),
+        }
+        d.advance(n as u64);
+        rest = tail;
+    }
+    Ok(())
+}
+
+/// As [`copy`], writing the data to `dst` from byte `dst_offset` of the
+/// list on; `dst` must hold `dst_offset + len` bytes.
+pub(super) fn copy_at<M: DmaMemory>(
+    mem: &mut M,
+    src: &Pieces,
+    inline: &[u8],
+    dst: &Pieces,
+    dst_offset: u64,
+    len: u64,
+) -> Result<(), CopyFault> {
+    let mut s = Cursor::start(src);
+    let mut d = Cursor::start(dst);
+    if !d.skip(dst_offset) {
+        return Err(CopyFault::Destination);
+    }
     let mut buf = [0u8; CHUNK];
     let mut left = len;
     while left != 0 {
@@ -229,5 +289,57 @@ impl Scratch {
 impl Default for Scratch {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mem::DmaFault;
+    use super::*;
+
+    /// 64 bytes of memory at address 0.
+    struct Mem([u8; 64]);
+
+    impl DmaMemory for Mem {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+            let a = usize::try_from(addr).map_err(|_| DmaFault)?;
+            let src = self.0.get(a..a + buf.len()).ok_or(DmaFault)?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+            let a = usize::try_from(addr).map_err(|_| DmaFault)?;
+            let dst = self.0.get_mut(a..a + data.len()).ok_or(DmaFault)?;
+            dst.copy_from_slice(data);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn writes_and_copies_at_an_offset_across_pieces() {
+        let mut m = Mem([0; 64]);
+        // The destination: 3 bytes at 40, 0 at 50, 10 at 52.
+        let mut dst = Pieces::EMPTY;
+        for (addr, len) in [(40, 3), (50, 0), (52, 10)] {
+            assert!(dst.push(Piece::Dma { addr, len }));
+        }
+        assert_eq!(write_at(&mut m, &dst, 2, &[1, 2, 3, 4]), Ok(()));
+        assert_eq!(m.0[40..45], [0, 0, 1, 0, 0]);
+        assert_eq!(m.0[52..56], [2, 3, 4, 0]);
+        // Inline source bytes 7, 8, 9 copied after the first 6 bytes.
+        let mut src = Pieces::EMPTY;
+        assert!(src.push(Piece::Inline { off: 1, len: 3 }));
+        assert_eq!(copy_at(&mut m, &src, &[0, 7, 8, 9], &dst, 6, 3), Ok(()));
+        assert_eq!(m.0[52..59], [2, 3, 4, 7, 8, 9, 0]);
+        // Past the end of the list.
+        assert_eq!(
+            write_at(&mut m, &dst, 13, &[1]),
+            Err(CopyFault::Destination)
+        );
+        assert_eq!(
+            copy_at(&mut m, &src, &[0, 7, 8, 9], &dst, 14, 1),
+            Err(CopyFault::Destination)
+        );
+        assert_eq!(write_at(&mut m, &dst, 13, &[]), Ok(()));
     }
 }

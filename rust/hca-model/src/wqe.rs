@@ -13,8 +13,8 @@ use super::prm::bytes::at;
 use super::prm::opcode::SendOpcode;
 use super::prm::ring;
 use super::prm::wqe::{
-    inline_payload, inline_seg_size, umr_flags, AtomicSeg, CtrlSeg, DataSeg, InlineHeader,
-    MaskedAtomicSeg, MkeySeg, RaddrSeg, UmrCtrlSeg, MAX_WQE_SIZE, WQEBB_SIZE,
+    inline_payload, inline_seg_size, umr_flags, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg,
+    InlineHeader, MaskedAtomicSeg, MkeySeg, RaddrSeg, UmrCtrlSeg, MAX_WQE_SIZE, WQEBB_SIZE,
 };
 use super::qp::Sq;
 
@@ -40,6 +40,15 @@ pub(super) enum Op {
         mkey: MkeySeg,
         xlt: Option<DataSeg>,
     },
+}
+
+/// What a send WQE of a UD or GSI QP asks for.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum UdOp {
+    /// NOP: completes without sending.
+    Nop,
+    /// SEND or SEND_IMM of one datagram to the address vector `av`.
+    Send { imm: Option<u32>, av: DatagramSeg },
 }
 
 /// A send WQE, copied out of the SQ into a buffer of the engine.
@@ -223,6 +232,24 @@ impl<'a> SendWqe<'a> {
             }
             _ => return None,
         })
+    }
+
+    /// Decodes the operation of a UD or GSI QP's WQE (control segment,
+    /// datagram segment, then data) and returns it with the offset of the
+    /// first data segment, or `None` if the WQE is too short or its opcode
+    /// is not one a datagram QP executes (SEND, SEND_IMM, NOP).
+    pub(super) fn ud_op(&self) -> Option<(UdOp, usize)> {
+        let b = self.bytes();
+        let after_ctrl = CtrlSeg::SIZE;
+        let av = || at(b, after_ctrl).ok().map(DatagramSeg::decode);
+        let from = after_ctrl + DatagramSeg::SIZE;
+        let imm = match self.ctrl.opcode {
+            SendOpcode::Nop => return Some((UdOp::Nop, b.len())),
+            SendOpcode::Send => None,
+            SendOpcode::SendImm => Some(self.ctrl.imm),
+            _ => return None,
+        };
+        Some((UdOp::Send { imm, av: av()? }, from))
     }
 
     /// The gather or scatter segments from byte `from` to the end.

@@ -60,6 +60,8 @@ pub(super) fn max_caps(c: &Caps, t: &Tables<'_>, uars: u32, vhca_id: u16) -> Hca
         cmdif_checksum: CMDIF_CHECKSUM_ENABLED,
         atomic: true,
         rc: true,
+        // UD QPs and QP1 (CREATE_QP `st` UD and QP1).
+        ud: true,
         uar_4k: true,
         uar_sz: log2_floor((uars as usize).saturating_mul(4096) >> 20, 63),
         log_pg_sz: 12,

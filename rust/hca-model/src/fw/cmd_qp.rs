@@ -1,17 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! QP commands: CREATE_QP, the transitions RST2INIT, INIT2RTR, RTR2RTS,
-//! 2ERR and 2RST mapped onto the model's modify-QP, QUERY_QP, and
+//! QP commands: CREATE_QP, the transitions RST2INIT, INIT2INIT, INIT2RTR,
+//! RTR2RTS, 2ERR and 2RST mapped onto the model's modify-QP, QUERY_QP, and
 //! DESTROY_QP.
 //!
-//! Only RC QPs exist. The buffer holds the receive queue first and the send
-//! queue right after it, as mlx5 lays them out. Each transition takes the
-//! fields that belong to it from the QP context (RST2INIT: P_Key index,
-//! port, remote access bits; INIT2RTR: path, MTU, remote QPN, receive PSN,
-//! responder resources, RNR NAK timer; RTR2RTS: ACK timeout, retry counts,
-//! send PSN, initiator depth) plus the optional ones `opt_param_mask`
-//! names; the QP must be in the transition's source state. The path's LID
-//! names the peer instance of the fabric (`fabric::index_of_lid`).
+//! CREATE_QP makes an RC, UD or QP1 QP (`st` RC, UD or QP1; one QP1 per
+//! function). The buffer holds the receive queue first and the send queue
+//! right after it, as mlx5 lays them out. Each transition takes the fields
+//! that belong to it from the QP context plus the optional ones
+//! `opt_param_mask` names; the QP must be in the transition's source state.
+//!
+//! | transition | RC | UD | QP1 |
+//! |---|---|---|---|
+//! | RST2INIT | P_Key index, port, `rre rwe rae` | P_Key index, port, `q_key` | P_Key index, `q_key` |
+//! | INIT2INIT | optional: `rre rwe rae`, P_Key index, port | optional: P_Key index, port, `q_key` | optional: P_Key index, `q_key` |
+//! | INIT2RTR | path, MTU, remote QPN, receive PSN, responder resources, RNR NAK timer; optional `rre rwe rae`, P_Key index | optional: P_Key index, `q_key` | as UD |
+//! | RTR2RTS | ACK timeout, retry counts, send PSN, initiator depth; optional `rre rwe rae`, RNR NAK timer | send PSN; optional `q_key` | as UD |
+//!
+//! The optional fields are those of mlx5_ib's `opt_mask` table for the
+//! service type (QP1 taking UD's), as far as the model has them. mlx5_ib
+//! writes a UD QP's context `mtu` as 4096 and a QP1's as 256 in every
+//! transition; a datagram QP has no path, so the model ignores `mtu`, the
+//! path and, on QP1, the port. An RC path's LID names the peer instance of
+//! the fabric (`fabric::index_of_lid`).
 //!
 //! QUERY_QP encodes the QP as the model has it, state included (a QP the
 //! engine moved to ERR reads ERR), each field the inverse of how the
@@ -28,9 +39,11 @@
 //!   a peer index, valid once `path_mtu` is set).
 //! - Not kept, so read 0: `log_page_size`, `page_offset` (the buffer is kept
 //!   as one address or a table), `log_msg_max`, `ts_format`, `rlky`,
-//!   `user_index`, `atomic_mode`, `log_ack_req_freq`, `q_key`; with
-//!   `no_sq`, `log_sq_size` reads 0; with a zero-length RQ, so do
-//!   `log_rq_size` and `log_rq_stride`. `opt_param_mask` and `ece` are 0.
+//!   `user_index`, `atomic_mode`, `log_ack_req_freq`, and a datagram QP's
+//!   `mtu` (QP1's port reads 1); with `no_sq`, `log_sq_size` reads 0; with a
+//!   zero-length RQ, so do `log_rq_size` and `log_rq_stride`.
+//!   `opt_param_mask` and `ece` are 0. `q_key` reads what the transitions
+//!   set (0 on RC).
 //!
 //! [`Hca::modify_qp`]: super::super::hca::Hca::modify_qp
 
@@ -40,20 +53,20 @@ use super::super::fabric::{index_of_lid, lid_of_index};
 use super::super::mem::Platform;
 use super::super::mr::Access;
 use super::super::prm::cmd_qp::{
-    CreateQpIn, CreateQpOut, DestroyQpIn, DestroyQpOut, Init2RtrQpIn, Init2RtrQpOut, Qp2ErrIn,
-    Qp2ErrOut, Qp2RstIn, Qp2RstOut, QueryQpIn, QueryQpOut, Rst2InitQpIn, Rst2InitQpOut,
-    Rtr2RtsQpIn, Rtr2RtsQpOut,
+    CreateQpIn, CreateQpOut, DestroyQpIn, DestroyQpOut, Init2InitQpIn, Init2InitQpOut,
+    Init2RtrQpIn, Init2RtrQpOut, Qp2ErrIn, Qp2ErrOut, Qp2RstIn, Qp2RstOut, QueryQpIn, QueryQpOut,
+    Rst2InitQpIn, Rst2InitQpOut, Rtr2RtsQpIn, Rtr2RtsQpOut,
 };
 use super::super::prm::command::{
-    OP_2ERR_QP, OP_2RST_QP, OP_INIT2RTR_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP,
+    OP_2ERR_QP, OP_2RST_QP, OP_INIT2INIT_QP, OP_INIT2RTR_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP,
 };
 use super::super::prm::ifc::Layout;
 use super::super::prm::qpc::{
-    Ads, Qpc, OPTPAR_PKEY_INDEX, OPTPAR_PRI_PORT, OPTPAR_RAE, OPTPAR_RNR_TIMEOUT, OPTPAR_RRE,
-    OPTPAR_RWE, PM_STATE_MIGRATED, RQ_TYPE_REGULAR, RQ_TYPE_ZERO_LEN, STATE_ERR, STATE_INIT,
-    STATE_RST, STATE_RTR, STATE_RTS, STATE_SQD, STATE_SQER, ST_RC,
+    Ads, Qpc, OPTPAR_PKEY_INDEX, OPTPAR_PRI_PORT, OPTPAR_Q_KEY, OPTPAR_RAE, OPTPAR_RNR_TIMEOUT,
+    OPTPAR_RRE, OPTPAR_RWE, PM_STATE_MIGRATED, RQ_TYPE_REGULAR, RQ_TYPE_ZERO_LEN, STATE_ERR,
+    STATE_INIT, STATE_RST, STATE_RTR, STATE_RTS, STATE_SQD, STATE_SQER, ST_QP1, ST_RC, ST_UD,
 };
-use super::super::qp::{ConnAttrs, QpAttr, QpInfo, QpState, RemoteQp};
+use super::super::qp::{ConnAttrs, QpAttr, QpInfo, QpService, QpState, RemoteQp};
 use super::super::qp_modify::{AttrMask, QpModify};
 use super::super::table::{get, Storage};
 use super::cmd_queue::{doorbell_record, free_queue_table, queue_buffer, uar, BufferDesc};
@@ -82,9 +95,12 @@ pub(super) fn create_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
     cx.no_op_mod()?;
     let i: CreateQpIn = cx.read_in()?;
     let q = &i.qpc;
-    if q.st != ST_RC {
-        return Err(Reject::NotRc);
-    }
+    let service = match q.st {
+        ST_RC => QpService::Rc,
+        ST_UD => QpService::Ud,
+        ST_QP1 => QpService::Gsi,
+        _ => return Err(Reject::UnsupportedSt),
+    };
     if q.pm_state != PM_STATE_MIGRATED {
         return Err(Reject::BadPmState);
     }
@@ -123,6 +139,7 @@ pub(super) fn create_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
     )?;
     let start = buf.start;
     let attr = QpAttr {
+        service,
         pdn: q.pd,
         send_cqn: q.cqn_snd,
         recv_cqn: q.cqn_rcv,
@@ -145,6 +162,7 @@ pub(super) fn create_qp<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
             return Err(match e {
                 Error::NoSpace => Reject::TableFull,
                 Error::NotFound => Reject::BadCq,
+                Error::Busy => Reject::Qp1Exists,
                 _ => Reject::BadQpSize,
             });
         }
@@ -175,112 +193,168 @@ struct Transition {
     m: QpModify,
 }
 
+/// What a forward transition of a service type takes: the attributes it
+/// always sets, the `opt_param_mask` bits it accepts without effect (the
+/// fields it takes anyway), and those that add an optional attribute.
+struct Rule {
+    from: QpState,
+    to: QpState,
+    required: AttrMask,
+    harmless: u32,
+    optional: u32,
+}
+
+const OPT_ACCESS: u32 = OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE;
+
+/// The rule of forward transition `opcode` for `service`, or `None` for
+/// another opcode.
+fn rule(opcode: u16, service: QpService) -> Option<Rule> {
+    use QpService::{Gsi, Rc, Ud};
+    use QpState::{Init, Reset, Rtr, Rts};
+    let (from, to) = match opcode {
+        OP_RST2INIT_QP => (Reset, Init),
+        OP_INIT2INIT_QP => (Init, Init),
+        OP_INIT2RTR_QP => (Init, Rtr),
+        OP_RTR2RTS_QP => (Rtr, Rts),
+        _ => return None,
+    };
+    let none = AttrMask(0);
+    let (required, harmless, optional) = match (opcode, service) {
+        // The INIT fields are always taken; naming them is harmless.
+        (OP_RST2INIT_QP, Rc) => (
+            AttrMask::PKEY_INDEX
+                .or(AttrMask::PORT)
+                .or(AttrMask::ACCESS_FLAGS),
+            OPT_ACCESS | OPTPAR_PKEY_INDEX | OPTPAR_PRI_PORT,
+            0,
+        ),
+        (OP_RST2INIT_QP, Ud) => (
+            AttrMask::PKEY_INDEX.or(AttrMask::PORT).or(AttrMask::QKEY),
+            OPTPAR_PKEY_INDEX | OPTPAR_PRI_PORT | OPTPAR_Q_KEY,
+            0,
+        ),
+        // QP1's port is its creator's; mlx5_ib writes it, the model has one.
+        (OP_RST2INIT_QP, Gsi) => (
+            AttrMask::PKEY_INDEX.or(AttrMask::QKEY),
+            OPTPAR_PKEY_INDEX | OPTPAR_PRI_PORT | OPTPAR_Q_KEY,
+            0,
+        ),
+        (OP_INIT2INIT_QP, Rc) => (none, 0, OPT_ACCESS | OPTPAR_PKEY_INDEX | OPTPAR_PRI_PORT),
+        (OP_INIT2INIT_QP, Ud) => (none, 0, OPTPAR_PKEY_INDEX | OPTPAR_PRI_PORT | OPTPAR_Q_KEY),
+        (OP_INIT2INIT_QP, Gsi) => (none, 0, OPTPAR_PKEY_INDEX | OPTPAR_Q_KEY),
+        (OP_INIT2RTR_QP, Rc) => (
+            AttrMask::AV
+                .or(AttrMask::PATH_MTU)
+                .or(AttrMask::DEST_QPN)
+                .or(AttrMask::RQ_PSN)
+                .or(AttrMask::MAX_DEST_RD_ATOMIC)
+                .or(AttrMask::MIN_RNR_TIMER),
+            0,
+            OPT_ACCESS | OPTPAR_PKEY_INDEX,
+        ),
+        (OP_INIT2RTR_QP, _) => (none, 0, OPTPAR_PKEY_INDEX | OPTPAR_Q_KEY),
+        (_, Rc) => (
+            AttrMask::TIMEOUT
+                .or(AttrMask::RETRY_CNT)
+                .or(AttrMask::RNR_RETRY)
+                .or(AttrMask::SQ_PSN)
+                .or(AttrMask::MAX_QP_RD_ATOMIC),
+            0,
+            OPT_ACCESS | OPTPAR_RNR_TIMEOUT,
+        ),
+        (_, _) => (AttrMask::SQ_PSN, 0, OPTPAR_Q_KEY),
+    };
+    Some(Rule {
+        from,
+        to,
+        required,
+        harmless,
+        optional,
+    })
+}
+
+/// The model's attribute bits of the optional fields `opt` names.
+fn optional_mask(opt: u32) -> AttrMask {
+    let mut mask = AttrMask(0);
+    for (bit, attr) in [
+        (OPT_ACCESS, AttrMask::ACCESS_FLAGS),
+        (OPTPAR_PKEY_INDEX, AttrMask::PKEY_INDEX),
+        (OPTPAR_PRI_PORT, AttrMask::PORT),
+        (OPTPAR_Q_KEY, AttrMask::QKEY),
+        (OPTPAR_RNR_TIMEOUT, AttrMask::MIN_RNR_TIMER),
+    ] {
+        if opt & bit != 0 {
+            mask = mask.or(attr);
+        }
+    }
+    mask
+}
+
+/// Reads the input of forward transition `opcode`: QPN, `opt_param_mask`
+/// and context (the four inputs share their layout).
+fn read_transition<B: PageStore, S: Storage, P: Platform>(
+    cx: &mut Cx<'_, B, S, P>,
+    opcode: u16,
+) -> Result<(u32, u32, Qpc), Reject> {
+    Ok(match opcode {
+        OP_RST2INIT_QP => {
+            let i: Rst2InitQpIn = cx.read_in()?;
+            cx.need_out(Rst2InitQpOut::SIZE)?;
+            (i.qpn, i.opt_param_mask, i.qpc)
+        }
+        OP_INIT2INIT_QP => {
+            let i: Init2InitQpIn = cx.read_in()?;
+            cx.need_out(Init2InitQpOut::SIZE)?;
+            (i.qpn, i.opt_param_mask, i.qpc)
+        }
+        OP_INIT2RTR_QP => {
+            let i: Init2RtrQpIn = cx.read_in()?;
+            cx.need_out(Init2RtrQpOut::SIZE)?;
+            (i.qpn, i.opt_param_mask, i.qpc)
+        }
+        OP_RTR2RTS_QP => {
+            let i: Rtr2RtsQpIn = cx.read_in()?;
+            cx.need_out(Rtr2RtsQpOut::SIZE)?;
+            (i.qpn, i.opt_param_mask, i.qpc)
+        }
+        _ => return Err(Reject::BadOpcode),
+    })
+}
+
 /// Builds the modify request of transition `opcode` from its input.
 fn transition<B: PageStore, S: Storage, P: Platform>(
     cx: &mut Cx<'_, B, S, P>,
     opcode: u16,
 ) -> Result<Transition, Reject> {
-    let (qpn, opt, q, from, to, required, optional) = match opcode {
-        OP_RST2INIT_QP => {
-            let i: Rst2InitQpIn = cx.read_in()?;
-            cx.need_out(Rst2InitQpOut::SIZE)?;
-            let req = AttrMask::PKEY_INDEX
-                .or(AttrMask::PORT)
-                .or(AttrMask::ACCESS_FLAGS);
-            // The INIT fields are always taken; naming them is harmless.
-            let opt = OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE | OPTPAR_PKEY_INDEX | OPTPAR_PRI_PORT;
-            (
-                i.qpn,
-                i.opt_param_mask & !opt,
-                i.qpc,
-                QpState::Reset,
-                QpState::Init,
-                req,
-                0,
-            )
-        }
-        OP_INIT2RTR_QP => {
-            let i: Init2RtrQpIn = cx.read_in()?;
-            cx.need_out(Init2RtrQpOut::SIZE)?;
-            let req = AttrMask::AV
-                .or(AttrMask::PATH_MTU)
-                .or(AttrMask::DEST_QPN)
-                .or(AttrMask::RQ_PSN)
-                .or(AttrMask::MAX_DEST_RD_ATOMIC)
-                .or(AttrMask::MIN_RNR_TIMER);
-            let opt = OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE | OPTPAR_PKEY_INDEX;
-            (
-                i.qpn,
-                i.opt_param_mask,
-                i.qpc,
-                QpState::Init,
-                QpState::Rtr,
-                req,
-                opt,
-            )
-        }
-        OP_RTR2RTS_QP => {
-            let i: Rtr2RtsQpIn = cx.read_in()?;
-            cx.need_out(Rtr2RtsQpOut::SIZE)?;
-            let req = AttrMask::TIMEOUT
-                .or(AttrMask::RETRY_CNT)
-                .or(AttrMask::RNR_RETRY)
-                .or(AttrMask::SQ_PSN)
-                .or(AttrMask::MAX_QP_RD_ATOMIC);
-            let opt = OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE | OPTPAR_RNR_TIMEOUT;
-            (
-                i.qpn,
-                i.opt_param_mask,
-                i.qpc,
-                QpState::Rtr,
-                QpState::Rts,
-                req,
-                opt,
-            )
-        }
+    let to = match opcode {
         OP_2ERR_QP => {
             let i: Qp2ErrIn = cx.read_in()?;
             cx.need_out(Qp2ErrOut::SIZE)?;
-            let m = QpModify {
-                mask: AttrMask::STATE,
-                state: QpState::Err,
-                ..QpModify::default()
-            };
-            return Ok(Transition {
-                qpn: i.qpn,
-                from: None,
-                m,
-            });
+            Some((i.qpn, QpState::Err))
         }
         OP_2RST_QP => {
             let i: Qp2RstIn = cx.read_in()?;
             cx.need_out(Qp2RstOut::SIZE)?;
-            let m = QpModify {
-                mask: AttrMask::STATE,
-                state: QpState::Reset,
-                ..QpModify::default()
-            };
-            return Ok(Transition {
-                qpn: i.qpn,
-                from: None,
-                m,
-            });
+            Some((i.qpn, QpState::Reset))
         }
-        _ => return Err(Reject::BadOpcode),
+        _ => None,
     };
-    if opt & !optional != 0 {
+    if let Some((qpn, state)) = to {
+        let m = QpModify {
+            mask: AttrMask::STATE,
+            state,
+            ..QpModify::default()
+        };
+        return Ok(Transition { qpn, from: None, m });
+    }
+    let (qpn, opt, q) = read_transition(cx, opcode)?;
+    let service = cx.hca.query_qp(qpn).ok_or(Reject::BadQp)?.service;
+    let r = rule(opcode, service).ok_or(Reject::BadOpcode)?;
+    let opt = opt & !r.harmless;
+    if opt & !r.optional != 0 {
         return Err(Reject::BadOptParam);
     }
-    let mut mask = required.or(AttrMask::STATE);
-    if opt & (OPTPAR_RRE | OPTPAR_RWE | OPTPAR_RAE) != 0 {
-        mask = mask.or(AttrMask::ACCESS_FLAGS);
-    }
-    if opt & OPTPAR_PKEY_INDEX != 0 {
-        mask = mask.or(AttrMask::PKEY_INDEX);
-    }
-    if opt & OPTPAR_RNR_TIMEOUT != 0 {
-        mask = mask.or(AttrMask::MIN_RNR_TIMER);
-    }
+    let mask = r.required.or(AttrMask::STATE).or(optional_mask(opt));
     let path = &q.primary_address_path;
     let dest_hca = if mask.contains(AttrMask::AV) {
         index_of_lid(path.rlid).ok_or(Reject::BadRlid)?
@@ -309,14 +383,15 @@ fn transition<B: PageStore, S: Storage, P: Platform>(
         retry_cnt: q.retry_count,
         rnr_retry: q.rnr_retry,
         sqd_async_notify: false,
+        qkey: q.q_key,
     };
     Ok(Transition {
         qpn,
-        from: Some(from),
+        from: Some(r.from),
         m: QpModify {
             mask,
-            state: to,
-            cur_state: from,
+            state: r.to,
+            cur_state: r.from,
             attrs,
         },
     })
@@ -337,7 +412,8 @@ pub(super) fn modify_qp<B: PageStore, S: Storage, P: Platform>(
         Error::BadTransition => Reject::BadQpState,
         _ => Reject::BadQpAttr,
     })?;
-    // Every transition's output is the header and the ECE word (0).
+    // Every forward transition's output is the header and the ECE word
+    // (0), laid out alike.
     match opcode {
         OP_2ERR_QP => cx.reply(&Qp2ErrOut {}),
         OP_2RST_QP => cx.reply(&Qp2RstOut {}),
@@ -384,7 +460,11 @@ fn query_context(info: &QpInfo, attr: &QpAttr, uar_page: u32) -> Qpc {
     };
     Qpc {
         state: qpc_state(info.state),
-        st: ST_RC,
+        st: match info.service {
+            QpService::Rc => ST_RC,
+            QpService::Ud => ST_UD,
+            QpService::Gsi => ST_QP1,
+        },
         pm_state: PM_STATE_MIGRATED,
         pd: attr.pdn,
         mtu: c.path_mtu,
@@ -411,7 +491,12 @@ fn query_context(info: &QpInfo, attr: &QpAttr, uar_page: u32) -> Qpc {
             rlid,
             ack_timeout: c.timeout,
             sl: c.sl,
-            vhca_port_num: c.port,
+            // QP1 is bound to its port from creation on (the model's one).
+            vhca_port_num: if info.service == QpService::Gsi {
+                1
+            } else {
+                c.port
+            },
             ..Ads::default()
         },
         log_sra_max: log2_up(c.max_rd_atomic),
@@ -427,6 +512,7 @@ fn query_context(info: &QpInfo, attr: &QpAttr, uar_page: u32) -> Qpc {
         next_rcv_psn: c.rq_psn,
         cqn_rcv: attr.recv_cqn,
         dbr_addr: attr.dbr_addr,
+        q_key: c.qkey,
         rq_type: if attr.rq_wqes == 0 {
             RQ_TYPE_ZERO_LEN
         } else {

@@ -12,9 +12,9 @@ use super::super::prm::cmd_status::CmdStatus;
 use super::super::prm::command::{
     InHeader, OutHeader, OP_2ERR_QP, OP_2RST_QP, OP_ALLOC_PD, OP_ALLOC_UAR, OP_CREATE_CQ,
     OP_CREATE_EQ, OP_CREATE_MKEY, OP_CREATE_QP, OP_DEALLOC_PD, OP_DEALLOC_UAR, OP_DESTROY_CQ,
-    OP_DESTROY_EQ, OP_DESTROY_MKEY, OP_DESTROY_QP, OP_DISABLE_HCA, OP_ENABLE_HCA, OP_INIT2RTR_QP,
-    OP_INIT_HCA, OP_MANAGE_PAGES, OP_QUERY_HCA_CAP, OP_QUERY_ISSI, OP_QUERY_PAGES, OP_QUERY_QP,
-    OP_RST2INIT_QP, OP_RTR2RTS_QP, OP_SET_HCA_CAP, OP_SET_ISSI, OP_TEARDOWN_HCA,
+    OP_DESTROY_EQ, OP_DESTROY_MKEY, OP_DESTROY_QP, OP_DISABLE_HCA, OP_ENABLE_HCA, OP_INIT2INIT_QP,
+    OP_INIT2RTR_QP, OP_INIT_HCA, OP_MANAGE_PAGES, OP_QUERY_HCA_CAP, OP_QUERY_ISSI, OP_QUERY_PAGES,
+    OP_QUERY_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP, OP_SET_HCA_CAP, OP_SET_ISSI, OP_TEARDOWN_HCA,
 };
 use super::super::prm::eqe::{EqeData, DATA_SIZE};
 use super::super::prm::eqe_async::CmdEqe;
@@ -95,6 +95,7 @@ fn allowed(state: HcaState, issi: u16, opcode: u16) -> Result<(), Reject> {
             | OP_CREATE_QP
             | OP_DESTROY_QP
             | OP_RST2INIT_QP
+            | OP_INIT2INIT_QP
             | OP_INIT2RTR_QP
             | OP_RTR2RTS_QP
             | OP_2ERR_QP
@@ -165,9 +166,8 @@ fn dispatch<B: PageStore, S: Storage, P: Platform>(
         OP_DESTROY_CQ => cmd_queue::destroy_cq(cx),
         OP_CREATE_QP => cmd_qp::create_qp(cx),
         OP_DESTROY_QP => cmd_qp::destroy_qp(cx),
-        OP_RST2INIT_QP | OP_INIT2RTR_QP | OP_RTR2RTS_QP | OP_2ERR_QP | OP_2RST_QP => {
-            cmd_qp::modify_qp(cx, h.opcode)
-        }
+        OP_RST2INIT_QP | OP_INIT2INIT_QP | OP_INIT2RTR_QP | OP_RTR2RTS_QP | OP_2ERR_QP
+        | OP_2RST_QP => cmd_qp::modify_qp(cx, h.opcode),
         OP_QUERY_QP => cmd_qp::query_qp(cx),
         _ => Err(Reject::BadOpcode),
     }

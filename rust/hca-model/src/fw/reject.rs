@@ -331,9 +331,9 @@ rejects! {
         "CQ still used by QPs";
 
     // QPs.
-    /// A service type other than RC.
-    NotRc = 0x0008_0001, Code::Status(S::BadParamErr),
-        "QP service type not RC";
+    /// A service type other than RC, UD or QP1.
+    UnsupportedSt = 0x0008_0001, Code::Status(S::BadParamErr),
+        "QP service type not RC, UD or QP1";
     /// SRQ or another receive queue type the model lacks.
     UnsupportedRq = 0x0008_0002, Code::Status(S::BadParamErr),
         "QP receive queue type not regular or zero-length";
@@ -359,6 +359,9 @@ rejects! {
     /// The path's LID names no instance of the fabric.
     BadRlid = 0x0008_0009, Code::Status(S::BadParamErr),
         "remote LID names no port of the fabric";
+    /// CREATE_QP of a second QP1 on the function.
+    Qp1Exists = 0x0008_000a, Code::Status(S::ResBusy),
+        "QP1 already exists on the function";
 
     // Doorbells and registers that cannot be acted on.
     /// The command doorbell rang before the queue was ready.

@@ -23,7 +23,7 @@ use mlx5_prm::cmd_res::{
 };
 use mlx5_prm::ifc::Layout;
 use mlx5_prm::opcode::EventType;
-use mlx5_prm::qpc::{OPTPAR_Q_KEY, ST_UD};
+use mlx5_prm::qpc::{OPTPAR_Q_KEY, ST_UC};
 
 use super::cmd_driver::*;
 use super::cmd_errors::{fresh, last, refused, status};
@@ -233,9 +233,9 @@ fn bad_objects() {
         b,
         0,
         CreateQp,
-        create(qpc(ST_UD, cq.cqn)),
+        create(qpc(ST_UC, cq.cqn)),
         &[buf],
-        Reject::NotRc
+        Reject::UnsupportedSt
     );
     refused!(b, 0, CreateQp, create(qpc(0, 999)), &[buf], Reject::BadCq);
     let mut q = qpc(0, cq.cqn);

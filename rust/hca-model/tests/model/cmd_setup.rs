@@ -24,7 +24,7 @@ use mlx5_prm::cmd_res::{
     DeallocPdIn, DeallocUar, DeallocUarIn, DestroyMkey, DestroyMkeyIn, Mkc, ACCESS_MODE_MTT,
     ACCESS_MODE_PA,
 };
-use mlx5_prm::cmd_status::CmdStatus;
+use mlx5_prm::cmd_status::{CmdError, CmdStatus};
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
 use mlx5_prm::eqe::{EQE_SIZE, OWNER_OFFSET};
 use mlx5_prm::eqe_async::AsyncEvent;
@@ -130,7 +130,7 @@ impl Bed {
             )
             .unwrap()
             .capability;
-        assert!(max.rc && !max.ud && max.num_ports == 1 && max.bf);
+        assert!(max.rc && max.ud && !max.uc && max.num_ports == 1 && max.bf);
         let cur = self
             .cmd_out::<QueryHcaCap>(
                 d,
@@ -292,6 +292,23 @@ impl Bed {
         caps: QpCaps,
         scatter: bool,
     ) -> TestQp {
+        self.create_qp_of(d, pd, (scq, rcq), caps, scatter, rc_qpc().st)
+            .unwrap()
+    }
+
+    /// CREATE_QP of a QP of service type `st` (`qpc::ST_*`) on the CQs
+    /// `cqs` (send, receive), as [`Bed::create_qp_on`]; the command's error
+    /// if the device refuses it.
+    pub fn create_qp_of(
+        &mut self,
+        d: usize,
+        pd: u32,
+        cqs: (&TestCq, &TestCq),
+        caps: QpCaps,
+        scatter: bool,
+        st: u8,
+    ) -> Result<TestQp, CmdError> {
+        let (scq, rcq) = cqs;
         let rq_stride = (caps.max_recv_sge.max(1) * 16).next_power_of_two();
         let rq_bytes = u64::from(caps.rq_wqes * rq_stride);
         let size = rq_bytes + u64::from(caps.sq_wqebbs) * 64;
@@ -309,12 +326,13 @@ impl Bed {
                 cqn_snd: scq.cqn,
                 cqn_rcv: rcq.cqn,
                 dbr_addr: dbr,
+                st,
                 ..rc_qpc()
             },
         };
-        let qpn = self.cmd::<CreateQp>(d, &input, &pas).unwrap().qpn;
+        let qpn = self.cmd::<CreateQp>(d, &input, &pas)?.qpn;
         self.settle_pages(d);
-        TestQp {
+        Ok(TestQp {
             hca: self.devs[d].h,
             qpn,
             sq_buf: buf + rq_bytes,
@@ -332,7 +350,7 @@ impl Bed {
             rq_wrid: vec![0; caps.rq_wqes as usize],
             send_cq: scq.cqn,
             recv_cq: rcq.cqn,
-        }
+        })
     }
 
     /// ALLOC_PD.

@@ -10,7 +10,7 @@ use hca_model::eq::EqAttr;
 use hca_model::fabric::{Fabric, HcaSet};
 use hca_model::hca::Hca;
 use hca_model::mr::{Access, MrAttr};
-use hca_model::qp::{ConnAttrs, QpAttr, QpState, RemoteQp};
+use hca_model::qp::{ConnAttrs, QpAttr, QpService, QpState, RemoteQp};
 use hca_model::qp_modify::{AttrMask, QpModify};
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
 use mlx5_prm::doorbell::UAR_PAGE_SIZE;
@@ -120,6 +120,9 @@ pub struct Wr {
     pub sges: Vec<Sge>,
     /// Inline payload (instead of `sges`).
     pub inline: Option<Vec<u8>>,
+    /// The datagram segment (address vector) of a UD send, placed right
+    /// after the control segment.
+    pub av: Option<mlx5_prm::wqe::DatagramSeg>,
     pub signaled: bool,
     pub solicited: bool,
     pub fence: bool,
@@ -133,6 +136,7 @@ impl Wr {
             op,
             sges: sges.to_vec(),
             inline: None,
+            av: None,
             signaled: true,
             solicited: false,
             fence: false,
@@ -410,6 +414,19 @@ impl World {
 
     /// Creates an RC QP on instance `h`.
     pub fn qp(&mut self, h: usize, pdn: u32, scq: &TestCq, rcq: &TestCq, caps: QpCaps) -> TestQp {
+        self.qp_of(h, pdn, scq, rcq, caps, QpService::Rc).unwrap()
+    }
+
+    /// Creates a QP of `service` on instance `h`.
+    pub fn qp_of(
+        &mut self,
+        h: usize,
+        pdn: u32,
+        scq: &TestCq,
+        rcq: &TestCq,
+        caps: QpCaps,
+        service: QpService,
+    ) -> Result<TestQp, hca_model::error::Error> {
         let sq_buf = self
             .mem
             .alloc((caps.sq_wqebbs as u64 * 64).max(64), Kind::DevRead);
@@ -420,6 +437,7 @@ impl World {
         let dbr = self.mem.alloc(8, Kind::DevRead);
         let uar = self.ctx[h].uar;
         let attr = QpAttr {
+            service,
             pdn,
             send_cqn: scq.cqn,
             recv_cqn: rcq.cqn,
@@ -435,8 +453,8 @@ impl World {
             max_send_sge: caps.max_send_sge,
             max_inline_data: caps.max_inline,
         };
-        let qpn = self.hca(h).create_qp(&attr).unwrap();
-        TestQp {
+        let qpn = self.hca(h).create_qp(&attr)?;
+        Ok(TestQp {
             hca: h,
             qpn,
             sq_buf,
@@ -454,7 +472,7 @@ impl World {
             rq_wrid: vec![0; caps.rq_wqes.max(1) as usize],
             send_cq: scq.cqn,
             recv_cq: rcq.cqn,
-        }
+        })
     }
 
     /// Modifies a QP.

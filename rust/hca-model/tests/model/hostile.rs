@@ -423,6 +423,7 @@ fn random_invalid_input_never_panics_or_strays() {
                     timeout: rng.below(40) as u8,
                     retry_cnt: rng.below(9) as u8,
                     rnr_retry: rng.below(9) as u8,
+                    qkey: rng.next() as u32,
                     sqd_async_notify: rng.chance(1, 2),
                 };
                 let m = hca_model::qp_modify::QpModify {

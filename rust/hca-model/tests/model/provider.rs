@@ -61,6 +61,11 @@ impl World {
             | WrOp::MaskedFaa { raddr, rkey, .. } => Some(RaddrSeg { raddr, rkey }),
             _ => None,
         };
+        if let Some(av) = &wr.av {
+            let mut b = [0u8; 48];
+            av.encode(&mut b);
+            put(sq, &mut off, &b);
+        }
         if let Some(r) = raddr {
             let mut b = [0u8; 16];
             r.encode(&mut b);

@@ -11,7 +11,7 @@ use hca_model::doorbell::SendDoorbell;
 use hca_model::eq::EqAttr;
 use hca_model::fabric::{index_of_lid, lid_of_index};
 use hca_model::mr::{Access, MrAttr};
-use hca_model::qp::{ConnAttrs, QpAttr, QpState, RemoteQp};
+use hca_model::qp::{ConnAttrs, QpAttr, QpService, QpState, RemoteQp};
 use hca_model::qp_modify::{AttrMask, QpModify};
 use mlx5_prm::cqe::{CQE_SIZE, OP_OWN_OFFSET};
 use mlx5_prm::doorbell::{
@@ -559,6 +559,8 @@ fn create_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::CreateQp) -> Re
     let buf = alloc_dma(&mut st.mem, total)?;
     let dbr = alloc_dbr(&mut st.mem)?;
     let attr = QpAttr {
+        // The user-space ABI creates RC QPs only.
+        service: QpService::Rc,
         pdn: a.pd_handle,
         send_cqn: a.send_cq_handle,
         recv_cqn: a.recv_cq_handle,
@@ -657,6 +659,8 @@ fn modify_qp(st: &mut State, ctx: u64, dev: usize, a: &mut uapi::ModifyQp) -> Re
             retry_cnt: u8_of(a.retry_cnt)?,
             rnr_retry: u8_of(a.rnr_retry)?,
             sqd_async_notify: false,
+            // No Q_Key on the RC QPs of the user-space ABI.
+            qkey: 0,
         },
     };
     hca(st, dev)?
