@@ -69,6 +69,10 @@ def build_initramfs(args, workdir):
             "rmlx5_ibtest.ko")
         if os.path.exists(ibtest):
             shutil.copy(ibtest, os.path.join(root, "lib/modules/rmlx5_ibtest.ko"))
+            # The rdma_cm test ULP, built beside it (tests/guest/rdmacm.sh).
+            cmtest = os.path.join(os.path.dirname(os.path.abspath(ibtest)), "rmlx5_cmtest.ko")
+            if os.path.exists(cmtest):
+                shutil.copy(cmtest, os.path.join(root, "lib/modules/rmlx5_cmtest.ko"))
     for prog in args.programs:
         shutil.copy(prog, os.path.join(root, "tests", os.path.basename(prog)))
     # Tools a user would run (rmlx5-devinfo, -pingpong, -perf) go in /bin.
@@ -81,10 +85,11 @@ def build_initramfs(args, workdir):
     shutil.copy(os.path.join(HERE, "guest/prod.sh"), os.path.join(root, "tests/prod.sh"))
     shutil.copy(os.path.join(HERE, "guest/rdma-core.sh"), os.path.join(root, "tests/rdma-core.sh"))
     shutil.copy(os.path.join(HERE, "guest/pyverbs.sh"), os.path.join(root, "tests/pyverbs.sh"))
+    shutil.copy(os.path.join(HERE, "guest/rdmacm.sh"), os.path.join(root, "tests/rdmacm.sh"))
     shutil.copy(os.path.join(HERE, "guest/mlx5-abi.py"), os.path.join(root, "tests/mlx5-abi.py"))
     for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh", "tests/stress.sh",
                  "tests/pci-smoke.sh", "tests/prod.sh", "tests/rdma-core.sh", "tests/pyverbs.sh",
-                 "tests/mlx5-abi.py"):
+                 "tests/rdmacm.sh", "tests/mlx5-abi.py"):
         os.chmod(os.path.join(root, path), 0o755)
     # Extra file trees (the benchmark's rdma-core, perftest and iproute2,
     # staged by scripts/bench-userland.sh).

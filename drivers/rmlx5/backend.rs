@@ -41,6 +41,7 @@ use crate::hca_model::{
     caps::Caps,
     cq::CqAttr,
     mr::MrAttr,
+    port::GidEntry,
     qp::{
         ConnAttrs,
         QpAttr,
@@ -282,4 +283,21 @@ pub(crate) trait Backend: Send + Sync {
     /// Lets the device make progress after a doorbell or a modify (the
     /// software HCA runs its engine; hardware needs nothing).
     fn run(&self);
+
+    /// Makes the port a RoCE port (`roce`) whose datagrams are at most
+    /// `mtu` (`enum ib_mtu`) long, or an InfiniBand port again. Only a
+    /// software HCA's port can be bound to a netdev; a function refuses.
+    fn set_port(&self, roce: bool, mtu: u8) -> Result {
+        let _ = (roce, mtu);
+        Err(EOPNOTSUPP)
+    }
+
+    /// Writes entry `index` of the port's GID table (`None` clears it), as
+    /// mlx5's SET_ROCE_ADDRESS does: the source GID, RoCE version and MAC
+    /// of what the port sends from that index, and the MAC datagrams for
+    /// the port are addressed to.
+    fn set_gid(&self, index: u8, entry: Option<GidEntry>) -> Result {
+        let _ = (index, entry);
+        Err(EOPNOTSUPP)
+    }
 }

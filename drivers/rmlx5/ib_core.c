@@ -15,11 +15,11 @@
  * the Rust crate never sees an ib_* pointer. The constants both sides share
  * are checked equal at build time below.
  *
- * What is left out, and what a ULP sees instead: UD, UC, XRC, SRQ and the
- * special QPs (-EOPNOTSUPP from create_qp; so no MADs: the port advertises
- * no MAD, CM or SA capability and ib_mad, ib_cm and ib_sa leave it alone),
- * inline data (max_inline_data 0, IB_SEND_INLINE refused), remote
- * invalidation (IB_WR_SEND_WITH_INV refused), integrity MRs. User objects
+ * What is left out, and what a ULP sees instead: UC, XRC, SRQ and QP0
+ * (-EOPNOTSUPP from create_qp), the GSI QP on InfiniBand ports (which
+ * advertise no MAD, CM or SA capability, so ib_mad, ib_cm and ib_sa leave
+ * them alone; RoCE ports have QP1 and MADs), inline data (max_inline_data
+ * 0, IB_SEND_INLINE refused), integrity MRs. User objects
  * (ib_uverbs with mlx5_ib's ABI: udata set) are ib_user.c's, on kernels
  * with CONFIG_INFINIBAND_USER_ACCESS. Fast registration (alloc_mr, map_mr_sg, IB_WR_REG_MR) and
  * IB_WR_LOCAL_INV are UMR WQEs on the QP, executed by the HCA in order.
@@ -34,6 +34,7 @@
  * MR (a PA key over the whole bus space) covers. Fast registration is
  * advertised only where the device has it (max_fast_reg_pages).
  */
+#include <linux/if_ether.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
@@ -43,6 +44,7 @@
 #include <net/net_namespace.h>
 #include <rdma/ib_addr.h>
 #include <rdma/ib_cache.h>
+#include <rdma/ib_mad.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rmlx5_ib.h>
 
@@ -67,6 +69,8 @@ static_assert(RMLX5_IB_WR_ATOMIC_FETCH_AND_ADD == IB_WR_ATOMIC_FETCH_AND_ADD);
 static_assert(RMLX5_IB_WR_MASKED_ATOMIC_CMP_AND_SWP == IB_WR_MASKED_ATOMIC_CMP_AND_SWP);
 static_assert(RMLX5_IB_WR_MASKED_ATOMIC_FETCH_AND_ADD == IB_WR_MASKED_ATOMIC_FETCH_AND_ADD);
 static_assert(RMLX5_IB_WR_LOCAL_INV == IB_WR_LOCAL_INV);
+static_assert(RMLX5_IB_WR_SEND_WITH_INV == IB_WR_SEND_WITH_INV);
+static_assert(RMLX5_IB_WC_WITH_INVALIDATE == IB_WC_WITH_INVALIDATE);
 static_assert(RMLX5_IB_WR_REG_MR == IB_WR_REG_MR);
 static_assert(RMLX5_IB_WC_LOCAL_INV == IB_WC_LOCAL_INV);
 static_assert(RMLX5_IB_WC_REG_MR == IB_WC_REG_MR);
@@ -118,6 +122,13 @@ static_assert(RMLX5_IB_QP_MIN_RNR_TIMER == IB_QP_MIN_RNR_TIMER);
 static_assert(RMLX5_IB_QP_SQ_PSN == IB_QP_SQ_PSN);
 static_assert(RMLX5_IB_QP_MAX_DEST_RD_ATOMIC == IB_QP_MAX_DEST_RD_ATOMIC);
 static_assert(RMLX5_IB_QP_DEST_QPN == IB_QP_DEST_QPN);
+static_assert(RMLX5_IB_QP_QKEY == IB_QP_QKEY);
+static_assert(RMLX5_IB_WC_GRH == IB_WC_GRH);
+static_assert(RMLX5_IB_WC_WITH_NETWORK_HDR_TYPE == IB_WC_WITH_NETWORK_HDR_TYPE);
+static_assert(RMLX5_IB_NETWORK_IB == RDMA_NETWORK_IB);
+static_assert(RMLX5_IB_NETWORK_ROCE_V1 == RDMA_NETWORK_ROCE_V1);
+static_assert(RMLX5_IB_NETWORK_IPV4 == RDMA_NETWORK_IPV4);
+static_assert(RMLX5_IB_NETWORK_IPV6 == RDMA_NETWORK_IPV6);
 /* SGE lists are handed over as they are. */
 static_assert(sizeof(struct rmlx5_ib_sge) == sizeof(struct ib_sge));
 static_assert(offsetof(struct rmlx5_ib_sge, addr) == offsetof(struct ib_sge, addr));
@@ -131,6 +142,16 @@ static_assert(offsetof(struct rmlx5_ib_sge, lkey) == offsetof(struct ib_sge, lke
 	 IB_QP_TIMEOUT | IB_QP_RETRY_CNT | IB_QP_RNR_RETRY | IB_QP_RQ_PSN |  \
 	 IB_QP_MAX_QP_RD_ATOMIC | IB_QP_MIN_RNR_TIMER | IB_QP_SQ_PSN |       \
 	 IB_QP_MAX_DEST_RD_ATOMIC | IB_QP_DEST_QPN)
+/* And what a UD or GSI QP takes (ib_modify_qp_is_ok checks which when). */
+#define RMLX5_IBC_UD_QP_MASK                                                 \
+	(IB_QP_STATE | IB_QP_CUR_STATE | IB_QP_PKEY_INDEX | IB_QP_PORT |     \
+	 IB_QP_QKEY | IB_QP_SQ_PSN)
+
+/* In the Rust crate (ulp.rs), for this file only: the port's link layer
+ * and GID table in the device. */
+int rmlx5_ibc_set_port(int index, int roce, u32 mtu);
+int rmlx5_ibc_set_gid(int index, u32 gid_index, const u8 *gid, int roce_v2,
+		      const u8 *mac);
 
 #define RMLX5_IBC_MAX_DEVS 8
 
@@ -289,13 +310,21 @@ static int rmlx5_ibc_get_port_immutable(struct ib_device *ibdev, u32 port,
 		return err;
 	imm->pkey_tbl_len = attr.pkey_tbl_len;
 	imm->gid_tbl_len = attr.gid_tbl_len;
-	/* InfiniBand or RoCE (v1 and v2 GIDs) transport without MAD, SMI,
-	 * CM or SA support. */
-	imm->core_cap_flags = to_dev(ibdev)->roce ?
-		RDMA_CORE_CAP_PROT_ROCE | RDMA_CORE_CAP_PROT_ROCE_UDP_ENCAP |
-		RDMA_CORE_CAP_ETH_AH :
-		RDMA_CORE_CAP_PROT_IB;
-	imm->max_mad_size = 0;
+	/*
+	 * A RoCE port (v1 and v2 GIDs) has the GSI QP, so ib_mad opens QP1
+	 * on it and ib_cm and rdma_cm connect through it (no SMI: RoCE has
+	 * no QP0). An InfiniBand port has neither QP0 nor an SM to answer
+	 * SA queries: no MAD, CM or SA capability, so those clients leave it
+	 * alone rather than fail.
+	 */
+	if (to_dev(ibdev)->roce) {
+		imm->core_cap_flags = RDMA_CORE_PORT_IBA_ROCE |
+			RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+		imm->max_mad_size = IB_MGMT_MAD_SIZE;
+	} else {
+		imm->core_cap_flags = RDMA_CORE_CAP_PROT_IB;
+		imm->max_mad_size = 0;
+	}
 	return 0;
 }
 
@@ -544,8 +573,14 @@ static int rmlx5_ibc_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 				.ex.imm_data = w[i].imm_data,
 				.src_qp = w[i].src_qp,
 				.wc_flags = w[i].wc_flags,
+				.slid = w[i].slid,
+				.sl = w[i].sl,
+				.pkey_index = w[i].pkey_index,
+				.network_hdr_type = w[i].network_hdr_type,
 				.port_num = 1,
 			};
+			if (w[i].wc_flags & IB_WC_WITH_INVALIDATE)
+				wc[done + i].ex.invalidate_rkey = w[i].imm_data;
 		}
 		done += n;
 		if (n < want)
@@ -590,8 +625,23 @@ static int rmlx5_ibc_create_qp(struct ib_qp *ibqp,
 	if (udata)
 		return -EOPNOTSUPP;
 #endif
-	if (init->qp_type != IB_QPT_RC || init->srq || init->xrcd ||
-	    init->rwq_ind_tbl || init->create_flags)
+	switch (init->qp_type) {
+	case IB_QPT_RC:
+		a.qp_type = RMLX5_IB_QPT_RC;
+		break;
+	case IB_QPT_UD:
+		a.qp_type = RMLX5_IB_QPT_UD;
+		break;
+	case IB_QPT_GSI:
+		/* ib_mad's QP1, on the port that has one (MAD capability). */
+		if (!dev->roce || init->port_num != 1)
+			return -EOPNOTSUPP;
+		a.qp_type = RMLX5_IB_QPT_GSI;
+		break;
+	default:
+		return -EOPNOTSUPP;
+	}
+	if (init->srq || init->xrcd || init->rwq_ind_tbl || init->create_flags)
 		return -EOPNOTSUPP;
 	if (init->cap.max_inline_data || !init->send_cq || !init->recv_cq)
 		return -EINVAL;
@@ -605,11 +655,12 @@ static int rmlx5_ibc_create_qp(struct ib_qp *ibqp,
 	err = rmlx5_ib_create_qp(to_pd(ibqp->pd)->pd, &a, &qp->qp);
 	if (err)
 		return err;
-	ibqp->qp_num = rmlx5_ib_qp_num(qp->qp);
+	qp->qpn = rmlx5_ib_qp_num(qp->qp);
+	ibqp->qp_num = init->qp_type == IB_QPT_GSI ? 1 : qp->qpn;
 	qp->cap = init->cap;
 	qp->sq_sig_type = init->sq_sig_type;
 	qp->attr.port_num = 1;
-	old = xa_store_bh(&dev->qps, ibqp->qp_num, qp, GFP_KERNEL);
+	old = xa_store_bh(&dev->qps, qp->qpn, qp, GFP_KERNEL);
 	if (xa_is_err(old)) {
 		rmlx5_ib_destroy_qp(qp->qp);
 		return xa_err(old);
@@ -667,12 +718,14 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		.timeout = attr->timeout,
 		.retry_cnt = attr->retry_cnt,
 		.rnr_retry = attr->rnr_retry,
+		.qkey = attr->qkey,
 	};
+	bool ud = ibqp->qp_type == IB_QPT_UD || ibqp->qp_type == IB_QPT_GSI;
 	int err;
 
 	if (udata && !qp->uqp)
 		return -EOPNOTSUPP;
-	if (mask & ~RMLX5_IBC_QP_MASK)
+	if (mask & ~(ud ? RMLX5_IBC_UD_QP_MASK : RMLX5_IBC_QP_MASK))
 		return -EOPNOTSUPP;
 	if (!(mask & IB_QP_STATE))
 		a.qp_state = qp->attr.qp_state;
@@ -751,6 +804,8 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
 	if (mask & IB_QP_DEST_QPN)
 		qp->attr.dest_qp_num = attr->dest_qp_num;
+	if (mask & IB_QP_QKEY)
+		qp->attr.qkey = attr->qkey;
 	return 0;
 }
 
@@ -774,7 +829,7 @@ static int rmlx5_ibc_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 	attr->cur_qp_state = state;
 	attr->cap = qp->cap;
 	memset(init, 0, sizeof(*init));
-	init->qp_type = IB_QPT_RC;
+	init->qp_type = ibqp->qp_type;
 	init->send_cq = ibqp->send_cq;
 	init->recv_cq = ibqp->recv_cq;
 	init->cap = qp->cap;
@@ -798,7 +853,7 @@ static int rmlx5_ibc_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	if (err)
 		return err;
 	spin_lock_bh(&dev->ev_lock);
-	xa_cmpxchg_bh(&dev->qps, ibqp->qp_num, qp, NULL, GFP_ATOMIC);
+	xa_cmpxchg_bh(&dev->qps, qp->qpn, qp, NULL, GFP_ATOMIC);
 	spin_unlock_bh(&dev->ev_lock);
 	return 0;
 }
@@ -832,6 +887,18 @@ static int rmlx5_ibc_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		switch (wr->opcode) {
 		case IB_WR_SEND:
 		case IB_WR_SEND_WITH_IMM:
+			if (ibqp->qp_type == IB_QPT_UD ||
+			    ibqp->qp_type == IB_QPT_GSI) {
+				const struct ib_ud_wr *ud = ud_wr(wr);
+
+				if (!ud->ah || ud->ah->device != ibqp->device) {
+					err = -EINVAL;
+					break;
+				}
+				w.av = to_ah(ud->ah)->av;
+				w.remote_qpn = ud->remote_qpn;
+				w.remote_qkey = ud->remote_qkey;
+			}
 			break;
 		case IB_WR_RDMA_WRITE:
 		case IB_WR_RDMA_WRITE_WITH_IMM:
@@ -858,6 +925,7 @@ static int rmlx5_ibc_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 			break;
 		}
 		case IB_WR_LOCAL_INV:
+		case IB_WR_SEND_WITH_INV:
 			w.rkey = wr->ex.invalidate_rkey;
 			break;
 		case IB_WR_ATOMIC_CMP_AND_SWP:
@@ -909,6 +977,91 @@ static int rmlx5_ibc_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		}
 	}
 	return err;
+}
+
+/*
+ * Address handles: the address vector is built once, here, as mlx5_ib
+ * keeps it in its AH, and copied into every UD send. Called with
+ * RDMA_CREATE_AH_SLEEPABLE or without (ib_mad answers MADs from its
+ * completion handler): nothing here sleeps or allocates.
+ */
+static int rmlx5_ibc_create_ah(struct ib_ah *ibah,
+			       struct rdma_ah_init_attr *init,
+			       struct ib_udata *udata)
+{
+	struct rmlx5_ibc_dev *dev = to_dev(ibah->device);
+	struct rdma_ah_attr *attr = init->ah_attr;
+	struct rmlx5_ibc_ah *ah = to_ah(ibah);
+	struct rmlx5_ib_ah_attr a = {
+		.dlid = rdma_ah_get_dlid(attr),
+		.sl = rdma_ah_get_sl(attr),
+	};
+
+	if (udata || rdma_ah_get_port_num(attr) != 1)
+		return -EINVAL;
+	if (dev->roce != (attr->type == RDMA_AH_ATTR_TYPE_ROCE))
+		return -EINVAL;
+	if (rdma_ah_get_ah_flags(attr) & IB_AH_GRH) {
+		const struct ib_global_route *grh = rdma_ah_read_grh(attr);
+
+		memcpy(a.dgid, grh->dgid.raw, sizeof(a.dgid));
+		a.flow_label = grh->flow_label;
+		a.sgid_index = grh->sgid_index;
+		a.hop_limit = grh->hop_limit;
+		a.traffic_class = grh->traffic_class;
+		a.grh = 1;
+	} else if (dev->roce) {
+		return -EINVAL;
+	}
+	if (dev->roce)
+		memcpy(a.dmac, attr->roce.dmac, sizeof(a.dmac));
+	ah->attr = *attr;
+	ah->attr.grh.sgid_attr = NULL;
+	return rmlx5_ib_encode_av(dev->index, &a, ah->av);
+}
+
+static int rmlx5_ibc_query_ah(struct ib_ah *ibah, struct rdma_ah_attr *attr)
+{
+	*attr = to_ah(ibah)->attr;
+	return 0;
+}
+
+static int rmlx5_ibc_destroy_ah(struct ib_ah *ibah, u32 flags)
+{
+	/* WRs that named it were copied when posted: nothing to wait for. */
+	return 0;
+}
+
+/*
+ * A RoCE port's GID table is ib_core's; the device is told each entry as
+ * mlx5_ib does with SET_ROCE_ADDRESS: the GID, its RoCE version and the
+ * MAC of its netdev, which is also what datagrams for this port are
+ * addressed to.
+ */
+static int rmlx5_ibc_add_gid(const struct ib_gid_attr *attr, void **context)
+{
+	u8 mac[ETH_ALEN];
+	u16 vlan;
+	int err;
+
+	if (attr->port_num != 1)
+		return -EINVAL;
+	err = rdma_read_gid_l2_fields(attr, &vlan, mac);
+	if (err)
+		return err;
+	/* No VLAN tagging (0xffff: no VLAN): a VLAN netdev's GID is refused. */
+	if (vlan != 0xffff)
+		return -EOPNOTSUPP;
+	return rmlx5_ibc_set_gid(to_dev(attr->device)->index, attr->index,
+				 attr->gid.raw,
+				 attr->gid_type == IB_GID_TYPE_ROCE_UDP_ENCAP,
+				 mac);
+}
+
+static int rmlx5_ibc_del_gid(const struct ib_gid_attr *attr, void **context)
+{
+	return rmlx5_ibc_set_gid(to_dev(attr->device)->index, attr->index,
+				 NULL, 0, NULL);
 }
 
 /* Asynchronous events: mlx5 event types to ib_event (BH context). */
@@ -1014,10 +1167,20 @@ static const struct ib_device_ops rmlx5_ibc_ops = {
 	.destroy_qp = rmlx5_ibc_destroy_qp,
 	.post_send = rmlx5_ibc_post_send,
 	.post_recv = rmlx5_ibc_post_recv,
+	.create_ah = rmlx5_ibc_create_ah,
+	.query_ah = rmlx5_ibc_query_ah,
+	.destroy_ah = rmlx5_ibc_destroy_ah,
 
 	INIT_RDMA_OBJ_SIZE(ib_pd, rmlx5_ibc_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_ah, rmlx5_ibc_ah, ibah),
 	INIT_RDMA_OBJ_SIZE(ib_cq, rmlx5_ibc_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_qp, rmlx5_ibc_qp, ibqp),
+};
+
+/* What a RoCE port adds: the device's copy of the GID table. */
+static const struct ib_device_ops rmlx5_ibc_roce_ops = {
+	.add_gid = rmlx5_ibc_add_gid,
+	.del_gid = rmlx5_ibc_del_gid,
 };
 
 static void rmlx5_ibc_remove_one(struct rmlx5_ibc_dev *dev)
@@ -1104,9 +1267,16 @@ static int rmlx5_ibc_bind_netdev(struct rmlx5_ibc_dev *dev)
 		       dev->index, name);
 		return -ENODEV;
 	}
-	err = ib_device_set_netdev(&dev->ibdev, ndev, 1);
+	err = rmlx5_ibc_set_port(dev->index, 1, iboe_get_mtu(ndev->mtu));
 	if (!err)
+		err = ib_device_set_netdev(&dev->ibdev, ndev, 1);
+	if (!err) {
 		dev->roce = true;
+		/* The GID table ib_core fills is mirrored into the device. */
+		ib_set_device_ops(&dev->ibdev, &rmlx5_ibc_roce_ops);
+	} else {
+		rmlx5_ibc_set_port(dev->index, 0, IB_MTU_4096);
+	}
 	rtnl_unlock();
 	dev_put(ndev);
 	return err;

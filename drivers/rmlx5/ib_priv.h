@@ -82,6 +82,17 @@ struct rmlx5_ibc_qp {
 	struct ib_qp_attr attr;
 	struct ib_qp_cap cap;
 	enum ib_sig_type sq_sig_type;
+	/* The number the QP's CQEs and events carry (the key in dev->qps):
+	 * ibqp.qp_num, except for the GSI QP, which is QP 1 to ib_core. */
+	u32 qpn;
+};
+
+struct rmlx5_ibc_ah {
+	struct ib_ah ibah;
+	/* The address vector UD sends carry (rmlx5_ib_encode_av). */
+	u8 av[RMLX5_IB_AV_SIZE];
+	/* What query_ah reports (no reference to the source GID's entry). */
+	struct rdma_ah_attr attr;
 };
 
 static inline struct rmlx5_ibc_dev *to_dev(struct ib_device *ibdev)
@@ -107,6 +118,11 @@ static inline struct rmlx5_ibc_cq *to_cq(struct ib_cq *ibcq)
 static inline struct rmlx5_ibc_qp *to_qp(struct ib_qp *ibqp)
 {
 	return container_of(ibqp, struct rmlx5_ibc_qp, ibqp);
+}
+
+static inline struct rmlx5_ibc_ah *to_ah(struct ib_ah *ibah)
+{
+	return container_of(ibah, struct rmlx5_ibc_ah, ibah);
 }
 
 /* ib_user.c: the uverbs side (CONFIG_INFINIBAND_USER_ACCESS). */

@@ -639,6 +639,7 @@ int rmlx5_ibc_user_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init,
 				  &ibqp->qp_num);
 	if (err)
 		return err;
+	qp->qpn = ibqp->qp_num;
 	qp->cap = init->cap;
 	qp->sq_sig_type = init->sq_sig_type;
 	qp->attr.port_num = 1;

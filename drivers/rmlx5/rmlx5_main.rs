@@ -61,6 +61,7 @@ pub mod mlx5_prm {
     pub mod hca_cap;
     pub mod ifc;
     pub mod init_seg;
+    pub mod net_hdr;
     pub mod opcode;
     pub mod qpc;
     pub mod recv;
@@ -91,6 +92,7 @@ pub mod hca_model {
     pub mod mem;
     pub mod mr;
     pub mod pd;
+    pub mod port;
     pub mod qp;
     pub mod qp_modify;
     pub mod respond;
@@ -100,6 +102,7 @@ pub mod hca_model {
     pub mod table;
     pub mod timer;
     pub mod transfer;
+    pub mod ud;
     pub mod wqe;
 }
 

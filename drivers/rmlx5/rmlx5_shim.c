@@ -49,6 +49,7 @@ EXPORT_SYMBOL_GPL(rmlx5_ib_destroy_qp);
 EXPORT_SYMBOL_GPL(rmlx5_ib_qp_num);
 EXPORT_SYMBOL_GPL(rmlx5_ib_modify_qp);
 EXPORT_SYMBOL_GPL(rmlx5_ib_post_send);
+EXPORT_SYMBOL_GPL(rmlx5_ib_encode_av);
 EXPORT_SYMBOL_GPL(rmlx5_ib_post_recv);
 EXPORT_SYMBOL_GPL(rmlx5_ib_set_event_handler);
 EXPORT_SYMBOL_GPL(rmlx5_ib_get_dma_mr);

@@ -15,6 +15,7 @@
 
 pub(crate) mod objects;
 
+use core::sync::atomic::Ordering;
 use kernel::{
     ffi::{
         c_int,
@@ -27,6 +28,14 @@ use kernel::{
     },
 };
 
+use crate::hca_model::{
+    fabric::MAX_UNICAST_LID,
+    port::{
+        GidEntry,
+        GID_TABLE_LEN, //
+    },
+    qp::QpService,
+};
 use crate::ib::{
     cq::{
         Cq,
@@ -42,6 +51,7 @@ use crate::ib::{
         QpCaps,
         SendReq,
         Sge,
+        UdDest,
         MAX_SGE, //
     },
 };
@@ -52,10 +62,20 @@ use crate::mlx5_core::{
     },
     events::EventHandlerFn,
 };
+use crate::mlx5_prm::wqe::DatagramSeg;
 use objects::{
     Handle,
     ULP_OBJECTS, //
 };
+
+/// Bytes of an address vector (`RMLX5_IB_AV_SIZE`).
+const AV_SIZE: usize = DatagramSeg::SIZE;
+/// The UDP source port of RoCE v2 datagrams (the bottom of the range
+/// mlx5 uses), carried where an InfiniBand AV has the LID.
+const ROCE_UDP_SPORT: u16 = 0xc000;
+/// GID table entries of a RoCE port (an InfiniBand port has one GID); the
+/// model's table holds as many.
+const ROCE_GIDS: u8 = GID_TABLE_LEN as u8;
 
 fn errno(e: Error) -> c_int {
     e.to_errno()
@@ -462,7 +482,17 @@ pub struct QpInitAttr {
     max_send_sge: u32,
     max_recv_sge: u32,
     sq_sig_all: u32,
-    reserved: u32,
+    qp_type: u32,
+}
+
+/// `RMLX5_IB_QPT_*`: the transport of a new QP.
+fn qp_service(qp_type: u32) -> Result<QpService> {
+    match qp_type {
+        0 => Ok(QpService::Rc),
+        1 => Ok(QpService::Ud),
+        2 => Ok(QpService::Gsi),
+        _ => Err(EOPNOTSUPP),
+    }
 }
 
 /// # Safety
@@ -489,7 +519,12 @@ pub unsafe extern "C" fn rmlx5_ib_create_qp(
             ArcBorrow::from_raw(attr.recv_cq).into(),
         )
     };
+    let service = match qp_service(attr.qp_type) {
+        Ok(s) => s,
+        Err(e) => return errno(e),
+    };
     let caps = QpCaps {
+        service,
         max_send_wr: attr.max_send_wr,
         max_recv_wr: attr.max_recv_wr,
         max_send_sge: attr.max_send_sge,
@@ -590,6 +625,9 @@ pub struct SendWrC {
     mr: *const Mr,
     access: u32,
     reserved2: u32,
+    av: *const [u8; AV_SIZE],
+    remote_qpn: u32,
+    remote_qkey: u32,
 }
 
 /// `struct rmlx5_ib_recv_wr`.
@@ -660,6 +698,14 @@ pub unsafe extern "C" fn rmlx5_ib_post_send(
             // for every other opcode).
             mr: unsafe { w.mr.as_ref() },
             access: w.access,
+            // SAFETY: A UD send names an address vector of the caller's,
+            // `RMLX5_IB_AV_SIZE` bytes, valid while it posts (null for
+            // every other QP).
+            ud: unsafe { w.av.as_ref() }.map(|av| UdDest {
+                av,
+                qpn: w.remote_qpn,
+                qkey: w.remote_qkey,
+            }),
         }))
     });
     match qp.post_send_from(reqs) {
@@ -704,6 +750,139 @@ pub unsafe extern "C" fn rmlx5_ib_post_recv(
         cur = w.next;
     }
     0
+}
+
+/// `struct rmlx5_ib_ah_attr`.
+#[repr(C)]
+pub struct AhAttrC {
+    dgid: [u8; 16],
+    flow_label: u32,
+    dlid: u16,
+    sgid_index: u8,
+    hop_limit: u8,
+    traffic_class: u8,
+    sl: u8,
+    grh: u8,
+    reserved: u8,
+    dmac: [u8; 6],
+    reserved2: u16,
+}
+
+/// Checks an address handle's attributes against the port of device
+/// `index` and writes the address vector UD sends carry into `av`: the
+/// datagram segment of mlx5 without destination QP and Q_Key, as mlx5_ib
+/// keeps it in its AH. Never sleeps.
+///
+/// # Safety
+///
+/// `attr` is readable, `av` writable for `RMLX5_IB_AV_SIZE` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ib_encode_av(
+    index: c_int,
+    attr: *const AhAttrC,
+    av: *mut [u8; AV_SIZE],
+) -> c_int {
+    // SAFETY: The caller passes a readable attribute struct.
+    let Some(a) = (unsafe { attr.as_ref() }) else {
+        return EINVAL.to_errno();
+    };
+    let r = device(index).and_then(|dev| {
+        let roce = dev.roce.load(Ordering::Acquire);
+        encode_av(a, roce, if roce { ROCE_GIDS } else { 1 })
+    });
+    match r {
+        Ok(seg) => {
+            let mut b = [0u8; AV_SIZE];
+            seg.encode(&mut b);
+            // SAFETY: `av` is writable for `AV_SIZE` bytes.
+            unsafe { av.write(b) };
+            0
+        }
+        Err(e) => errno(e),
+    }
+}
+
+/// The datagram segment of `a` on a RoCE (`roce`) or InfiniBand port with
+/// `gids` GID table entries.
+fn encode_av(a: &AhAttrC, roce: bool, gids: u8) -> Result<DatagramSeg> {
+    if a.sgid_index >= gids || a.flow_label > 0xf_ffff {
+        return Err(EINVAL);
+    }
+    let grh = roce || a.grh != 0;
+    let mut seg = DatagramSeg {
+        tclass: a.traffic_class,
+        hop_limit: a.hop_limit,
+        rgid: a.dgid,
+        grh_gid_fl: if grh {
+            DatagramSeg::GRH | (u32::from(a.sgid_index) << 20) | a.flow_label
+        } else {
+            0
+        },
+        ..DatagramSeg::default()
+    };
+    if roce {
+        // The next hop's MAC; the SL in bits 3:1 and the UDP source port
+        // where InfiniBand has the LID, as mlx5_ib builds a RoCE AV.
+        if a.dmac == [0u8; 6] || a.sl > 7 {
+            return Err(EINVAL);
+        }
+        seg.rmac = a.dmac;
+        seg.stat_rate_sl = a.sl << 1;
+        seg.rlid = ROCE_UDP_SPORT;
+    } else {
+        // A unicast LID: 0 is reserved, 0xc000 and up are multicast.
+        if a.dlid == 0 || a.dlid > MAX_UNICAST_LID || a.sl > 15 {
+            return Err(EINVAL);
+        }
+        seg.rlid = a.dlid;
+        seg.stat_rate_sl = a.sl;
+    }
+    Ok(seg)
+}
+
+/// Makes device `index`'s port a RoCE port (`roce` non-zero) with path MTU
+/// `mtu` (`enum ib_mtu`), or InfiniBand again: for `ib_core.c` only, when
+/// it binds the port to a netdev (or lets go of it).
+#[no_mangle]
+pub extern "C" fn rmlx5_ibc_set_port(index: c_int, roce: c_int, mtu: u32) -> c_int {
+    let r = device(index).and_then(|dev| {
+        let mtu = u8::try_from(mtu).map_err(|_| EINVAL)?;
+        dev.be.set_port(roce != 0, mtu)?;
+        dev.roce.store(roce != 0, Ordering::Release);
+        Ok(())
+    });
+    r.map_or_else(errno, |()| 0)
+}
+
+/// Writes GID table entry `gid_index` of device `index`'s port (clears it
+/// when `gid` is null): the GID, RoCE v2 (`roce_v2` non-zero) or v1, and
+/// the MAC of the netdev it belongs to. For `ib_core.c`'s `add_gid` and
+/// `del_gid` only.
+///
+/// # Safety
+///
+/// `gid` is null or readable for 16 bytes, `mac` for 6 when `gid` is not
+/// null.
+#[no_mangle]
+pub unsafe extern "C" fn rmlx5_ibc_set_gid(
+    index: c_int,
+    gid_index: u32,
+    gid: *const [u8; 16],
+    roce_v2: c_int,
+    mac: *const [u8; 6],
+) -> c_int {
+    // SAFETY: Null or readable, as the caller promises.
+    let entry = unsafe { gid.as_ref() }.map(|g| GidEntry {
+        gid: *g,
+        roce_v2: roce_v2 != 0,
+        // SAFETY: Readable whenever `gid` is not null.
+        mac: unsafe { mac.as_ref() }.copied().unwrap_or_default(),
+    });
+    let r = device(index).and_then(|dev| {
+        let i = u8::try_from(gid_index).map_err(|_| EINVAL)?;
+        dev.be.set_gid(i, entry)
+    });
+    r.map_or_else(errno, |()| 0)
 }
 
 /// Sets (or clears, with a null `handler`) the async event handler of a

@@ -39,6 +39,8 @@ enum {
 	RMLX5_IB_WR_ATOMIC_CMP_AND_SWP = 5,
 	RMLX5_IB_WR_ATOMIC_FETCH_AND_ADD = 6,
 	RMLX5_IB_WR_LOCAL_INV = 7,
+	/* SEND, and invalidate rkey at the responder (remote invalidation). */
+	RMLX5_IB_WR_SEND_WITH_INV = 9,
 	RMLX5_IB_WR_MASKED_ATOMIC_CMP_AND_SWP = 12,
 	RMLX5_IB_WR_MASKED_ATOMIC_FETCH_AND_ADD = 13,
 	RMLX5_IB_WR_REG_MR = 0x20,
@@ -114,6 +116,32 @@ enum {
 	RMLX5_IB_QP_SQ_PSN = 1 << 16,
 	RMLX5_IB_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
 	RMLX5_IB_QP_DEST_QPN = 1 << 20,
+	RMLX5_IB_QP_QKEY = 1 << 6,	/* UD and GSI QPs only */
+};
+
+/* Transport of a QP (rmlx5_ib_qp_init_attr.qp_type); 0, RC, is what a
+ * zeroed attribute asks for. */
+enum {
+	RMLX5_IB_QPT_RC = 0,
+	RMLX5_IB_QPT_UD = 1,
+	/* The GSI QP (QP1) of the device's port: at most one per device; on
+	 * the wire and in ib_core it is QP 1, rmlx5_ib_qp_num() gives the
+	 * number its CQEs carry. */
+	RMLX5_IB_QPT_GSI = 2,
+};
+
+/* Work completion flags besides RMLX5_IB_WC_WITH_IMM (ib_wc_flags). */
+#define RMLX5_IB_WC_GRH 1
+/* The sender invalidated the rkey in imm_data (host order). */
+#define RMLX5_IB_WC_WITH_INVALIDATE (1 << 2)
+#define RMLX5_IB_WC_WITH_NETWORK_HDR_TYPE (1 << 6)
+
+/* rmlx5_ib_wc.network_hdr_type (enum rdma_network_type). */
+enum {
+	RMLX5_IB_NETWORK_IB = 0,
+	RMLX5_IB_NETWORK_ROCE_V1 = 1,
+	RMLX5_IB_NETWORK_IPV4 = 2,
+	RMLX5_IB_NETWORK_IPV6 = 3,
 };
 
 struct rmlx5_ib_device_attr {
@@ -137,6 +165,15 @@ struct rmlx5_ib_wc {
 	__be32 imm_data;
 	u32 wc_flags;
 	u32 src_qp;		/* receives: the sender's QP number */
+	/* UD and GSI receives: the sender's LID (InfiniBand ports) and SL,
+	 * the network header in the first 40 bytes of the buffer
+	 * (RMLX5_IB_NETWORK_*, with RMLX5_IB_WC_WITH_NETWORK_HDR_TYPE on
+	 * RoCE ports), the P_Key index. */
+	u16 slid;
+	u8 sl;
+	u8 network_hdr_type;
+	u16 pkey_index;
+	u16 reserved;
 };
 
 struct rmlx5_ib_sge {
@@ -165,11 +202,18 @@ struct rmlx5_ib_send_wr {
 	u64 swap_mask;
 	/* RMLX5_IB_WR_REG_MR: the MR from rmlx5_ib_alloc_mr() to register
 	 * with its key's last byte changed to rkey's, and its rights
-	 * (RMLX5_IB_ACCESS_*). RMLX5_IB_WR_LOCAL_INV: rkey is the key to
+	 * (RMLX5_IB_ACCESS_*). RMLX5_IB_WR_LOCAL_INV and
+	 * RMLX5_IB_WR_SEND_WITH_INV: rkey is the key to
 	 * invalidate. */
 	struct rmlx5_ib_mr *mr;
 	u32 access;
 	u32 reserved2;
+	/* UD and GSI QPs: the address vector rmlx5_ib_encode_av() made (its
+	 * RMLX5_IB_AV_SIZE bytes are read while the WR is posted), the
+	 * destination QP and its Q_Key (with bit 31 set, the QP's own). */
+	const u8 *av;
+	u32 remote_qpn;
+	u32 remote_qkey;
 };
 
 struct rmlx5_ib_recv_wr {
@@ -185,7 +229,7 @@ struct rmlx5_ib_qp_init_attr {
 	u32 max_send_wr, max_recv_wr;
 	u32 max_send_sge, max_recv_sge;	/* at most 8 */
 	u32 sq_sig_all;
-	u32 reserved;
+	u32 qp_type;		/* RMLX5_IB_QPT_* */
 };
 
 struct rmlx5_ib_qp_attr {
@@ -206,7 +250,25 @@ struct rmlx5_ib_qp_attr {
 	u8 retry_cnt;
 	u8 rnr_retry;
 	u8 reserved;
+	u32 qkey;		/* UD and GSI QPs (RMLX5_IB_QP_QKEY) */
 };
+
+/* An address handle's attributes, for rmlx5_ib_encode_av(). */
+struct rmlx5_ib_ah_attr {
+	u8 dgid[16];
+	u32 flow_label;
+	u16 dlid;		/* InfiniBand ports: the destination's lid */
+	u8 sgid_index;
+	u8 hop_limit;
+	u8 traffic_class;
+	u8 sl;
+	u8 grh;			/* send a GRH (always, on RoCE ports) */
+	u8 reserved;
+	u8 dmac[6];		/* RoCE ports: the next hop's MAC */
+	u16 reserved2;
+};
+
+#define RMLX5_IB_AV_SIZE 48
 
 /* Called in BH context; must not sleep. */
 typedef void (*rmlx5_ib_comp_handler)(struct rmlx5_ib_cq *cq, void *cq_context);
@@ -265,6 +327,11 @@ u32 rmlx5_ib_qp_num(struct rmlx5_ib_qp *qp);
 int rmlx5_ib_query_qp_state(struct rmlx5_ib_qp *qp);
 int rmlx5_ib_modify_qp(struct rmlx5_ib_qp *qp,
 		       const struct rmlx5_ib_qp_attr *attr, u32 attr_mask);
+/* Checks an address handle's attributes against device index's port and
+ * writes the mlx5 address vector UD sends carry (the datagram segment
+ * without destination QP and Q_Key) into av. Never sleeps. */
+int rmlx5_ib_encode_av(int index, const struct rmlx5_ib_ah_attr *attr,
+		       u8 av[RMLX5_IB_AV_SIZE]);
 int rmlx5_ib_post_send(struct rmlx5_ib_qp *qp,
 		       const struct rmlx5_ib_send_wr *wr,
 		       const struct rmlx5_ib_send_wr **bad_wr);

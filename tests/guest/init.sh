@@ -353,5 +353,14 @@ if [ "$mode" != stress ] && [ -d /proc/sys/net/smc ] &&
     fi
 fi
 
+# Kernel ULPs through rdma_cm (ib_mad, ib_cm, NVMe over Fabrics) over
+# rmlx5's RoCE ports: tests/guest/rdmacm.sh loads and unloads rmlx5 itself.
+if [ "$mode" != stress ] && [ -d /sys/class/infiniband ] &&
+    [ -z "$filter" -o "${filter#rdmacm}" != "$filter" -o "${filter#cm}" != "$filter" -o \
+      "${filter#nvmf}" != "$filter" ]; then
+    echo 'none-*' > /sys/module/kunit/parameters/filter_glob 2>/dev/null
+    /tests/rdmacm.sh "$params"
+fi
+
 check_kmemleak kmemleak
 finish

@@ -102,6 +102,9 @@ pub(crate) struct Device {
     pub(crate) handler_calls: AtomicU64,
     /// Where the time of the event path goes (debugfs `rmlx5/perf`).
     pub(crate) perf: Arc<Perf>,
+    /// The port is a RoCE port (bound to a netdev by ib_core.c): address
+    /// vectors name the next hop by MAC and always carry a GRH.
+    pub(crate) roce: AtomicBool,
 }
 
 kernel::impl_has_work! {
@@ -159,6 +162,7 @@ impl Device {
             dispatch_runs: AtomicU64::new(0),
             handler_calls: AtomicU64::new(0),
             perf,
+            roce: AtomicBool::new(false),
         }));
         match dev {
             Ok(d) => Ok(d.into()),

@@ -67,6 +67,7 @@ use crate::hca_model::{
     qp::{
         ConnAttrs,
         QpAttr,
+        QpService,
         QpState, //
     },
     qp_modify::{
@@ -906,6 +907,11 @@ impl Backend for CxBackend {
     }
 
     fn create_qp(&self, attr: &QpAttr, mem: [&DmaBuf; 2]) -> Result<u32> {
+        // UD and the GSI QP on a function are not brought up yet (its
+        // port is InfiniBand and has no MADs).
+        if attr.service != QpService::Rc {
+            return Err(EOPNOTSUPP);
+        }
         let [buf, dbr] = mem;
         let rq_bytes = u64::from(attr.rq_wqes) * u64::from(attr.rq_stride);
         // One buffer, the RQ at its start and the SQ after it: the layout

@@ -41,6 +41,7 @@ use crate::hca_model::{
         lid_of_index, //
     },
     mr::MrAttr,
+    port::GidEntry,
     qp::{
         ConnAttrs,
         QpAttr,
@@ -342,6 +343,20 @@ impl Backend for SoftDevice {
 
     fn create_qp(&self, attr: &QpAttr, mem: [&DmaBuf; 2]) -> Result<u32> {
         self.create_on(&mem, |m| m.create_qp(attr).map_err(model_err))
+    }
+
+    fn set_port(&self, roce: bool, mtu: u8) -> Result {
+        let mut st = self.soft.state.lock();
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        m.set_link_roce(roce);
+        m.set_port_mtu(mtu);
+        Ok(())
+    }
+
+    fn set_gid(&self, index: u8, entry: Option<GidEntry>) -> Result {
+        let mut st = self.soft.state.lock();
+        let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
+        m.set_gid(index, entry).map_err(model_err)
     }
 
     fn modify_qp(&self, qpn: u32, q: &QpModify) -> Result {

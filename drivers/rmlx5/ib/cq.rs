@@ -129,6 +129,51 @@ pub struct Wc {
     /// Receive completions: the sender's QP number (the CQE's
     /// `flags_rqpn`), like `ib_wc.src_qp`; 0 for send completions.
     pub src_qp: u32,
+    /// Receive completions on an InfiniBand port: the sender's LID.
+    pub slid: u16,
+    /// Receive completions on an InfiniBand port: the packet's SL.
+    pub sl: u8,
+    /// Receive completions on a RoCE port: the network header in the
+    /// buffer's first 40 bytes (`enum rdma_network_type`), with
+    /// `WC_WITH_NETWORK_HDR_TYPE` in `wc_flags`.
+    pub network_hdr_type: u8,
+    /// P_Key index (the port has one P_Key).
+    pub pkey_index: u16,
+    /// Padding.
+    pub reserved: u16,
+}
+
+/// `IB_WC_WITH_INVALIDATE`: the sender invalidated the rkey in
+/// `imm_data` (host order).
+pub(crate) const WC_WITH_INVALIDATE: u32 = 1 << 2;
+/// `IB_WC_GRH`: the first 40 bytes of the receive buffer hold a network
+/// header.
+pub(crate) const WC_GRH: u32 = 1;
+/// `IB_WC_WITH_NETWORK_HDR_TYPE`.
+pub(crate) const WC_WITH_NETWORK_HDR_TYPE: u32 = 1 << 6;
+// `enum rdma_network_type` values.
+const NETWORK_ROCE_V1: u8 = 1;
+const NETWORK_IPV4: u8 = 2;
+const NETWORK_IPV6: u8 = 3;
+
+/// What a responder CQE says of the packet's path, as mlx5_ib reads it:
+/// on an InfiniBand port the sender's LID and SL; on a RoCE port the
+/// network header type, carried in the SL's low bits (`flags_rqpn` 25:24:
+/// 0 a GRH, RoCE v1; 1 IPv6; 2 IPv4). Returns the `wc_flags` to add.
+fn path_of(c: &Cqe64, roce: bool, wc: &mut Wc) -> u32 {
+    let mut flags = if c.grh != 0 { WC_GRH } else { 0 };
+    if roce {
+        wc.network_hdr_type = match c.sl & 0x3 {
+            0 => NETWORK_ROCE_V1,
+            1 => NETWORK_IPV6,
+            _ => NETWORK_IPV4,
+        };
+        flags |= WC_WITH_NETWORK_HDR_TYPE;
+    } else {
+        wc.slid = c.slid;
+        wc.sl = c.sl;
+    }
+    flags
 }
 
 /// A QP a CQE named, held while the poll lock is: if the QP was destroyed
@@ -486,19 +531,27 @@ impl Cq {
                 let (opcode, flags) = match op.opcode {
                     CqeOpcode::RespWrImm => (WC_RECV_RDMA_WITH_IMM, WC_WITH_IMM),
                     CqeOpcode::RespSendImm => (WC_RECV, WC_WITH_IMM),
+                    CqeOpcode::RespSendInv => (WC_RECV, WC_WITH_INVALIDATE),
                     _ => (WC_RECV, 0),
                 };
-                Some(Wc {
+                let mut wc = Wc {
                     wr_id,
                     status: WC_SUCCESS,
                     opcode,
                     byte_len: c.byte_cnt,
                     qp_num: c.qpn,
-                    imm_data: c.imm_inval_rkey.to_be(),
-                    wc_flags: flags,
+                    // Immediate data big-endian as on the wire; the
+                    // invalidated rkey as the key it is.
+                    imm_data: match flags {
+                        WC_WITH_IMM => c.imm_inval_rkey.to_be(),
+                        WC_WITH_INVALIDATE => c.imm_inval_rkey,
+                        _ => 0,
+                    },
                     src_qp: c.src_qpn,
                     ..Wc::default()
-                })
+                };
+                wc.wc_flags = flags | path_of(&c, self.dev.roce.load(Ordering::Relaxed), &mut wc);
+                Some(wc)
             }
             CqeOpcode::ReqErr | CqeOpcode::RespErr => {
                 let e = ErrCqe::decode(b).ok()?;

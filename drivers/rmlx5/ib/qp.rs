@@ -45,6 +45,7 @@ use crate::hca_model::{
     qp::{
         ConnAttrs,
         QpAttr,
+        QpService,
         QpState,
         RemoteQp, //
     },
@@ -72,6 +73,7 @@ use crate::mlx5_prm::{
         AtomicSeg,
         CtrlSeg,
         DataSeg,
+        DatagramSeg,
         MaskedAtomicSeg,
         MkeySeg,
         RaddrSeg,
@@ -100,6 +102,7 @@ pub(crate) const WR_ATOMIC_FETCH_AND_ADD: u32 = 6;
 pub(crate) const WR_MASKED_ATOMIC_CMP_AND_SWP: u32 = 12;
 pub(crate) const WR_MASKED_ATOMIC_FETCH_AND_ADD: u32 = 13;
 pub(crate) const WR_LOCAL_INV: u32 = 7;
+pub(crate) const WR_SEND_WITH_INV: u32 = 9;
 pub(crate) const WR_REG_MR: u32 = 0x20;
 // `enum ib_wc_opcode` values of the two UMR work requests.
 const WC_LOCAL_INV: u8 = 6;
@@ -151,11 +154,23 @@ pub(crate) struct SendReq<'a> {
     /// and the rights (`IB_ACCESS_*`).
     pub(crate) mr: Option<&'a Mr>,
     pub(crate) access: u32,
+    /// UD and GSI QPs: where the datagram goes.
+    pub(crate) ud: Option<UdDest<'a>>,
+}
+
+/// The destination of a UD send: an address vector from
+/// `rmlx5_ib_encode_av`, the remote QPN and Q_Key.
+#[derive(Clone, Copy)]
+pub(crate) struct UdDest<'a> {
+    pub(crate) av: &'a [u8; DatagramSeg::SIZE],
+    pub(crate) qpn: u32,
+    pub(crate) qkey: u32,
 }
 
 /// Creation attributes of a QP.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QpCaps {
+    pub(crate) service: QpService,
     pub(crate) max_send_wr: u32,
     pub(crate) max_recv_wr: u32,
     pub(crate) max_send_sge: u32,
@@ -201,6 +216,8 @@ pub struct QpAttrC {
     pub rnr_retry: u8,
     /// Padding.
     pub reserved: u8,
+    /// Q_Key (UD and GSI QPs).
+    pub qkey: u32,
 }
 
 impl QpAttrC {
@@ -235,6 +252,7 @@ impl QpAttrC {
                 timeout: a.timeout,
                 retry_cnt: a.retry_cnt,
                 rnr_retry: a.rnr_retry,
+                qkey: a.qkey,
                 ..ConnAttrs::default()
             },
         })
@@ -266,7 +284,7 @@ pub(crate) static QPS_REAPED: AtomicU64 = AtomicU64::new(0);
 /// and a log line watch it).
 pub(crate) static QPS_FREED_ATOMIC: AtomicU64 = AtomicU64::new(0);
 
-/// An RC queue pair.
+/// A queue pair: RC, UD or the GSI QP.
 ///
 /// # Invariants
 ///
@@ -277,6 +295,7 @@ pub(crate) static QPS_FREED_ATOMIC: AtomicU64 = AtomicU64::new(0);
 pub struct Qp {
     dev: Arc<Device>,
     pub(crate) qpn: u32,
+    service: QpService,
     send_cq: Arc<Cq>,
     recv_cq: Arc<Cq>,
     sq_wqebbs: u32,
@@ -330,7 +349,7 @@ fn pow2(n: u32) -> Result<u32> {
 }
 
 impl Qp {
-    /// Creates an RC QP in RESET.
+    /// Creates a QP in RESET.
     pub(crate) fn new(
         pd: &Pd,
         send_cq: &Arc<Cq>,
@@ -365,6 +384,7 @@ impl Qp {
             rwrid.push(0u64, GFP_KERNEL)?;
         }
         let attr = QpAttr {
+            service: caps.service,
             pdn: pd.pdn,
             send_cqn: send_cq.cqn,
             recv_cqn: recv_cq.cqn,
@@ -405,6 +425,7 @@ impl Qp {
         let qp = slot.write_pin_init(pin_init!(Self {
             dev: dev.clone(),
             qpn,
+            service: caps.service,
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
             sq_wqebbs,
@@ -503,6 +524,12 @@ impl Qp {
         if wr.sges.len() > MAX_SGE {
             return Err(EINVAL);
         }
+        if self.service != QpService::Rc {
+            return self.build_ud(sq, wr);
+        }
+        if wr.ud.is_some() {
+            return Err(EINVAL);
+        }
         if matches!(wr.opcode, WR_REG_MR | WR_LOCAL_INV) {
             return self.build_umr(sq, wr);
         }
@@ -512,6 +539,7 @@ impl Qp {
             WR_RDMA_WRITE => (SendOpcode::RdmaWrite, true, 0),
             WR_RDMA_WRITE_WITH_IMM => (SendOpcode::RdmaWriteImm, true, 0),
             WR_RDMA_READ => (SendOpcode::RdmaRead, true, 0),
+            WR_SEND_WITH_INV => (SendOpcode::SendInval, false, 0),
             WR_ATOMIC_CMP_AND_SWP => (SendOpcode::AtomicCs, true, 1),
             WR_ATOMIC_FETCH_AND_ADD => (SendOpcode::AtomicFa, true, 1),
             WR_MASKED_ATOMIC_CMP_AND_SWP => (SendOpcode::AtomicMaskedCs, true, 2),
@@ -582,6 +610,61 @@ impl Qp {
                 addr: s.addr,
             };
             seg16(&mut w, &mut pos, &|b| d.encode(b));
+        }
+        self.finish_wqe(
+            sq,
+            &mut w,
+            pos,
+            opcode,
+            wr,
+            wr.flags & SEND_SOLICITED != 0,
+            // SEND_WITH_INV carries the rkey to invalidate where the
+            // others carry immediate data.
+            if wr.opcode == WR_SEND_WITH_INV {
+                wr.rkey
+            } else {
+                u32::from_be(wr.imm_data)
+            },
+            WC_FROM_CQE,
+        )
+    }
+
+    /// Builds the WQE of a UD or GSI send: control segment, the datagram
+    /// segment (the AH's address vector with the destination QPN and
+    /// Q_Key), the gather list. Only SEND and SEND with immediate.
+    fn build_ud(&self, sq: &mut SqState, wr: &SendReq<'_>) -> Result<[u8; 16]> {
+        let ud = wr.ud.ok_or(EINVAL)?;
+        let opcode = match wr.opcode {
+            WR_SEND => SendOpcode::Send,
+            WR_SEND_WITH_IMM => SendOpcode::SendImm,
+            _ => return Err(EINVAL),
+        };
+        if ud.qpn > 0xff_ffff {
+            return Err(EINVAL);
+        }
+        let mut w = [0u8; MAX_WQE_SIZE];
+        let mut pos = CtrlSeg::SIZE;
+        let mut av = DatagramSeg::decode(ud.av);
+        av.qkey = ud.qkey;
+        av.dqpn = ud.qpn;
+        let mut b = [0u8; DatagramSeg::SIZE];
+        av.encode(&mut b);
+        w.get_mut(pos..pos + DatagramSeg::SIZE)
+            .ok_or(EINVAL)?
+            .copy_from_slice(&b);
+        pos += DatagramSeg::SIZE;
+        for s in wr.sges {
+            let d = DataSeg {
+                byte_count: s.length,
+                lkey: s.lkey,
+                addr: s.addr,
+            };
+            let mut b16 = [0u8; DataSeg::SIZE];
+            d.encode(&mut b16);
+            w.get_mut(pos..pos + DataSeg::SIZE)
+                .ok_or(EINVAL)?
+                .copy_from_slice(&b16);
+            pos += DataSeg::SIZE;
         }
         self.finish_wqe(
             sq,

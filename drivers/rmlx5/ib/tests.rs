@@ -26,6 +26,7 @@ use super::{
     },
     qp::*,
 };
+use crate::hca_model::qp::QpService;
 
 /// Completion handler of the tests: counts calls in the `AtomicU32` that
 /// `ctx` points at.
@@ -144,6 +145,7 @@ impl Pair {
         let mr0 = Mr::new(&pd0, b0.as_mut_ptr() as u64, BUF as u64, 0xf)?;
         let mr1 = Mr::new(&pd1, b1.as_mut_ptr() as u64, BUF as u64, 0xf)?;
         let caps = QpCaps {
+            service: QpService::Rc,
             max_send_wr: 32,
             max_recv_wr: 32,
             max_send_sge: 2,
@@ -401,6 +403,7 @@ mod verbs {
     fn qp_sizes_at_and_past_max_qp_wr() -> Result {
         let p = Pair::new(None)?;
         let caps = |send: u32, recv: u32| QpCaps {
+            service: QpService::Rc,
             max_send_wr: send,
             max_recv_wr: recv,
             max_send_sge: 1,
@@ -540,6 +543,7 @@ mod dispatch {
         let mut buf = KVec::from_elem(0u8, 4096, GFP_KERNEL)?;
         let mr = Mr::new(&pd, buf.as_mut_ptr() as u64, 4096, 0xf)?;
         let caps = QpCaps {
+            service: QpService::Rc,
             max_send_wr: 1,
             max_recv_wr: 1,
             max_send_sge: 1,

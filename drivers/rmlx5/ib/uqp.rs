@@ -44,6 +44,7 @@ use crate::hca_model::{
     qp::{
         ConnAttrs,
         QpAttr,
+        QpService,
         QpState, //
     },
     qp_modify::{
@@ -132,6 +133,7 @@ impl UserQp {
             return Err(EINVAL);
         }
         let attr = QpAttr {
+            service: QpService::Rc,
             pdn: pd.pdn,
             send_cqn: send_cq.cqn,
             recv_cqn: recv_cq.cqn,

@@ -480,6 +480,7 @@ fn modify_qp(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
             retry_cnt: u8_of(a.retry_cnt)?,
             rnr_retry: u8_of(a.rnr_retry)?,
             sqd_async_notify: false,
+            qkey: 0,
         },
     };
     // Nothing is written back: MODIFY_QP has no answer.
