@@ -378,7 +378,7 @@ fn step_qp<S: Storage, P: Platform>(
             }
             return 1;
         }
-        Op::Send { imm } => request(ReqKind::Send { imm }, &l, 0, 0, len),
+        Op::Send { imm, inval } => request(ReqKind::Send { imm, inval }, &l, 0, 0, len),
         Op::Write { raddr, imm } => {
             request(ReqKind::Write { imm }, &l, raddr.raddr, raddr.rkey, len)
         }

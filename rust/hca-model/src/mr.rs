@@ -498,6 +498,39 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
     Ok(())
 }
 
+/// Remote invalidation (a SEND_INVAL arriving at a responder QP in PD
+/// `pdn`): frees the fast-registration MR whose current key is `key`, as a
+/// local invalidation UMR would. Only an MR that UMR WQEs manage may be
+/// invalidated so (mlx5_ib enables remote invalidation on every such MR);
+/// a linear or firmware-table MR, another PD's, or a stale key is
+/// refused, and so is an MR that is free already (nothing registered
+/// under the key: the sender's invalidation has no effect to report).
+///
+/// # Errors
+///
+/// [`KeyError::BadKey`] for an unknown, stale or not remotely
+/// invalidatable key, [`KeyError::PdMismatch`] for another PD's MR.
+pub(super) fn invalidate_remote(mrs: &mut [Slot<Mr>], pdn: u32, key: u32) -> Result<(), KeyError> {
+    let slot = usize::try_from(key_index(key))
+        .ok()
+        .and_then(|i| mrs.get_mut(i))
+        .ok_or(KeyError::BadKey)?;
+    let Some(mr) = slot.obj.as_mut() else {
+        return Err(KeyError::BadKey);
+    };
+    if mr.key != key {
+        return Err(KeyError::BadKey);
+    }
+    let Some(fast) = mr.pages.as_mut().filter(|l| l.umr && l.valid) else {
+        return Err(KeyError::BadKey);
+    };
+    if mr.attr.pdn != pdn {
+        return Err(KeyError::PdMismatch);
+    }
+    fast.valid = false;
+    Ok(())
+}
+
 /// Checks the attributes of a new MR: the IB spec requires local write
 /// access for remote write and remote atomic access, and the ranges must
 /// not wrap around the address space.
@@ -743,6 +776,37 @@ mod tests {
         );
         assert_eq!(umr(&mut t, &mut m, 1, key, &ic, &ik, None), Ok(()));
         assert_eq!(t[3].obj.unwrap().fast_valid(), Some(false));
+        assert_eq!(
+            ranges(&t, &mut m, key, 0x7000_0800, 8, Access::NONE),
+            Err(KeyError::BadKey)
+        );
+    }
+
+    /// Remote invalidation frees a fast MR by its current key, in its own
+    /// PD only, and never a linear MR.
+    #[test]
+    fn remote_invalidation() {
+        let mut t = fast_table();
+        let mut m = mem();
+        for (i, page) in [0x40000u64, 0x41000, 0x90000, 0x20000].iter().enumerate() {
+            m.bytes[i * 8..i * 8 + 8].copy_from_slice(&(page | MTT_EN_RD).to_be_bytes());
+        }
+        let (c, k, x) = reg_umr(0x7000_0800, 0x3800, 0x80, mkey_flags::LOCAL_WRITE);
+        let free_key = make_key(3, 1).unwrap();
+        assert_eq!(umr(&mut t, &mut m, 1, free_key, &c, &k, Some(&x)), Ok(()));
+        let key = t[3].obj.unwrap().key;
+        assert_eq!(t[3].obj.unwrap().fast_valid(), Some(true));
+        assert_eq!(
+            invalidate_remote(&mut t, 1, free_key),
+            Err(KeyError::BadKey)
+        );
+        assert_eq!(invalidate_remote(&mut t, 2, key), Err(KeyError::PdMismatch));
+        assert_eq!(t[3].obj.unwrap().fast_valid(), Some(true));
+        let linear = t[2].obj.unwrap().key;
+        assert_eq!(invalidate_remote(&mut t, 1, linear), Err(KeyError::BadKey));
+        assert_eq!(invalidate_remote(&mut t, 1, key), Ok(()));
+        assert_eq!(t[3].obj.unwrap().fast_valid(), Some(false));
+        assert_eq!(invalidate_remote(&mut t, 1, key), Err(KeyError::BadKey));
         assert_eq!(
             ranges(&t, &mut m, key, 0x7000_0800, 8, Access::NONE),
             Err(KeyError::BadKey)

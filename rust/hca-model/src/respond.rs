@@ -25,7 +25,7 @@ use super::atomic::AtomicOp;
 use super::cq::CqeBody;
 use super::dev::{err_cqe, Dev};
 use super::mem::Platform;
-use super::mr::{resolve, Access};
+use super::mr::{self, resolve, Access};
 use super::prm::cqe::{Cqe64, OpOwn};
 use super::prm::doorbell::{QpDbRec, QP_DBR_SIZE};
 use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
@@ -40,8 +40,11 @@ use super::wqe::seg_len;
 /// The kind of a request on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ReqKind {
-    /// SEND or SEND_IMM.
-    Send { imm: Option<u32> },
+    /// SEND, SEND_IMM or SEND_INVAL (`inval`: the rkey to invalidate).
+    Send {
+        imm: Option<u32>,
+        inval: Option<u32>,
+    },
     /// RDMA_WRITE or RDMA_WRITE_IMM.
     Write { imm: Option<u32> },
     /// RDMA_READ.
@@ -244,6 +247,17 @@ pub(super) fn request<P: Platform>(
         );
         return Answer::Nak(CqeSyndrome::RemoteInvalReq);
     }
+    // Remote invalidation, of an MR of this QP's PD, once the message is
+    // known to fit: a key that names none is an invalid request.
+    if let ReqKind::Send {
+        inval: Some(rkey), ..
+    } = req.kind
+    {
+        if mr::invalidate_remote(dev.t.mrs, pdn, rkey).is_err() {
+            fail_no_wqe(dev, p, slot, qpn, EventType::WqInvalReqError);
+            return Answer::Nak(CqeSyndrome::RemoteInvalReq);
+        }
+    }
     Answer::Ack(Grant {
         slot,
         recv: Some(counter),
@@ -339,8 +353,11 @@ pub(super) fn finish<P: Platform>(
     }
     bump(&mut dev.stats.recvs_consumed);
     let (opcode, imm) = match req.kind {
-        ReqKind::Send { imm: None } => (CqeOpcode::RespSend, 0),
-        ReqKind::Send { imm: Some(i) } => (CqeOpcode::RespSendImm, i),
+        ReqKind::Send {
+            inval: Some(rkey), ..
+        } => (CqeOpcode::RespSendInv, rkey),
+        ReqKind::Send { imm: None, .. } => (CqeOpcode::RespSend, 0),
+        ReqKind::Send { imm: Some(i), .. } => (CqeOpcode::RespSendImm, i),
         ReqKind::Write { imm } => (CqeOpcode::RespWrImm, imm.unwrap_or(0)),
         ReqKind::Read | ReqKind::Atomic(_) => return,
     };

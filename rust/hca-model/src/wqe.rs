@@ -23,8 +23,12 @@ use super::qp::Sq;
 pub(super) enum Op {
     /// NOP: completes without moving data.
     Nop,
-    /// SEND or SEND_IMM.
-    Send { imm: Option<u32> },
+    /// SEND, SEND_IMM or SEND_INVAL (`inval`: the rkey the responder
+    /// invalidates, carried in the control segment's `imm`).
+    Send {
+        imm: Option<u32>,
+        inval: Option<u32>,
+    },
     /// RDMA_WRITE or RDMA_WRITE_IMM.
     Write { raddr: RaddrSeg, imm: Option<u32> },
     /// RDMA_READ: the data segments are the local scatter list.
@@ -152,8 +156,27 @@ impl<'a> SendWqe<'a> {
         let imm = self.ctrl.imm;
         Some(match self.ctrl.opcode {
             SendOpcode::Nop => (Op::Nop, b.len()),
-            SendOpcode::Send => (Op::Send { imm: None }, after_ctrl),
-            SendOpcode::SendImm => (Op::Send { imm: Some(imm) }, after_ctrl),
+            SendOpcode::Send => (
+                Op::Send {
+                    imm: None,
+                    inval: None,
+                },
+                after_ctrl,
+            ),
+            SendOpcode::SendImm => (
+                Op::Send {
+                    imm: Some(imm),
+                    inval: None,
+                },
+                after_ctrl,
+            ),
+            SendOpcode::SendInval => (
+                Op::Send {
+                    imm: None,
+                    inval: Some(imm),
+                },
+                after_ctrl,
+            ),
             SendOpcode::RdmaWrite => (
                 Op::Write {
                     raddr: raddr()?,

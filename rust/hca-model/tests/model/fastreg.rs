@@ -234,3 +234,76 @@ fn oversized_registration_fails_locally() {
     let mr = s.w.hca(1).query_mr(key).expect("the MR still exists");
     assert_eq!(mr.fast_valid(), Some(false));
 }
+
+/// SEND_INVAL (a target answering with IB_WR_SEND_WITH_INV, as nvmet-rdma
+/// does): the message lands in B's receive buffer, B's CQE is RESP_SEND_INV
+/// naming the key, and B's fast MR is free afterwards, so a WRITE through
+/// the key fails. A second SEND_INVAL of the now stale key is an invalid
+/// request: the requester gets REMOTE_INVAL_REQ.
+#[test]
+fn send_with_remote_invalidation() {
+    let mut s = setup();
+    let key = (s.fast & !0xff) | 0x51;
+    let iova = 0x6000_0000u64;
+    let rights = mkey_flags::LOCAL_WRITE | mkey_flags::REMOTE_WRITE;
+    let wr = reg_wr(&s, key, iova, PAGE, rights);
+    s.w.post_send(&mut s.b, &wr).unwrap();
+    s.w.run();
+    assert!(s.w.poll(&mut s.bcq, &[&s.b]).expect("UMR").ok());
+    for p in s.pages {
+        s.w.mem.add_mr(p, PAGE, 1, key);
+    }
+    // B's receive buffer: the second half of its page-list page (an MR
+    // of B's PD with local write).
+    let (bbuf, bkey) = (s.list + PAGE / 2, s.list_key);
+    s.w.post_recv(
+        &mut s.b,
+        7,
+        &[Sge {
+            addr: bbuf,
+            len: 64,
+            lkey: bkey,
+        }],
+    );
+    s.w.fill(s.abuf, b"invalidate me, then answer    ");
+    let send = Wr::new(
+        8,
+        WrOp::SendInv(key),
+        &[Sge {
+            addr: s.abuf,
+            len: 30,
+            lkey: s.akey,
+        }],
+    );
+    s.w.post_send(&mut s.a, &send).unwrap();
+    s.w.run();
+    let wc =
+        s.w.poll(&mut s.acq, &[&s.a])
+            .expect("SEND_INVAL completion");
+    assert!(wc.ok(), "SEND_INVAL failed: {wc:?}");
+    let rc = s.w.poll(&mut s.bcq, &[&s.b]).expect("receive completion");
+    assert!(rc.ok(), "receive failed: {rc:?}");
+    assert_eq!(rc.opcode, CqeOpcode::RespSendInv);
+    assert_eq!(rc.imm, key, "the CQE names the invalidated key");
+    assert_eq!(rc.byte_len, 30);
+    assert_eq!(s.w.read(bbuf, 30), b"invalidate me, then answer    ");
+    let mr = s.w.hca(1).query_mr(key).expect("the MR still exists");
+    assert_eq!(mr.fast_valid(), Some(false));
+
+    // The stale key: an invalid request, and the QPs go to ERR.
+    s.w.post_recv(
+        &mut s.b,
+        9,
+        &[Sge {
+            addr: bbuf,
+            len: 64,
+            lkey: bkey,
+        }],
+    );
+    s.w.post_send(&mut s.a, &Wr::new(10, WrOp::SendInv(key), &[]))
+        .unwrap();
+    s.w.run();
+    let wc = s.w.poll(&mut s.acq, &[&s.a]).expect("failed SEND_INVAL");
+    assert_eq!(wc.syndrome, Some(u8::from(CqeSyndrome::RemoteInvalReq)));
+    assert_eq!(s.w.state(&s.b), hca_model::qp::QpState::Err);
+}

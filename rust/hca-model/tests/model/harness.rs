@@ -65,6 +65,8 @@ pub enum WrOp {
     Nop,
     Send,
     SendImm(u32),
+    /// SEND_INVAL: invalidate this rkey at the responder.
+    SendInv(u32),
     Write {
         raddr: u64,
         rkey: u32,

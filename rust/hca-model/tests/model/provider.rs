@@ -42,6 +42,7 @@ impl World {
             WrOp::Nop => (SendOpcode::Nop, 0),
             WrOp::Send => (SendOpcode::Send, 0),
             WrOp::SendImm(i) => (SendOpcode::SendImm, i),
+            WrOp::SendInv(rkey) => (SendOpcode::SendInval, rkey),
             WrOp::Write { .. } => (SendOpcode::RdmaWrite, 0),
             WrOp::WriteImm { imm, .. } => (SendOpcode::RdmaWriteImm, imm),
             WrOp::Read { .. } => (SendOpcode::RdmaRead, 0),
