@@ -317,7 +317,7 @@ impl SoftHca {
             uars.push(uar, GFP_KERNEL)?;
         }
         let perf = Arc::new(Perf::new(), GFP_KERNEL)?;
-        // The engine's 5 KiB scratch space goes straight into its
+        // The engine's 10 KiB scratch space goes straight into its
         // allocation (copied from the constant), never through the stack.
         let scratch = KBox::new_uninit(GFP_KERNEL)?.write(Scratch::EMPTY);
         let locked = Locked {

@@ -20,6 +20,17 @@
 //! | lkey invalid, other PD, range outside the MR, scatter buffer without LOCAL_WRITE | LOCAL_PROT |
 //! | message longer than the device maximum; atomic result buffer not 8 bytes | LOCAL_LENGTH |
 //!
+//! Keys are checked here, once per data segment; the pages of a page-list
+//! MR are translated while the data moves ([`super::transfer`], which also
+//! says what a fault leaves written). A fault found then, a DMA fault or a
+//! translation entry that cannot be read, fails the WQE by side: in the
+//! requester's memory with LOCAL_PROT, and the responder completes nothing
+//! (the message never ended; a receive WQE stays posted); in the
+//! responder's with REMOTE_OP for a SEND (its receive completes with
+//! LOCAL_PROT) and REMOTE_ACCESS for a WRITE or READ, the responder going
+//! to ERR as [`super::respond`] says. An atomic's two words are translated
+//! before anything is sent.
+//!
 //! A UMR WQE (fast registration, local invalidation) is executed locally
 //! by `mr::umr`, in order with the QP's other WQEs, with its own checks.
 //!
@@ -36,7 +47,7 @@ use super::flush;
 use super::hca::Hca;
 use super::mem::DmaMemory;
 use super::mem::Platform;
-use super::mr::{self, resolve, Access, KeyError};
+use super::mr::{self, resolve, Access};
 use super::prm::cqe::{Cqe64, OpOwn};
 use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
 use super::prm::wqe::{CE_CQ_UPDATE, CE_CQ_UPDATE_AND_EQE};
@@ -74,10 +85,10 @@ pub(super) struct Local {
 /// Resolves the data segments of `wqe` from byte `from` on: the gather
 /// list of a SEND or WRITE (`write` false: pointers and inline data), or
 /// the scatter list of a READ (`write` true: pointers only, LOCAL_WRITE),
-/// within the limits of the QP created with `attr`.
-pub(super) fn local_pieces<M: DmaMemory + ?Sized>(
+/// within the limits of the QP created with `attr`. Each pointer's key is
+/// checked here; a page-list MR's pages are translated by the copy.
+pub(super) fn local_pieces(
     dev: &Dev<'_>,
-    mem: &mut M,
     wqe: &SendWqe<'_>,
     from: usize,
     attr: &QpAttr,
@@ -100,13 +111,12 @@ pub(super) fn local_pieces<M: DmaMemory + ?Sized>(
                 } else {
                     Access::NONE
                 };
-                let r = resolve(dev.t.mrs, mem, d.lkey, pdn, d.addr, len, need, |a, n| {
-                    pieces.push(Piece::Dma { addr: a, len: n })
-                });
-                match r {
-                    Ok(()) => {}
-                    Err(KeyError::Fragmented) => return Err(CqeSyndrome::LocalQpOp),
-                    Err(_) => return Err(CqeSyndrome::LocalProt),
+                let piece = resolve(dev.t.mrs, d.lkey, pdn, d.addr, len, need)
+                    .map_err(|_| CqeSyndrome::LocalProt)?;
+                // At most MAX_PIECES segments fit in a WQE; a total over
+                // 2^64 bytes is not a message either.
+                if !pieces.push(piece) {
+                    return Err(CqeSyndrome::LocalQpOp);
                 }
             }
             Seg::Inline { off, len } => {
@@ -311,6 +321,7 @@ fn step_qp<S: Storage, P: Platform>(
         recv: recv_buf,
         local,
         remote,
+        packet,
     } = scratch;
     local.clear();
     let wqe = match SendWqe::read(p, &sq, pending, wqe_buf) {
@@ -337,16 +348,16 @@ fn step_qp<S: Storage, P: Platform>(
             own_qkey: conn.qkey,
             sq_ci: sq.ci,
         };
-        return ud::execute(hcas, p, a, &send, local, remote, recv_buf);
+        return ud::execute(hcas, p, a, &send, local, remote, recv_buf, packet);
     }
     let op = match wqe.op() {
         Some((op, from)) if wqe.ctrl.wqe_index == sq.ci && wqe.ctrl.qpn == qpn => {
             let resolved = match op {
                 Op::Nop => Ok(()),
                 Op::Send { .. } | Op::Write { .. } => {
-                    local_pieces(&dev, p, &wqe, from, &attr, false, local)
+                    local_pieces(&dev, &wqe, from, &attr, false, local)
                 }
-                Op::Read { .. } => local_pieces(&dev, p, &wqe, from, &attr, true, local),
+                Op::Read { .. } => local_pieces(&dev, &wqe, from, &attr, true, local),
                 Op::Atomic { .. } => atomic_result(&dev, p, &wqe, from, pdn, local),
                 Op::Umr { .. } => Ok(()),
             };
@@ -414,9 +425,9 @@ fn step_qp<S: Storage, P: Platform>(
 
     let moved = match req.kind {
         ReqKind::Send { .. } | ReqKind::Write { .. } => {
-            transfer::copy(p, local, wqe.bytes(), remote, len)
+            transfer::copy(p, local, wqe.bytes(), remote, len, packet)
         }
-        ReqKind::Read => transfer::copy(p, remote, &[], local, len)
+        ReqKind::Read => transfer::copy(p, remote, &[], local, len, packet)
             // For a read, the source is remote and the destination local.
             .map_err(|f| match f {
                 CopyFault::Source => CopyFault::Destination,
@@ -424,15 +435,15 @@ fn step_qp<S: Storage, P: Platform>(
             }),
         ReqKind::Atomic(op) => atomic(p, op, remote, local),
     };
-    // `Source` now always means the requester's memory failed.
+    // `Source` now always means the requester's memory failed: the message
+    // never ended at the responder (its last packet was never sent), so
+    // nothing completes there and a receive WQE it took stays posted.
     if let Some(h) = hcas.get_mut(b) {
-        respond::finish(
-            &mut h.dev(),
-            p,
-            &req,
-            &grant,
-            moved != Err(CopyFault::Destination),
-        );
+        match moved {
+            Ok(()) => respond::finish(&mut h.dev(), p, &req, &grant, true),
+            Err(CopyFault::Destination) => respond::finish(&mut h.dev(), p, &req, &grant, false),
+            Err(CopyFault::Source) => {}
+        }
     }
     if let Some(h) = hcas.get_mut(a) {
         let mut dev = h.dev();
@@ -482,19 +493,16 @@ fn atomic_result<M: DmaMemory + ?Sized>(
     if seg_len(d.byte_count) != 8 {
         return Err(CqeSyndrome::LocalLength);
     }
-    // The result is written as one 8-byte word: one DMA range.
+    // The result is written as one 8-byte word: one DMA range, translated
+    // now (a word across two pages that do not follow each other, or an
+    // entry that cannot be read, is a protection error before anything is
+    // sent).
     local.clear();
-    resolve(
-        dev.t.mrs,
-        mem,
-        d.lkey,
-        pdn,
-        d.addr,
-        8,
-        Access::LOCAL_WRITE,
-        |a, n| local.is_empty() && local.push(Piece::Dma { addr: a, len: n }),
-    )
-    .map_err(|_| CqeSyndrome::LocalProt)
+    let addr = resolve(dev.t.mrs, d.lkey, pdn, d.addr, 8, Access::LOCAL_WRITE)
+        .and_then(|piece| mr::one_range(mem, &piece))
+        .map_err(|_| CqeSyndrome::LocalProt)?;
+    local.push(Piece::Dma { addr, len: 8 });
+    Ok(())
 }
 
 /// Executes an atomic on the remote target and returns the original value

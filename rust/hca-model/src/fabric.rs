@@ -90,7 +90,8 @@ pub struct RunReport {
 ///
 /// Besides the instances it holds the clock and the engine's scratch
 /// space (a copy of the WQE being executed, the receive WQE being
-/// consumed, the resolved buffer lists: about 5 KiB), by value or behind
+/// consumed, the checked buffer lists and one packet of data: about 10
+/// KiB, whatever the MRs), by value or behind
 /// any owner `X` that lends it (`Box<Scratch>`, the kernel's
 /// `KBox<Scratch>`). A kernel, whose stacks are 16 KiB, builds the scratch
 /// space on the heap ([`Scratch::EMPTY`] written into a fresh allocation)
@@ -112,8 +113,7 @@ impl<H: HcaSet> Fabric<H> {
     pub fn new(mut set: H) -> Self {
         number(&mut set);
         // The literal, not a call of `with_scratch` with the value: an
-        // unoptimized build makes a stack copy per call level, and the
-        // scratch space is 200 KiB with `wide-scatter`.
+        // unoptimized build makes a stack copy per call level.
         Fabric {
             set,
             now: 0,

@@ -24,9 +24,12 @@
 //! addresses in DMA memory (mlx5's MTT): entry `i`, big-endian, holds the
 //! address of the `i`-th page of `1 << log_page` bytes from the page that
 //! holds `iova` (its low bits, mlx5's `MTT_EN_RD` / `MTT_EN_WR`, are
-//! ignored), and an access may map onto several DMA ranges (adjacent pages
-//! are merged into one). The table is read on every access (the model
-//! caches no translation). There are two kinds:
+//! ignored). Checking an access ([`resolve`]) reads no entry: the access
+//! becomes a piece of the transfer that names its position in the table,
+//! and the copy reads each entry when it reaches that page (once per page
+//! and pass, [`super::transfer`]), so an access may span any number of
+//! pages, in any order. A translation is read each time an access needs
+//! it; nothing is kept between WQEs. There are two kinds:
 //!
 //! - A fast-registration MR (created with [`Hca::create_fast_mr`], mlx5's
 //!   `umr_en` mkey created free) has no translation until a UMR WQE
@@ -49,6 +52,7 @@ use super::prm::wqe::{
     mkey_flags, mkey_mask, umr_flags, DataSeg, MkeySeg, UmrCtrlSeg, MKEY_STATUS_FREE, MTT_SIZE,
 };
 use super::table::Slot;
+use super::transfer::Piece;
 
 /// Access rights of an MR (and of a QP's responder side), with the values of
 /// `enum ib_access_flags`.
@@ -187,9 +191,11 @@ pub(super) enum KeyError {
     OutOfBounds,
     /// The MR lacks a right the operation needs.
     AccessDenied,
-    /// A page-list entry could not be read.
+    /// A page-list entry could not be read (by [`one_range`]; a copy
+    /// meets an unreadable entry as a fault of its side).
     BadTranslation,
-    /// The range maps onto more DMA ranges than the caller can take.
+    /// The range is not one DMA range, where one is needed
+    /// ([`one_range`]).
     Fragmented,
 }
 
@@ -214,27 +220,27 @@ pub(super) fn next_variant(v: u8) -> u8 {
     }
 }
 
-/// Resolves `len` bytes at I/O virtual address `addr` through the MR named
+/// Checks `len` bytes at I/O virtual address `addr` against the MR named
 /// by `key`, for a QP in PD `pdn`, requiring the rights in `need`, and
-/// hands the DMA ranges they map onto, in order, to `sink` (one range for
-/// a linear MR; one per run of adjacent pages for a page-list MR, whose
-/// table is read through `mem`). `sink` returns `false` to stop
-/// ([`KeyError::Fragmented`]).
+/// returns the piece of a transfer they are: a DMA range for a linear MR,
+/// the range's position in the page-list MR's translation for a page-list
+/// MR (translated page by page as the copy reaches it, see
+/// [`super::transfer`]).
+///
+/// Only the MR table is consulted: key, PD, bounds and rights, one check
+/// per data segment, before any byte moves. A page-list entry that cannot
+/// be read is found by the copy that needs it.
 ///
 /// A zero-length range is checked like any other (the caller skips the
-/// check where the IB spec says a zero-length transfer checks no key); a
-/// linear MR still hands it over as one empty range.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn resolve<M: DmaMemory + ?Sized>(
+/// check where the IB spec says a zero-length transfer checks no key).
+pub(super) fn resolve(
     mrs: &[Slot<Mr>],
-    mem: &mut M,
     key: u32,
     pdn: u32,
     addr: u64,
     len: u64,
     need: Access,
-    mut sink: impl FnMut(u64, u64) -> bool,
-) -> Result<(), KeyError> {
+) -> Result<Piece, KeyError> {
     let slot = usize::try_from(key_index(key))
         .ok()
         .and_then(|i| mrs.get(i))
@@ -258,48 +264,119 @@ pub(super) fn resolve<M: DmaMemory + ?Sized>(
     }
     let Some(list) = mr.pages else {
         // Cannot overflow: creation checked that dma_addr + length fits.
-        let at = mr
+        let addr = mr
             .attr
             .dma_addr
             .checked_add(offset)
             .ok_or(KeyError::OutOfBounds)?;
-        return if sink(at, len) {
-            Ok(())
-        } else {
-            Err(KeyError::Fragmented)
-        };
+        return Ok(Piece::Dma { addr, len });
     };
     // Page list: entry i maps the i-th page from the page holding `iova`.
-    let page = 1u64 << list.log_page;
-    let mut pos = (mr.attr.iova & (page - 1)) + offset;
-    let stop = pos + len;
-    let mut run: Option<(u64, u64)> = None;
+    // `iova + length` fits (creation and registration checked it), so the
+    // position does too.
+    let table = list.table();
+    let pos = (mr.attr.iova & (table.page_size() - 1))
+        .checked_add(offset)
+        .ok_or(KeyError::OutOfBounds)?;
+    Ok(Piece::Paged { table, pos, len })
+}
+
+/// The one DMA range a piece's bytes occupy, for what must be a single
+/// range (an atomic's 8-byte word, a UMR's page list): a DMA piece's
+/// address, or a page-list piece's translation, whose pages must follow
+/// each other. Reads the translation entries the range spans.
+///
+/// # Errors
+///
+/// [`KeyError::BadTranslation`] for an entry that cannot be read,
+/// [`KeyError::Fragmented`] for pages that do not follow each other (and
+/// for inline data).
+pub(super) fn one_range<M: DmaMemory + ?Sized>(
+    mem: &mut M,
+    piece: &Piece,
+) -> Result<u64, KeyError> {
+    let (table, pos, len) = match *piece {
+        Piece::Dma { addr, .. } => return Ok(addr),
+        Piece::Paged { table, pos, len } => (table, pos, len),
+        Piece::Inline { .. } => return Err(KeyError::Fragmented),
+    };
     let mut leaf = None;
-    while pos < stop {
-        let index = pos >> list.log_page;
-        let mut entry = [0u8; MTT_SIZE];
-        let at = entry_addr(mem, list.mtt, list.indirect, index, &mut leaf)?;
-        mem.read(at, &mut entry)
+    // The range so far: (start, bytes).
+    let mut range: Option<(u64, u64)> = None;
+    let mut at = pos;
+    let stop = pos.checked_add(len).ok_or(KeyError::BadTranslation)?;
+    while at < stop {
+        let (addr, run) = table
+            .translate(mem, at, &mut leaf)
             .map_err(|_| KeyError::BadTranslation)?;
-        let base = u64::from_be_bytes(entry) & !(page - 1);
-        let within = pos & (page - 1);
-        let n = (page - within).min(stop - pos);
-        let at = base.checked_add(within).ok_or(KeyError::BadTranslation)?;
-        run = match run {
-            Some((s, l)) if s + l == at => Some((s, l + n)),
-            Some((s, l)) => {
-                if !sink(s, l) {
-                    return Err(KeyError::Fragmented);
-                }
-                Some((at, n))
-            }
-            None => Some((at, n)),
+        let n = run.min(stop - at);
+        range = match range {
+            None => Some((addr, n)),
+            Some((start, done)) if start.checked_add(done) == Some(addr) => Some((start, done + n)),
+            Some(_) => return Err(KeyError::Fragmented),
         };
-        pos += n;
+        at += n;
     }
-    match run {
-        Some((s, l)) if !sink(s, l) => Err(KeyError::Fragmented),
-        _ => Ok(()),
+    // An empty range is nowhere in particular.
+    Ok(range.map_or(0, |(start, _)| start))
+}
+
+/// A page-list MR's translation, as the pieces of a transfer name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Table {
+    /// DMA address of the table (of its directory if `indirect`).
+    pub(super) mtt: u64,
+    /// log2 of the page size (12 or more).
+    pub(super) log_page: u8,
+    /// `mtt` is a directory of table pages, [`MTT_PER_PAGE`] entries each.
+    pub(super) indirect: bool,
+}
+
+impl Table {
+    /// Bytes per page.
+    pub(super) fn page_size(&self) -> u64 {
+        1u64 << (self.log_page & 63)
+    }
+
+    /// The DMA address of page `index`: reads its entry (the flag bits
+    /// below the page size are ignored) and, for a two-level table, the
+    /// directory entry unless `leaf` holds it (see [`entry_addr`]).
+    pub(super) fn page<M: DmaMemory + ?Sized>(
+        &self,
+        mem: &mut M,
+        index: u64,
+        leaf: &mut Option<(u64, u64)>,
+    ) -> Result<u64, DmaFault> {
+        let at = entry_addr(mem, self.mtt, self.indirect, index, leaf)?;
+        let mut e = [0u8; MTT_SIZE];
+        mem.read(at, &mut e)?;
+        Ok(u64::from_be_bytes(e) & !(self.page_size() - 1))
+    }
+
+    /// Translates position `pos` (bytes from the start of the table's
+    /// page 0): the DMA address, and the bytes from there to the end of
+    /// its page.
+    pub(super) fn translate<M: DmaMemory + ?Sized>(
+        &self,
+        mem: &mut M,
+        pos: u64,
+        leaf: &mut Option<(u64, u64)>,
+    ) -> Result<(u64, u64), DmaFault> {
+        let page = self.page_size();
+        let base = self.page(mem, pos >> (self.log_page & 63), leaf)?;
+        let within = pos & (page - 1);
+        Ok((base.checked_add(within).ok_or(DmaFault)?, page - within))
+    }
+}
+
+impl PageList {
+    /// The translation table.
+    pub(super) fn table(&self) -> Table {
+        Table {
+            mtt: self.mtt,
+            log_page: self.log_page,
+            indirect: self.indirect,
+        }
     }
 }
 
@@ -313,23 +390,24 @@ fn entry_addr<M: DmaMemory + ?Sized>(
     indirect: bool,
     index: u64,
     leaf: &mut Option<(u64, u64)>,
-) -> Result<u64, KeyError> {
+) -> Result<u64, DmaFault> {
     let entry = MTT_SIZE as u64;
     if !indirect {
         return index
             .checked_mul(entry)
             .and_then(|o| mtt.checked_add(o))
-            .ok_or(KeyError::BadTranslation);
+            .ok_or(DmaFault);
     }
     let dir = index / MTT_PER_PAGE;
     let table = match *leaf {
         Some((d, at)) if d == dir => at,
         _ => {
             let mut e = [0u8; MTT_SIZE];
-            let at = mtt
-                .checked_add(dir * entry)
-                .ok_or(KeyError::BadTranslation)?;
-            mem.read(at, &mut e).map_err(|_| KeyError::BadTranslation)?;
+            let at = dir
+                .checked_mul(entry)
+                .and_then(|o| mtt.checked_add(o))
+                .ok_or(DmaFault)?;
+            mem.read(at, &mut e)?;
             let at = u64::from_be_bytes(e);
             *leaf = Some((dir, at));
             at
@@ -337,7 +415,7 @@ fn entry_addr<M: DmaMemory + ?Sized>(
     };
     table
         .checked_add(index % MTT_PER_PAGE * entry)
-        .ok_or(KeyError::BadTranslation)
+        .ok_or(DmaFault)
 }
 
 /// Translation entry `index` of the table at `mtt` (see [`entry_addr`]),
@@ -348,7 +426,7 @@ pub(super) fn table_entry<M: DmaMemory + ?Sized>(
     indirect: bool,
     index: u64,
 ) -> Result<u64, DmaFault> {
-    let at = entry_addr(mem, mtt, indirect, index, &mut None).map_err(|_| DmaFault)?;
+    let at = entry_addr(mem, mtt, indirect, index, &mut None)?;
     let mut e = [0u8; MTT_SIZE];
     mem.read(at, &mut e)?;
     Ok(u64::from_be_bytes(e))
@@ -458,19 +536,11 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
         if !attr_valid(&attr) {
             return Err(CqeSyndrome::LocalProt);
         }
-        // The page list itself is read with the QP's rights, as one range.
-        let mut mtt = None;
-        resolve(
-            mrs,
-            mem,
-            xlt.lkey,
-            pdn,
-            xlt.addr,
-            list,
-            Access::NONE,
-            |a, _| mtt.replace(a).is_none(),
-        )
-        .map_err(|_| CqeSyndrome::LocalProt)?;
+        // The page list itself is read with the QP's rights, as one range
+        // (mlx5 reads a UMR's translation list as one buffer).
+        let mtt = resolve(mrs, xlt.lkey, pdn, xlt.addr, list, Access::NONE)
+            .and_then(|piece| one_range(mem, &piece))
+            .map_err(|_| CqeSyndrome::LocalProt)?;
         let new_key = if ctrl.mkey_mask & mkey_mask::KEY != 0 {
             make_key(index, mkey.qpn_mkey7_0 as u8).ok_or(CqeSyndrome::LocalProt)?
         } else {
@@ -481,7 +551,7 @@ pub(super) fn umr<M: DmaMemory + ?Sized>(
         }
         fast = PageList {
             valid: true,
-            mtt: mtt.unwrap_or(0),
+            mtt,
             log_page: mkey.log2_page_size,
             ..fast
         };
@@ -598,14 +668,17 @@ mod tests {
         len: u64,
         need: Access,
     ) -> Result<u64, KeyError> {
-        let mut at = None;
-        resolve(t, &mut mem(), key, pdn, addr, len, need, |a, _| {
-            at.replace(a).is_none()
-        })?;
-        Ok(at.unwrap())
+        match resolve(t, key, pdn, addr, len, need)? {
+            Piece::Dma { addr, len: l } => {
+                assert_eq!(l, len);
+                Ok(addr)
+            }
+            p => panic!("a linear MR resolved to {p:?}"),
+        }
     }
 
-    /// The ranges a resolution hands over.
+    /// The DMA ranges an access maps onto, adjacent pages merged: the
+    /// checked piece, translated page by page as a copy would.
     fn ranges(
         t: &[Slot<Mr>],
         m: &mut Mem,
@@ -614,11 +687,25 @@ mod tests {
         len: u64,
         need: Access,
     ) -> Result<Vec<(u64, u64)>, KeyError> {
-        let mut v = Vec::new();
-        resolve(t, m, key, 1, addr, len, need, |a, n| {
-            v.push((a, n));
-            true
-        })?;
+        let (table, pos, len) = match resolve(t, key, 1, addr, len, need)? {
+            Piece::Dma { addr, len } => return Ok(vec![(addr, len)]),
+            Piece::Paged { table, pos, len } => (table, pos, len),
+            p => panic!("an MR resolved to {p:?}"),
+        };
+        let mut v: Vec<(u64, u64)> = Vec::new();
+        let mut leaf = None;
+        let mut at = pos;
+        while at < pos + len {
+            let (a, run) = table
+                .translate(m, at, &mut leaf)
+                .map_err(|_| KeyError::BadTranslation)?;
+            let n = run.min(pos + len - at);
+            match v.last_mut() {
+                Some((s, l)) if *s + *l == a => *l += n,
+                _ => v.push((a, n)),
+            }
+            at += n;
+        }
         Ok(v)
     }
 
@@ -749,20 +836,28 @@ mod tests {
             ranges(&t, &mut m, key, 0x7000_0800, 8, Access::REMOTE_READ),
             Err(KeyError::AccessDenied)
         );
-        // A sink that takes one range stops at the second.
+        // Checking reads no entry: the access is a position in the table.
+        let piece = resolve(&t, key, 1, 0x7000_0800, 0x3800, Access::NONE).unwrap();
+        let Piece::Paged { table, pos, len } = piece else {
+            panic!("{piece:?}");
+        };
         assert_eq!(
-            resolve(
-                &t,
-                &mut m,
-                key,
-                1,
-                0x7000_0800,
-                0x3800,
-                Access::NONE,
-                |_, _| false
-            ),
-            Err(KeyError::Fragmented)
+            (table.mtt, table.log_page, pos, len),
+            (0x10000, 12, 0x800, 0x3800)
         );
+        // As one range: pages 0 and 1 follow each other, page 2 does not.
+        assert_eq!(
+            one_range(
+                &mut m,
+                &Piece::Paged {
+                    table,
+                    pos,
+                    len: 0x1800
+                }
+            ),
+            Ok(0x40800)
+        );
+        assert_eq!(one_range(&mut m, &piece), Err(KeyError::Fragmented));
         // Invalidation (of this PD's MR, by its current key) frees it.
         let (ic, ik) = inval_umr();
         assert_eq!(

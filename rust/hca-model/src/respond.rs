@@ -19,6 +19,14 @@
 //! | receive WQE scatter entry invalid (key, PD, bounds, no LOCAL_WRITE) | REMOTE_OP | RESP_ERR LOCAL_PROT for that receive, ERR |
 //! | receive WQE too small | REMOTE_INVAL_REQ | RESP_ERR LOCAL_LENGTH for that receive, ERR |
 //!
+//! Found while the data moves (`finish`), as a fault of the responder's
+//! memory: a DMA fault, or a page-list entry of an rkey's or a scatter
+//! entry's MR that cannot be read. A WRITE or READ then fails with
+//! REMOTE_ACCESS (responder to ERR, WQ_ACCESS_ERROR event), a SEND with
+//! REMOTE_OP (its receive completes with LOCAL_PROT, ERR). The atomic's
+//! target is translated in `request`, so a bad entry there is refused like
+//! a bad rkey.
+//!
 //! A responder in ERR flushes its remaining receives with WR_FLUSH_ERR.
 
 use super::atomic::AtomicOp;
@@ -188,24 +196,20 @@ pub(super) fn request<P: Platform>(
         // The IB spec checks no rkey for a zero-length RDMA transfer.
         if req.len != 0 {
             remote.clear();
-            // An atomic's target is one 8-byte word: one DMA range.
-            let one = matches!(req.kind, ReqKind::Atomic(_));
-            let r = resolve(
-                dev.t.mrs,
-                p,
-                req.rkey,
-                pdn,
-                req.raddr,
-                req.len,
-                need,
-                |a, n| (!one || remote.is_empty()) && remote.push(Piece::Dma { addr: a, len: n }),
-            );
-            match r {
-                Ok(()) => {}
-                Err(_) => {
-                    fail_no_wqe(dev, p, slot, qpn, EventType::WqAccessError);
-                    return Answer::Nak(CqeSyndrome::RemoteAccess);
+            // An atomic's target is one 8-byte word (aligned, so within a
+            // page): one DMA range, translated now. A READ's or WRITE's
+            // pages are translated by the copy.
+            let r = resolve(dev.t.mrs, req.rkey, pdn, req.raddr, req.len, need).and_then(|piece| {
+                match req.kind {
+                    ReqKind::Atomic(_) => {
+                        mr::one_range(p, &piece).map(|addr| Piece::Dma { addr, len: req.len })
+                    }
+                    _ => Ok(piece),
                 }
+            });
+            if !r.is_ok_and(|piece| remote.push(piece)) {
+                fail_no_wqe(dev, p, slot, qpn, EventType::WqAccessError);
+                return Answer::Nak(CqeSyndrome::RemoteAccess);
             }
         }
     }
@@ -300,17 +304,12 @@ pub(super) fn scatter_list<P: Platform>(
             break;
         }
         let len = seg_len(seg.byte_count);
-        resolve(
-            dev.t.mrs,
-            p,
-            seg.lkey,
-            pdn,
-            seg.addr,
-            len,
-            Access::LOCAL_WRITE,
-            |a, n| remote.push(Piece::Dma { addr: a, len: n }),
-        )
-        .map_err(|_| CqeSyndrome::LocalProt)?;
+        let piece = resolve(dev.t.mrs, seg.lkey, pdn, seg.addr, len, Access::LOCAL_WRITE)
+            .map_err(|_| CqeSyndrome::LocalProt)?;
+        // A receive WQE holds at most MAX_PIECES entries.
+        if !remote.push(piece) {
+            return Err(CqeSyndrome::LocalProt);
+        }
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ use super::prm::wqe::DatagramSeg;
 use super::qp::{QpAttr, QpService};
 use super::stats::bump;
 use super::table::Storage;
-use super::transfer::Pieces;
+use super::transfer::{Pieces, PACKET};
 use super::wqe::{SendWqe, UdOp};
 
 /// Bit 31 of a send WQE's Q_Key: send with the QP's own Q_Key instead.
@@ -142,7 +142,7 @@ fn prepare<P: Platform>(
             return Err(1);
         }
     };
-    if let Err(syndrome) = local_pieces(dev, p, s.wqe, from, s.attr, false, local) {
+    if let Err(syndrome) = local_pieces(dev, s.wqe, from, s.attr, false, local) {
         fail(dev, p, l, syndrome);
         return Err(1);
     }
@@ -185,7 +185,9 @@ fn prepare<P: Platform>(
 }
 
 /// Executes the send WQE `s` of the UD or GSI QP in `s.l.slot` of
-/// instance `a`, start to finish. Returns the budget used.
+/// instance `a`, start to finish, with the engine's scratch lists, receive
+/// WQE copy and packet buffer. Returns the budget used.
+#[expect(clippy::too_many_arguments)]
 pub(super) fn execute<S: Storage, P: Platform>(
     hcas: &mut [Hca<S>],
     p: &mut P,
@@ -194,6 +196,7 @@ pub(super) fn execute<S: Storage, P: Platform>(
     local: &mut Pieces,
     remote: &mut Pieces,
     recv_buf: &mut [u8],
+    packet: &mut [u8; PACKET],
 ) -> u32 {
     let Some(h) = hcas.get_mut(a) else {
         return 1;
@@ -204,7 +207,14 @@ pub(super) fn execute<S: Storage, P: Platform>(
         Err(used) => return used,
     };
     let outcome = match route(hcas, roce, &av).and_then(|b| hcas.get_mut(b)) {
-        Some(h) => recv::deliver(&mut h.dev(), p, &d, local, s.wqe.bytes(), remote, recv_buf),
+        Some(h) => {
+            let payload = recv::Payload {
+                local,
+                inline: s.wqe.bytes(),
+                packet,
+            };
+            recv::deliver(&mut h.dev(), p, &d, payload, remote, recv_buf)
+        }
         None => {
             if let Some(h) = hcas.get_mut(a) {
                 bump(&mut h.dev().stats.ud_drop_no_dest);

@@ -37,7 +37,7 @@ use super::super::qp::{QpService, Rq};
 use super::super::respond::{fail_recv, recvs_posted, scatter_list};
 use super::super::stats::bump;
 use super::super::table::get_mut;
-use super::super::transfer::{self, CopyFault, Pieces};
+use super::super::transfer::{self, CopyFault, Pieces, PACKET};
 use super::{Datagram, Outcome};
 
 /// The receiving QP, as far as a datagram needs it.
@@ -50,16 +50,24 @@ struct Receiver {
     rq: Rq,
 }
 
-/// Delivers `d`, whose payload is `local` (inline pieces index `inline`),
-/// at the instance `dev`: finds the QP, checks it, fills a receive WQE
-/// through `remote` (and `recv_buf`, the receive WQE's copy) and writes
-/// the receive CQE.
+/// Where a datagram's payload comes from.
+pub(super) struct Payload<'a> {
+    /// The sender's gather list.
+    pub(super) local: &'a Pieces,
+    /// The send WQE's bytes, which its inline pieces index.
+    pub(super) inline: &'a [u8],
+    /// The engine's packet buffer (a datagram is one packet).
+    pub(super) packet: &'a mut [u8; PACKET],
+}
+
+/// Delivers `d`, whose payload is `src`, at the instance `dev`: finds the
+/// QP, checks it, fills a receive WQE through `remote` (and `recv_buf`,
+/// the receive WQE's copy) and writes the receive CQE.
 pub(super) fn deliver<P: Platform>(
     dev: &mut Dev<'_>,
     p: &mut P,
     d: &Datagram,
-    local: &Pieces,
-    inline: &[u8],
+    src: Payload<'_>,
     remote: &mut Pieces,
     recv_buf: &mut [u8],
 ) -> Outcome {
@@ -77,9 +85,15 @@ pub(super) fn deliver<P: Platform>(
     if remote.total() < need {
         return fail(dev, p, CqeSyndrome::LocalLength);
     }
-    // The payload first: if the sender's memory fails, nothing was sent
-    // and the receive WQE stays posted.
-    match transfer::copy_at(p, local, inline, remote, NET_HDR_SIZE as u64, d.len) {
+    // The payload first: it is one packet, gathered whole before any byte
+    // is written, so if the sender's memory fails nothing was sent and the
+    // receive WQE stays posted, untouched.
+    let Payload {
+        local,
+        inline,
+        packet,
+    } = src;
+    match transfer::copy_at(p, local, inline, remote, NET_HDR_SIZE as u64, d.len, packet) {
         Ok(()) => {}
         Err(CopyFault::Source) => return Outcome::SourceFault,
         Err(CopyFault::Destination) => return fail(dev, p, CqeSyndrome::LocalProt),

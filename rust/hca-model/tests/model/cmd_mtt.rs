@@ -345,7 +345,8 @@ fn reclaim_never_returns_a_table_page() {
 /// A list of 600 entries: a directory and two table pages. Without three
 /// free pages the key is refused (and nothing is taken); with them, a
 /// WRITE across the two table pages and a READ of the last page land
-/// where entries 511, 512 and 599 say. A UMR on the key is refused.
+/// where entries 511, 512 and 599 say, and one READ of all 600 pages
+/// reads every page through its entry. A UMR on the key is refused.
 #[test]
 fn long_list_two_level_table_and_no_umr() {
     let mut b = lean();
@@ -420,6 +421,34 @@ fn long_list_two_level_table_and_no_umr() {
     let wc = complete(&mut b, &mut qa, &mut cq, &wr);
     assert!(wc.ok(), "{wc:?}");
     assert_eq!(b.w.read(abuf + PAGE, 0x40), [0x5a; 0x40]);
+    // READ the whole region in one segment: 600 pages, none adjacent to
+    // the next, through both table pages.
+    let fills: Vec<Vec<u8>> = (0..3)
+        .map(|k| Rng(0x601 + k).bytes(PAGE as usize))
+        .collect();
+    for (p, f) in data.iter().zip(&fills) {
+        b.w.fill(*p, f);
+    }
+    let whole = b.w.buffer(len);
+    let wkey = b.reg_mr(0, pd, whole, len, false, 2);
+    let wr = Wr::new(
+        5,
+        WrOp::Read {
+            raddr: iova,
+            rkey: key,
+        },
+        &[Sge {
+            addr: whole,
+            len: len as u32,
+            lkey: wkey,
+        }],
+    );
+    let wc = complete(&mut b, &mut qa, &mut cq, &wr);
+    assert!(wc.ok(), "{wc:?}");
+    for k in 0..600u64 {
+        let got = b.w.read(whole + k * PAGE, PAGE as usize);
+        assert!(got == fills[(k % 3) as usize], "page {k}");
+    }
 
     // A fast registration naming the key: refused, the QP goes to ERR,
     // the key still translates.
@@ -463,6 +492,7 @@ fn long_list_two_level_table_and_no_umr() {
     b.destroy_cq(0, cq.cqn);
     b.dereg_mr(0, key);
     assert_eq!(b.devs[0].fw.page_counts().in_use, 0);
+    b.dereg_mr(0, wkey);
     b.dereg_mr(0, akey);
     b.dealloc_pd(0, pd);
     b.tear_down(0);

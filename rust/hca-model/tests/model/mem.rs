@@ -10,6 +10,10 @@
 //! buffer page by page at scattered bus addresses, as a process's pinned
 //! pages reach a device. A device access through the window must stay in
 //! one page.
+//!
+//! [`TestMem::refuse`] makes the memory refuse a range, as an IOMMU
+//! refuses a page it does not map: the device's accesses to it fail, and
+//! the model is expected to turn that into an error.
 
 use hca_model::mem::{DmaFault, DmaMemory, Interrupt, Platform};
 
@@ -58,6 +62,12 @@ pub struct TestMem {
     pub checks: bool,
     /// The IOMMU window: the host page of each bus page from `IOVA_BASE`.
     iova_pages: Vec<Option<u64>>,
+    /// Ranges whose device accesses fail (memory that refuses them, as an
+    /// IOMMU refuses a page it does not map): not violations, the model
+    /// is expected to try and handle the fault.
+    refused: Vec<(u64, u64)>,
+    /// Device accesses refused so.
+    pub refusals: u64,
 }
 
 impl Default for TestMem {
@@ -80,7 +90,28 @@ impl TestMem {
             accesses: 0,
             checks: true,
             iova_pages: Vec::new(),
+            refused: Vec::new(),
+            refusals: 0,
         }
+    }
+
+    /// Makes every device access that touches `len` bytes at `start` fail.
+    pub fn refuse(&mut self, start: u64, len: u64) {
+        self.refused.push((start, len));
+    }
+
+    /// Whether a device access of `len` bytes at `addr` touches a refused
+    /// range (and counts it if so).
+    fn refused(&mut self, addr: u64, len: usize) -> bool {
+        let end = addr.saturating_add(len as u64);
+        let hit = self
+            .refused
+            .iter()
+            .any(|&(s, l)| addr < s.saturating_add(l) && s < end);
+        if hit {
+            self.refusals += 1;
+        }
+        hit
     }
 
     /// Maps the `n` pages from `host` (4 KiB aligned) into the IOMMU
@@ -218,6 +249,9 @@ impl TestMem {
 
 impl DmaMemory for TestMem {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        if self.refused(addr, buf.len()) {
+            return Err(DmaFault);
+        }
         let Some(addr) = self.translate(addr, buf.len()) else {
             return Err(self.iommu_fault(addr, buf.len(), false));
         };
@@ -230,6 +264,9 @@ impl DmaMemory for TestMem {
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+        if self.refused(addr, data.len()) {
+            return Err(DmaFault);
+        }
         let Some(addr) = self.translate(addr, data.len()) else {
             return Err(self.iommu_fault(addr, data.len(), true));
         };
