@@ -668,6 +668,9 @@ impl Backend for CxBackend {
                 max_log_cq_size: c.log_max_cq_sz.min(d.max_log_cq_size),
                 max_log_eq_size: c.log_max_eq_sz.min(d.max_log_eq_size),
                 max_msg_size: pow(c.log_max_msg).min(d.max_msg_size),
+                // No UMR yet: the driver makes no fast MR on a function
+                // (`info`), whatever `log_max_klm_list_size` allows.
+                max_fast_reg_pages: 0,
             })
         })
     }

@@ -26,6 +26,10 @@ pub struct Caps {
     pub max_log_eq_size: u8,
     /// Largest message (the IB maximum is 2^31 bytes).
     pub max_msg_size: u32,
+    /// Most pages a fast-registration MR may hold (its translation list,
+    /// `max_fast_reg_page_list_len`; the firmware reports log2 of it as
+    /// `log_max_klm_list_size`, from which mlx5_ib takes that length).
+    pub max_fast_reg_pages: u32,
 }
 
 impl Caps {
@@ -42,6 +46,13 @@ impl Caps {
         max_log_cq_size: 22,
         max_log_eq_size: 22,
         max_msg_size: 1 << 31,
+        // The engine translates a page list as it copies, so any length
+        // would do; the limit is what a driver's list costs. 512 entries
+        // are one 4 KiB page (`mr::MTT_PER_PAGE`), so rmlx5 keeps each
+        // fast MR's list in one order-0 allocation, and 512 pages of 4 KiB
+        // (2 MiB) cover every kernel ULP's registrations: RDS's 257, the
+        // NVMe-oF host's and target's 257, SRP's 512, iSER's default 129.
+        max_fast_reg_pages: 512,
     };
 }
 

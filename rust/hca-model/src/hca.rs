@@ -224,10 +224,11 @@ impl<S: Storage> Hca<S> {
     ///
     /// # Errors
     ///
-    /// [`Error::Invalid`] for no pages, [`Error::NotFound`] for an unknown
-    /// PD, [`Error::NoSpace`] when the MR table is full.
+    /// [`Error::Invalid`] for no pages or more than
+    /// [`Caps::max_fast_reg_pages`], [`Error::NotFound`] for an unknown PD,
+    /// [`Error::NoSpace`] when the MR table is full.
     pub fn create_fast_mr(&mut self, pdn: u32, max_pages: u32) -> Result<u32, Error> {
-        if max_pages == 0 {
+        if max_pages == 0 || max_pages > self.caps.max_fast_reg_pages {
             return Err(Error::Invalid);
         }
         let attr = MrAttr {

@@ -4,9 +4,11 @@
 //! settings it accepts (SET_HCA_CAP), derived from the model's limits and
 //! the sizes of the embedder's object tables.
 //!
-//! Only what the model does is advertised: RC on one InfiniBand port,
-//! atomics, BlueFlame with 4 KiB UARs, 64-byte CQEs, no SRQ, UD, UC, XRC,
-//! DC, RoCE, CQ moderation or resize, memory windows or UMR. SET_HCA_CAP
+//! Only what the model does is advertised: RC and UD on one InfiniBand
+//! port, atomics, BlueFlame with 4 KiB UARs, 64-byte CQEs, no SRQ, UC, XRC,
+//! DC, RoCE, CQ moderation or resize, memory windows or UMR through
+//! commands (the fast-registration limit is reported, as
+//! `log_max_klm_list_size`, for the keys the embedder creates). SET_HCA_CAP
 //! takes the settable fields mlx5_core writes and checks them against what
 //! the device can do; the other bits of the block are ignored, as a
 //! ConnectX ignores fields that are not settable.
@@ -46,6 +48,10 @@ pub(super) fn max_caps(c: &Caps, t: &Tables<'_>, uars: u32, vhca_id: u16) -> Hca
         log_max_eq: log2_floor(eqs, 15),
         max_num_eqs: eqs as u16,
         log_max_mrw_sz: 48,
+        // The longest translation list of a UMR-registered key: what
+        // mlx5_ib reports as `max_fast_reg_page_list_len` (the command
+        // interface itself creates no UMR-enabled key yet).
+        log_max_klm_list_size: log2_floor(c.max_fast_reg_pages as usize, 63),
         log_max_ra_req_qp: log2_ceil(u32::from(c.max_qp_rd_atom)),
         log_max_ra_res_qp: log2_ceil(u32::from(c.max_qp_dest_rd_atom)),
         // 128 P_Keys (`pkey_table_size` 0) and 8 GIDs (`gid_table_size` 0),

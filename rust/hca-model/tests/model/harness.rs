@@ -280,8 +280,18 @@ impl World {
     /// As [`World::new`] with `slots` table entries and EQs of
     /// `1 << eq_log` entries.
     pub fn build(n: usize, slots: usize, eq_log: u32) -> World {
+        Self::build_with(n, slots, eq_log, Caps::DEFAULT)
+    }
+
+    /// As [`World::new`], every instance with the limits `caps` and 512
+    /// entries in every object table.
+    pub fn with_caps(n: usize, caps: Caps) -> World {
+        Self::build_with(n, 512, 6, caps)
+    }
+
+    fn build_with(n: usize, slots: usize, eq_log: u32, caps: Caps) -> World {
         let hcas = (0..n)
-            .map(|i| Hca::new(i as u16, Caps::DEFAULT, VecStorage::uniform(slots)))
+            .map(|i| Hca::new(i as u16, caps, VecStorage::uniform(slots)))
             .collect();
         let mut w = World {
             fabric: Fabric::new(Hcas(hcas)),

@@ -27,6 +27,8 @@ mod cmd_user_queues;
 mod errors;
 mod failure;
 mod fastreg;
+mod fastreg_faults;
+mod fastreg_pages;
 mod hostile;
 mod props;
 mod states;
