@@ -59,10 +59,13 @@ struct rmlx5_ibc_mr {
 };
 
 /*
- * The model resolves an access into at most 64 DMA ranges (transfer.rs,
- * MAX_PIECES), one per run of adjacent pages: at most that many pages.
+ * Most pages of a fast-registration MR: the software HCA's limit, the same
+ * number as hca-model's Caps::max_fast_reg_pages (ib/mr.rs MAX_FAST_PAGES).
+ * The model translates a page list page by page while it copies, so the
+ * limit is what the list costs: 512 entries are one 4 KiB page, and 512
+ * pages cover RDS's 257, NVMe-oF's 257 and SRP's 512.
  */
-#define RMLX5_IBC_MAX_FAST_PAGES 64
+#define RMLX5_IBC_MAX_FAST_PAGES 512
 
 struct rmlx5_ibc_cq {
 	struct ib_cq ibcq;

@@ -290,8 +290,9 @@ int rmlx5_ib_reg_mr(struct rmlx5_ib_pd *pd, void *addr, u64 length,
  * (what ib_core's local_dma_lkey covers for ULPs of the ib_* API). */
 int rmlx5_ib_get_dma_mr(struct rmlx5_ib_pd *pd, u32 access,
 			struct rmlx5_ib_mr **mr, u32 *key);
-/* Fast registration: an MR with room for max_pages (at most 64) pages,
- * free until an RMLX5_IB_WR_REG_MR registers the pages written with
+/* Fast registration: an MR with room for max_pages pages (at most the
+ * device's max_fast_reg_pages, 512 on a software HCA), free until an
+ * RMLX5_IB_WR_REG_MR registers the pages written with
  * rmlx5_ib_mr_set_page() (DMA addresses, page-aligned) covering what
  * rmlx5_ib_mr_set_mapping() records. Both may be called in any context,
  * and not while the MR is registered. rmlx5_ib_dereg_mr() frees it. */

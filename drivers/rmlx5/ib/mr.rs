@@ -17,6 +17,7 @@ use crate::backend::{
     FastKeys,
     MrRegion, //
 };
+use crate::hca_model::caps::Caps;
 use crate::hca_model::mr::{
     Access,
     MrAttr, //
@@ -30,9 +31,11 @@ use crate::mlx5_prm::wqe::{
 };
 
 /// Most pages of a fast-registration MR (`max_fast_reg_page_list_len`):
-/// the model resolves one access into at most 64 DMA ranges (one per run
-/// of adjacent pages, hca-model's `MAX_PIECES`).
-pub(crate) const MAX_FAST_PAGES: u32 = 64;
+/// the software HCA's limit, 512. The model translates a page list page
+/// by page while it copies, so the length costs only the list, which at
+/// 512 entries is one 4 KiB block (see [`Mr::new_fast`]).
+/// `RMLX5_IBC_MAX_FAST_PAGES` in `ib_priv.h` is the same number.
+pub(crate) const MAX_FAST_PAGES: u32 = Caps::DEFAULT.max_fast_reg_pages;
 
 /// A protection domain.
 pub struct Pd {
@@ -176,7 +179,10 @@ impl Mr {
         if max_pages == 0 || max_pages > MAX_FAST_PAGES {
             return Err(EINVAL);
         }
-        // Whole 64-byte units, as a UMR's translation size is.
+        // Whole 64-byte units, as a UMR's translation size is: at most
+        // 4 KiB (512 entries), one kmalloc block, so the list is
+        // physically contiguous, as the one range a UMR's data segment
+        // names must be (the model reads it through a linear key).
         let bytes = (max_pages as usize * MTT_SIZE).next_multiple_of(64);
         pd.check_live()?;
         let buf = pd.dev.be.alloc_queue(bytes)?;
