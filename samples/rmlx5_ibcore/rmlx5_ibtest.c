@@ -8,8 +8,9 @@
  * IB_POLL_WORKQUEUE) it connects an RC QP on rmlx5_0 to one on rmlx5_1
  * and checks SEND/RECV, RDMA WRITE and RDMA READ (data and completions,
  * under the PD's DMA MR), fast registration of scattered pages with WRITE,
- * READ and atomics through it, local invalidation (after which the key
- * fails with a remote access error),
+ * READ and atomics through it, fast MRs of 257 pages (RDS's 1 MiB MRs) on
+ * both sides with one WRITE and one READ across all of them, local
+ * invalidation (after which the key fails with a remote access error),
  * ib_drain_qp and the QP state after it, then destroys everything in an
  * order that differs per context. Each case prints
  * "rmlx5-test: PASS ib_<case>" or "rmlx5-test: FAIL ib_<case>: why".
@@ -17,8 +18,8 @@
  * dev0= and dev1= name other devices (the same one twice for a loopback
  * pair, as on one ConnectX function) and prefix= replaces "ib" in the test
  * names. On a device without fast registration (no
- * IB_DEVICE_MEM_MGT_EXTENSIONS) the fast_reg and local_inv cases are
- * skipped, and said so.
+ * IB_DEVICE_MEM_MGT_EXTENSIONS) the fast_reg, fast_reg_257 and local_inv
+ * cases are skipped, and said so.
  *
  * With hold=1 it runs no test but keeps a PD, a CQ and a QP on every rmlx5
  * device until ib_core removes the device (rmmod rmlx5 while this module is
@@ -506,6 +507,192 @@ out:
 			__free_page(pages[i]);
 }
 
+/* The pages of an RDS 1 MiB message: 256 pages plus one for the offset. */
+#define FR_PAGES 257
+
+/* A fast MR over FR_PAGES separately allocated pages of one side. */
+struct fr {
+	struct page *pages[FR_PAGES];
+	struct scatterlist sg[FR_PAGES];
+	struct ib_mr *mr;
+	bool mapped;
+};
+
+static void fr_free(struct end *e, struct fr *f)
+{
+	int i;
+
+	if (f->mr)
+		ib_dereg_mr(f->mr);
+	if (f->mapped)
+		ib_dma_unmap_sg(e->dev, f->sg, FR_PAGES, DMA_BIDIRECTIONAL);
+	for (i = 0; i < FR_PAGES; i++)
+		if (f->pages[i])
+			__free_page(f->pages[i]);
+	kfree(f);
+}
+
+/*
+ * Allocates FR_PAGES pages one by one, maps them, and registers them on e
+ * as one fast MR (ib_alloc_mr for FR_PAGES pages, ib_map_mr_sg of the
+ * FR_PAGES-entry scatterlist, IB_WR_REG_MR with access). NULL, having said
+ * why, if anything fails.
+ */
+static struct fr *fr_register(struct end *e, int access, const char *ctx)
+{
+	struct ib_reg_wr reg = {};
+	struct fr *f;
+	struct twr t;
+	int i, n, nents, err;
+
+	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	if (!f) {
+		FAIL("fast_reg_257", ctx, "no memory");
+		return NULL;
+	}
+	sg_init_table(f->sg, FR_PAGES);
+	for (i = 0; i < FR_PAGES; i++) {
+		f->pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		if (!f->pages[i]) {
+			FAIL("fast_reg_257", ctx, "no memory");
+			goto fail;
+		}
+		sg_set_page(&f->sg[i], f->pages[i], PAGE_SIZE, 0);
+	}
+	/* An IOMMU may merge entries: register what the mapping made. */
+	nents = ib_dma_map_sg(e->dev, f->sg, FR_PAGES, DMA_BIDIRECTIONAL);
+	if (nents <= 0) {
+		FAIL("fast_reg_257", ctx, "ib_dma_map_sg");
+		goto fail;
+	}
+	f->mapped = true;
+	f->mr = ib_alloc_mr(e->pd, IB_MR_TYPE_MEM_REG, FR_PAGES);
+	if (IS_ERR(f->mr)) {
+		FAIL("fast_reg_257", ctx, "ib_alloc_mr(%d): %ld", FR_PAGES,
+		     PTR_ERR(f->mr));
+		f->mr = NULL;
+		goto fail;
+	}
+	n = ib_map_mr_sg(f->mr, f->sg, nents, NULL, PAGE_SIZE);
+	if (n != nents || f->mr->length != FR_PAGES * PAGE_SIZE) {
+		FAIL("fast_reg_257", ctx, "ib_map_mr_sg: %d, length %llu", n,
+		     f->mr->length);
+		goto fail;
+	}
+	ib_update_fast_reg_key(f->mr, ib_inc_rkey(f->mr->rkey));
+	reg.wr.opcode = IB_WR_REG_MR;
+	reg.mr = f->mr;
+	reg.key = f->mr->rkey;
+	reg.access = access;
+	err = post_wait(e, &reg.wr, &t);
+	if (err || !check_wc("fast_reg_257", ctx, &t, IB_WC_REG_MR, e->qp)) {
+		if (err)
+			FAIL("fast_reg_257", ctx, "REG_MR post or wait: %d", err);
+		goto fail;
+	}
+	return f;
+fail:
+	fr_free(e, f);
+	return NULL;
+}
+
+/* Byte off of the registered range of f, which starts at the first page. */
+static u8 *fr_byte(struct fr *f, size_t off)
+{
+	return page_address(f->pages[off / PAGE_SIZE]) + off % PAGE_SIZE;
+}
+
+static u8 fr_pattern(size_t off, u8 seed)
+{
+	return (off * 13 + (off >> 12) * 7 + seed) & 0xff;
+}
+
+/*
+ * Fast MRs of FR_PAGES pages on both sides (what RDS allocates for 1 MiB
+ * messages, and more than the 64 rmlx5 took before): one WRITE from a's MR
+ * into b's and one READ from b's back into a's, each from 512 bytes into
+ * the first page to 512 bytes short of the end of the last, so that one
+ * data segment on each side spans all FR_PAGES pages; every byte checked.
+ */
+static void test_fast_reg_257(struct end *a, struct end *b, const char *ctx)
+{
+	const size_t head = 512, len = FR_PAGES * PAGE_SIZE - 1024;
+	struct fr *fa = NULL, *fb = NULL;
+	struct ib_sge sge = {};
+	struct ib_rdma_wr w = {
+		.wr = { .sg_list = &sge, .num_sge = 1,
+			.opcode = IB_WR_RDMA_WRITE },
+	};
+	struct twr t;
+	size_t i;
+	int err;
+
+	if (a->dev->attrs.max_fast_reg_page_list_len < FR_PAGES ||
+	    b->dev->attrs.max_fast_reg_page_list_len < FR_PAGES) {
+		FAIL("fast_reg_257", ctx, "max_fast_reg_page_list_len %u and %u",
+		     a->dev->attrs.max_fast_reg_page_list_len,
+		     b->dev->attrs.max_fast_reg_page_list_len);
+		return;
+	}
+	fa = fr_register(a, IB_ACCESS_LOCAL_WRITE, ctx);
+	if (fa)
+		fb = fr_register(b, IB_ACCESS_LOCAL_WRITE |
+				 IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ,
+				 ctx);
+	if (!fa || !fb)
+		goto out;
+
+	for (i = 0; i < len; i++)
+		*fr_byte(fa, head + i) = fr_pattern(i, 1);
+	sge.addr = fa->mr->iova + head;
+	sge.length = len;
+	sge.lkey = fa->mr->lkey;
+	w.remote_addr = fb->mr->iova + head;
+	w.rkey = fb->mr->rkey;
+	err = post_wait(a, &w.wr, &t);
+	if (err || !check_wc("fast_reg_257", ctx, &t, IB_WC_RDMA_WRITE, a->qp)) {
+		if (err)
+			FAIL("fast_reg_257", ctx, "WRITE post or wait: %d", err);
+		goto out;
+	}
+	for (i = 0; i < len; i++) {
+		if (*fr_byte(fb, head + i) != fr_pattern(i, 1)) {
+			FAIL("fast_reg_257", ctx, "WRITE: byte %zu (page %zu) differs",
+			     i, (head + i) / PAGE_SIZE);
+			goto out;
+		}
+	}
+
+	for (i = 0; i < len; i++)
+		*fr_byte(fb, head + i) = fr_pattern(i, 2);
+	w.wr.opcode = IB_WR_RDMA_READ;
+	w.wr.send_flags = 0;
+	err = post_wait(a, &w.wr, &t);
+	if (err || !check_wc("fast_reg_257", ctx, &t, IB_WC_RDMA_READ, a->qp)) {
+		if (err)
+			FAIL("fast_reg_257", ctx, "READ post or wait: %d", err);
+		goto out;
+	}
+	if (t.wc.byte_len != len) {
+		FAIL("fast_reg_257", ctx, "READ byte_len %u, expected %zu",
+		     t.wc.byte_len, len);
+		goto out;
+	}
+	for (i = 0; i < len; i++) {
+		if (*fr_byte(fa, head + i) != fr_pattern(i, 2)) {
+			FAIL("fast_reg_257", ctx, "READ: byte %zu (page %zu) differs",
+			     i, (head + i) / PAGE_SIZE);
+			goto out;
+		}
+	}
+	PASS("fast_reg_257", ctx);
+out:
+	if (fb)
+		fr_free(b, fb);
+	if (fa)
+		fr_free(a, fa);
+}
+
 static void test_drain(struct end *a, struct end *b, const char *ctx)
 {
 	struct ib_qp_init_attr init;
@@ -542,6 +729,14 @@ static void run_ctx(enum ib_poll_context pctx, const char *ctx, int order)
 		PASS("connect", ctx);
 		test_send_recv(&e[0], &e[1], ctx);
 		test_write_read(&e[0], &e[1], ctx);
+		if (devs[0]->attrs.device_cap_flags &
+		    devs[1]->attrs.device_cap_flags &
+		    IB_DEVICE_MEM_MGT_EXTENSIONS)
+			test_fast_reg_257(&e[0], &e[1], ctx);
+		else
+			pr_info("rmlx5_ibtest: %s or %s has no fast registration: fast_reg_257%s skipped\n",
+				dev_name(&devs[0]->dev),
+				dev_name(&devs[1]->dev), ctx);
 		if (devs[1]->attrs.device_cap_flags & IB_DEVICE_MEM_MGT_EXTENSIONS)
 			test_fast_reg(&e[0], &e[1], ctx);
 		else
