@@ -26,12 +26,13 @@ bench)
               iproute2 libpci3 libnl-3-200 libnl-route-3-200 libmnl0 libbsd0 libmd0 libcap2 libelf1)
     ;;
 check)
-    PROGRAMS=(rdma ip ibv_devices ibv_devinfo ibv_rc_pingpong python3.11
+    PROGRAMS=(rdma ip tc sysctl ibv_devices ibv_devinfo ibv_rc_pingpong python3.11
               ib_send_lat ib_write_lat ib_read_lat ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw)
     PACKAGES=(iproute2 libmnl0 libbsd0 libmd0 libcap2 libelf1 libbpf1 zlib1g
               ibverbs-utils ibverbs-providers libibverbs1 rdma-core libnl-3-200 libnl-route-3-200
               python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libexpat1
-              libpython3.11 libffi8 python3-pyverbs librdmacm1 perftest libibumad3 libpci3)
+              libpython3.11 libffi8 python3-pyverbs librdmacm1 perftest libibumad3 libpci3
+              procps libproc2-0 libsystemd0 libncursesw6 libtinfo6 python3-yaml libyaml-0-2)
     ;;
 *)
     echo "usage: $0 [bench|check]" >&2
@@ -136,6 +137,12 @@ if [ "$profile" = check ]; then
         fi
     done
     cp -r "$pkg/usr/lib/python3/dist-packages/pyverbs" "$root/usr/lib/python3/dist-packages/"
+    # PyYAML, which the kernel's net selftest library imports (the RDS
+    # selftest), with its libyaml extension.
+    cp -r "$pkg/usr/lib/python3/dist-packages/yaml" "$root/usr/lib/python3/dist-packages/"
+    for so in "$pkg"/usr/lib/python3/dist-packages/_yaml*.so; do
+        [ -f "$so" ] && cp "$so" "$root/usr/lib/python3/dist-packages/" && stage_deps "$so"
+    done
     find "$pkg/usr/lib/python3/dist-packages/pyverbs" -name '*.so' | while read -r so; do stage_deps "$so"; done
     for drv in efa; do
         so=$(ls "$pkg"/usr/lib/x86_64-linux-gnu/libibverbs/lib$drv-rdmav*.so 2>/dev/null || true)

@@ -57,6 +57,14 @@ KNOWN_UPSTREAM = [
      ("possible circular locking dependency", "nvmet_config_sem", "handler_mutex",
       "nvmet_port_subsys_drop_link"),
      "nvmet's own lock order between its configfs teardown and rdma_cm's event handler"),
+    # RDS takes rds_trans_sem around rds_ib_laddr_check, which destroys a
+    # probe cm_id (handler_mutex), and its rdma_cm connect-request handler
+    # (under handler_mutex) looks the transport up under rds_trans_sem.
+    # RDS and rdma_cm code only; the same over rxe (tests/guest/rds.sh).
+    ("rds_trans_sem_vs_rdma_cm_handler_mutex",
+     ("possible circular locking dependency", "rds_trans_sem", "handler_mutex",
+      "rds_ib_laddr_check"),
+     "RDS's transport lookup lock against rdma_cm's event handler"),
 ]
 
 
@@ -72,6 +80,36 @@ def known_upstream(lines, i):
 MARKER = re.compile(r"rmlx5-test: (PASS|FAIL) ([^:\s]+)(?::\s*(.*))?")
 EXIT = re.compile(r"rmlx5-guest: EXIT (\S+) (\d+)")
 PRINTK_PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+
+
+# The kernel's RDS selftest (tools/testing/selftests/net/rds/test.py) and
+# the Python it imports, staged under /ksft in the kernel tree's layout (its
+# library finds the rest relative to itself). One word differs from the
+# source: its RDMA setup makes the two devices with `rdma link add ... type
+# rxe`; here `type rmlx5` (rmlx5's link type, tests/guest/rds.sh).
+RDS_SELFTEST = "tools/testing/selftests/net/rds/test.py"
+RDS_PY_TREES = ("tools/testing/selftests/net/lib/py", "tools/net/ynl/pyynl/lib")
+
+
+def stage_rds_selftest(ksrc, root):
+    src = os.path.join(ksrc, RDS_SELFTEST)
+    if not os.path.exists(src):
+        return
+    dst = os.path.join(root, "ksft", RDS_SELFTEST)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(src) as f:
+        text = f.read()
+    if text.count(" type rxe netdev ") != 2:
+        raise SystemExit(f"{src}: expected two `rdma link add ... type rxe netdev` lines")
+    with open(dst, "w") as f:
+        f.write(text.replace(" type rxe netdev ", " type rmlx5 netdev "))
+    os.chmod(dst, 0o755)
+    for tree in RDS_PY_TREES:
+        d = os.path.join(root, "ksft", tree)
+        os.makedirs(d, exist_ok=True)
+        for name in os.listdir(os.path.join(ksrc, tree)):
+            if name.endswith(".py"):
+                shutil.copy(os.path.join(ksrc, tree, name), os.path.join(d, name))
 
 
 def build_initramfs(args, workdir):
@@ -100,6 +138,7 @@ def build_initramfs(args, workdir):
             cmtest = os.path.join(os.path.dirname(os.path.abspath(ibtest)), "rmlx5_cmtest.ko")
             if os.path.exists(cmtest):
                 shutil.copy(cmtest, os.path.join(root, "lib/modules/rmlx5_cmtest.ko"))
+    stage_rds_selftest(args.ksrc, root)
     for prog in args.programs:
         shutil.copy(prog, os.path.join(root, "tests", os.path.basename(prog)))
     # Tools a user would run (rmlx5-devinfo, -pingpong, -perf) go in /bin.
@@ -113,10 +152,11 @@ def build_initramfs(args, workdir):
     shutil.copy(os.path.join(HERE, "guest/rdma-core.sh"), os.path.join(root, "tests/rdma-core.sh"))
     shutil.copy(os.path.join(HERE, "guest/pyverbs.sh"), os.path.join(root, "tests/pyverbs.sh"))
     shutil.copy(os.path.join(HERE, "guest/rdmacm.sh"), os.path.join(root, "tests/rdmacm.sh"))
+    shutil.copy(os.path.join(HERE, "guest/rds.sh"), os.path.join(root, "tests/rds.sh"))
     shutil.copy(os.path.join(HERE, "guest/mlx5-abi.py"), os.path.join(root, "tests/mlx5-abi.py"))
     for path in ("init", "tests/demo.sh", "tests/perf.sh", "tests/bench.sh", "tests/stress.sh",
                  "tests/pci-smoke.sh", "tests/prod.sh", "tests/rdma-core.sh", "tests/pyverbs.sh",
-                 "tests/rdmacm.sh", "tests/mlx5-abi.py"):
+                 "tests/rdmacm.sh", "tests/rds.sh", "tests/mlx5-abi.py"):
         os.chmod(os.path.join(root, path), 0o755)
     # Extra file trees (the benchmark's rdma-core, perftest and iproute2,
     # staged by scripts/bench-userland.sh).

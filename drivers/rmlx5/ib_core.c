@@ -46,6 +46,7 @@
 #include <rdma/ib_cache.h>
 #include <rdma/ib_mad.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/rdma_netlink.h>
 #include <rdma/rmlx5_ib.h>
 
 #include "ib_core.h"
@@ -166,6 +167,11 @@ module_param(roce_netdevs, charp, 0444);
 MODULE_PARM_DESC(roce_netdevs,
 		 "Comma-separated netdev names: rmlx5_<n> becomes a RoCE device on the n-th (in any network namespace); an empty or missing name keeps rmlx5_<n> InfiniBand");
 
+static unsigned int link_hcas;
+module_param(link_hcas, uint, 0444);
+MODULE_PARM_DESC(link_hcas,
+		 "The last link_hcas software HCAs are not registered at load: each becomes a RoCE device when `rdma link add <name> type rmlx5 netdev <netdev>` names it, as rxe's and siw's devices are made (default 0)");
+
 /*
  * Registered devices. The table changes under rmlx5_ibc_lock, which the
  * netdev notifier (under the RTNL) and the GID lookup of modify_qp take to
@@ -175,6 +181,11 @@ static DEFINE_MUTEX(rmlx5_ibc_lock);
 static struct rmlx5_ibc_dev *rmlx5_ibc_devs[RMLX5_IBC_MAX_DEVS];
 static unsigned int rmlx5_ibc_nr;
 static bool rmlx5_ibc_notifier;
+/* Software HCAs (rmlx5_ibc_register's nr), the last link_hcas of which
+ * wait for `rdma link add`; and whether the link type is registered. */
+static unsigned int rmlx5_ibc_soft;
+static bool rmlx5_ibc_linked;
+static struct rdma_link_ops rmlx5_ibc_link_ops;
 
 /*
  * The identity rmlx5's own uverbs device reports for the same HCA
@@ -242,6 +253,9 @@ static int rmlx5_ibc_query_device(struct ib_device *ibdev,
 	props->masked_atomic_cap = IB_ATOMIC_HCA;
 	props->max_pkeys = 1;
 	props->local_ca_ack_delay = 16;
+	/* A device `rdma link add` made, `rdma link delete` may remove. */
+	if (to_dev(ibdev)->link)
+		props->kernel_cap_flags |= IBK_ALLOW_USER_UNREG;
 #if RMLX5_IBC_USER
 	if (udata)
 		return rmlx5_ibc_user_query_device(ibdev, udata);
@@ -702,23 +716,30 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			       int mask, struct ib_udata *udata)
 {
 	struct rmlx5_ibc_qp *qp = to_qp(ibqp);
+	/*
+	 * Only the fields mask names are read: callers leave the others
+	 * uninitialised (ib_mad kmallocs its attributes, rdma_cm fills a
+	 * stack copy field by field), and the checks below them would refuse
+	 * garbage.
+	 */
 	struct rmlx5_ib_qp_attr a = {
-		.qp_state = attr->qp_state,
-		.cur_qp_state = attr->cur_qp_state,
-		.qp_access_flags = attr->qp_access_flags,
-		.path_mtu = attr->path_mtu,
-		.dest_qp_num = attr->dest_qp_num,
-		.rq_psn = attr->rq_psn,
-		.sq_psn = attr->sq_psn,
-		.pkey_index = attr->pkey_index,
-		.port_num = attr->port_num,
-		.max_rd_atomic = attr->max_rd_atomic,
-		.max_dest_rd_atomic = attr->max_dest_rd_atomic,
-		.min_rnr_timer = attr->min_rnr_timer,
-		.timeout = attr->timeout,
-		.retry_cnt = attr->retry_cnt,
-		.rnr_retry = attr->rnr_retry,
-		.qkey = attr->qkey,
+		.qp_state = mask & IB_QP_STATE ? attr->qp_state : qp->attr.qp_state,
+		.cur_qp_state = mask & IB_QP_CUR_STATE ? attr->cur_qp_state : 0,
+		.qp_access_flags = mask & IB_QP_ACCESS_FLAGS ? attr->qp_access_flags : 0,
+		.path_mtu = mask & IB_QP_PATH_MTU ? attr->path_mtu : 0,
+		.dest_qp_num = mask & IB_QP_DEST_QPN ? attr->dest_qp_num : 0,
+		.rq_psn = mask & IB_QP_RQ_PSN ? attr->rq_psn : 0,
+		.sq_psn = mask & IB_QP_SQ_PSN ? attr->sq_psn : 0,
+		.pkey_index = mask & IB_QP_PKEY_INDEX ? attr->pkey_index : 0,
+		.port_num = mask & IB_QP_PORT ? attr->port_num : 0,
+		.max_rd_atomic = mask & IB_QP_MAX_QP_RD_ATOMIC ? attr->max_rd_atomic : 0,
+		.max_dest_rd_atomic = mask & IB_QP_MAX_DEST_RD_ATOMIC ?
+			attr->max_dest_rd_atomic : 0,
+		.min_rnr_timer = mask & IB_QP_MIN_RNR_TIMER ? attr->min_rnr_timer : 0,
+		.timeout = mask & IB_QP_TIMEOUT ? attr->timeout : 0,
+		.retry_cnt = mask & IB_QP_RETRY_CNT ? attr->retry_cnt : 0,
+		.rnr_retry = mask & IB_QP_RNR_RETRY ? attr->rnr_retry : 0,
+		.qkey = mask & IB_QP_QKEY ? attr->qkey : 0,
 	};
 	bool ud = ibqp->qp_type == IB_QPT_UD || ibqp->qp_type == IB_QPT_GSI;
 	int err;
@@ -727,8 +748,6 @@ static int rmlx5_ibc_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 		return -EOPNOTSUPP;
 	if (mask & ~(ud ? RMLX5_IBC_UD_QP_MASK : RMLX5_IBC_QP_MASK))
 		return -EOPNOTSUPP;
-	if (!(mask & IB_QP_STATE))
-		a.qp_state = qp->attr.qp_state;
 	if ((mask & IB_QP_AV) && to_dev(ibqp->device)->roce) {
 		int peer;
 
@@ -1183,12 +1202,9 @@ static const struct ib_device_ops rmlx5_ibc_roce_ops = {
 	.del_gid = rmlx5_ibc_del_gid,
 };
 
-static void rmlx5_ibc_remove_one(struct rmlx5_ibc_dev *dev)
+/* Gives back what a device holds besides its ib_device. */
+static void rmlx5_ibc_release(struct rmlx5_ibc_dev *dev)
 {
-	if (dev->registered)
-		ib_unregister_device(&dev->ibdev);
-	else if (dev->roce)
-		ib_device_set_netdev(&dev->ibdev, NULL, 1);
 	/* Waits for a dispatcher run that may still call rmlx5_ibc_event. */
 	rmlx5_ibc_set_event_handler(dev->index, NULL, NULL);
 	/* And for a device-fatal event that run may have queued. */
@@ -1196,6 +1212,40 @@ static void rmlx5_ibc_remove_one(struct rmlx5_ibc_dev *dev)
 	WARN_ON(!xa_empty(&dev->qps) || !xa_empty(&dev->cqs));
 	xa_destroy(&dev->qps);
 	xa_destroy(&dev->cqs);
+	if (dev->roce)
+		rmlx5_ibc_set_port(dev->index, 0, IB_MTU_4096);
+}
+
+static void rmlx5_ibc_forget(struct rmlx5_ibc_dev *dev);
+
+/*
+ * A device `rdma link add` made is freed by ib_core when it unregisters
+ * (`rdma link delete`, or rmmod): ib_dealloc_device calls this first.
+ */
+static void rmlx5_ibc_dealloc_link(struct ib_device *ibdev)
+{
+	struct rmlx5_ibc_dev *dev = to_dev(ibdev);
+
+	rmlx5_ibc_forget(dev);
+	rmlx5_ibc_release(dev);
+}
+
+static const struct ib_device_ops rmlx5_ibc_link_dev_ops = {
+	.dealloc_driver = rmlx5_ibc_dealloc_link,
+};
+
+static void rmlx5_ibc_remove_one(struct rmlx5_ibc_dev *dev)
+{
+	/* Unregistering frees it (rmlx5_ibc_dealloc_link). */
+	if (dev->link && dev->registered) {
+		ib_unregister_device(&dev->ibdev);
+		return;
+	}
+	if (dev->registered)
+		ib_unregister_device(&dev->ibdev);
+	else if (dev->roce)
+		ib_device_set_netdev(&dev->ibdev, NULL, 1);
+	rmlx5_ibc_release(dev);
 	ib_dealloc_device(&dev->ibdev);
 }
 
@@ -1244,22 +1294,32 @@ static struct net_device *rmlx5_ibc_find_netdev(const char *name)
  * and the binding unseen: the notifier (registered before) takes the RTNL
  * too and finds the device already in the table.
  */
-static int rmlx5_ibc_bind_netdev(struct rmlx5_ibc_dev *dev)
+static int rmlx5_ibc_bind_netdev(struct rmlx5_ibc_dev *dev,
+				 struct net_device *link_ndev)
 {
 	char name[IFNAMSIZ];
 	struct net_device *ndev;
 	int err;
 
-	err = rmlx5_ibc_netdev_name(dev->index, name, sizeof(name));
-	if (err == -ENOENT)
-		return 0;
-	if (err) {
-		pr_err("rmlx5: rmlx5_%d: a roce_netdevs name is longer than %d characters\n",
-		       dev->index, IFNAMSIZ - 1);
-		return err;
+	if (link_ndev) {
+		strscpy(name, link_ndev->name, sizeof(name));
+	} else {
+		err = rmlx5_ibc_netdev_name(dev->index, name, sizeof(name));
+		if (err == -ENOENT)
+			return 0;
+		if (err) {
+			pr_err("rmlx5: rmlx5_%d: a roce_netdevs name is longer than %d characters\n",
+			       dev->index, IFNAMSIZ - 1);
+			return err;
+		}
 	}
 	rtnl_lock();
-	ndev = rmlx5_ibc_find_netdev(name);
+	if (link_ndev) {
+		ndev = link_ndev;
+		dev_hold(ndev);
+	} else {
+		ndev = rmlx5_ibc_find_netdev(name);
+	}
 	if (!ndev || ndev->reg_state != NETREG_REGISTERED) {
 		rtnl_unlock();
 		dev_put(ndev);
@@ -1329,7 +1389,8 @@ static void rmlx5_ibc_forget(struct rmlx5_ibc_dev *dev)
  * Registers rmlx5_<index>: a software HCA (dma_device NULL) or a ConnectX
  * function whose PCI device is dma_device.
  */
-static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device)
+static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device,
+			     const char *link_name, struct net_device *link_ndev)
 {
 	struct rmlx5_ib_device_attr a;
 	struct rmlx5_ibc_dev *dev;
@@ -1373,13 +1434,25 @@ static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device)
 	rmlx5_ibc_nr = max(rmlx5_ibc_nr, index + 1);
 	mutex_unlock(&rmlx5_ibc_lock);
 	/* roce_netdevs names netdevs for the software HCAs only. */
-	err = dma_device ? 0 : rmlx5_ibc_bind_netdev(dev);
+	err = dma_device ? 0 : rmlx5_ibc_bind_netdev(dev, link_ndev);
 	if (err)
 		goto fail;
 	err = rmlx5_ibc_set_event_handler(index, rmlx5_ibc_event, dev);
 	if (err)
 		goto fail;
-	snprintf(name, sizeof(name), "rmlx5_%u", index);
+	if (link_name) {
+		/*
+		 * Made by `rdma link add`: from here ib_dealloc_device, called
+		 * by ib_core when it unregisters the device, or below if
+		 * registration fails, gives everything back (dealloc_driver).
+		 */
+		dev->link = true;
+		dev->ibdev.link_ops = &rmlx5_ibc_link_ops;
+		ib_set_device_ops(&dev->ibdev, &rmlx5_ibc_link_dev_ops);
+		strscpy(name, link_name, sizeof(name));
+	} else {
+		snprintf(name, sizeof(name), "rmlx5_%u", index);
+	}
 	/* A software HCA has no DMA device: ib_dma_map_*() give direct-map
 	 * addresses. A function's give bus addresses. */
 	err = ib_register_device(&dev->ibdev, name, dma_device);
@@ -1390,27 +1463,65 @@ static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device)
 	mutex_unlock(&rmlx5_ibc_lock);
 	return 0;
 fail:
+	if (dev->link) {
+		ib_dealloc_device(&dev->ibdev);
+		return err;
+	}
 	rmlx5_ibc_forget(dev);
 	rmlx5_ibc_remove_one(dev);
 	return err;
 }
+
+/*
+ * `rdma link add <name> type rmlx5 netdev <netdev>`: the first software
+ * HCA of the last link_hcas that has no ib_device becomes the RoCE device
+ * <name> on <netdev>. Without one free, -ENOSPC.
+ */
+static int rmlx5_ibc_newlink(const char *ibdev_name, struct net_device *ndev)
+{
+	unsigned int i;
+	int found = -ENOSPC;
+
+	mutex_lock(&rmlx5_ibc_lock);
+	for (i = rmlx5_ibc_soft - link_hcas; i < rmlx5_ibc_soft; i++) {
+		if (!rmlx5_ibc_devs[i]) {
+			found = i;
+			break;
+		}
+	}
+	mutex_unlock(&rmlx5_ibc_lock);
+	if (found < 0)
+		return found;
+	/* add_one claims the slot under the lock (a racing link gets -EBUSY). */
+	return rmlx5_ibc_add_one(found, NULL, ibdev_name, ndev);
+}
+
+static struct rdma_link_ops rmlx5_ibc_link_ops = {
+	.type = "rmlx5",
+	.newlink = rmlx5_ibc_newlink,
+};
 
 int rmlx5_ibc_register(unsigned int nr)
 {
 	unsigned int i;
 	int err;
 
-	if (nr > RMLX5_IBC_MAX_DEVS)
+	if (nr > RMLX5_IBC_MAX_DEVS || link_hcas > nr)
 		return -EINVAL;
+	if (roce_netdevs && *roce_netdevs && link_hcas) {
+		pr_err("rmlx5: roce_netdevs and link_hcas exclude each other\n");
+		return -EINVAL;
+	}
+	rmlx5_ibc_soft = nr;
 	/* First, so that no bound netdev unregisters unseen. */
-	if (roce_netdevs && *roce_netdevs) {
+	if ((roce_netdevs && *roce_netdevs) || link_hcas) {
 		err = register_netdevice_notifier(&rmlx5_ibc_netdev_nb);
 		if (err)
 			return err;
 		rmlx5_ibc_notifier = true;
 	}
-	for (i = 0; i < nr; i++) {
-		err = rmlx5_ibc_add_one(i, NULL);
+	for (i = 0; i < nr - link_hcas; i++) {
+		err = rmlx5_ibc_add_one(i, NULL, NULL, NULL);
 		if (err) {
 			pr_err("rmlx5: registering rmlx5_%u with ib_core failed: %d\n",
 			       i, err);
@@ -1418,12 +1529,22 @@ int rmlx5_ibc_register(unsigned int nr)
 			return err;
 		}
 	}
+	if (link_hcas) {
+		rdma_link_register(&rmlx5_ibc_link_ops);
+		rmlx5_ibc_linked = true;
+	}
 	return 0;
 }
 
 void rmlx5_ibc_unregister(void)
 {
 	unsigned int i = RMLX5_IBC_MAX_DEVS;
+
+	/* No `rdma link add` from here on (it waits for one in progress). */
+	if (rmlx5_ibc_linked) {
+		rdma_link_unregister(&rmlx5_ibc_link_ops);
+		rmlx5_ibc_linked = false;
+	}
 
 	/* The software HCAs; a function leaves through rmlx5_ibc_remove_pci. */
 	while (i--) {
@@ -1453,7 +1574,7 @@ int rmlx5_ibc_add_pci(unsigned int index, struct device *dma_device)
 {
 	if (index >= RMLX5_IBC_MAX_DEVS || !dma_device)
 		return -EINVAL;
-	return rmlx5_ibc_add_one(index, dma_device);
+	return rmlx5_ibc_add_one(index, dma_device, NULL, NULL);
 }
 
 void rmlx5_ibc_remove_pci(unsigned int index)

@@ -40,6 +40,8 @@ struct rmlx5_ibc_dev {
 	bool registered;
 	/* A ConnectX function (rmlx5_ibc_add_pci), not a software HCA. */
 	bool pci;
+	/* Made by `rdma link add`: ib_core frees it when it unregisters. */
+	bool link;
 };
 
 struct rmlx5_ibc_pd {

@@ -28,6 +28,7 @@
  */
 #include <linux/completion.h>
 #include <linux/module.h>
+#include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/string.h>
@@ -764,22 +765,28 @@ static void run_ctx(enum ib_poll_context pctx, const char *ctx, int order)
 		PASS("destroy", ctx);
 }
 
-/* What ib_core refuses for rmlx5: a UD QP (no datagram transport). */
+/*
+ * Datagram QPs on an InfiniBand port: a UD QP is created and moves to RTS
+ * with a Q_Key (UD sends over RoCE ports are rmlx5_cmtest's), while the GSI
+ * QP is refused with -EOPNOTSUPP: only a RoCE port has QP1 and MADs.
+ */
 static void test_refusals(void)
 {
 	struct ib_qp_init_attr init = {};
+	struct ib_qp_attr attr = {};
 	struct ib_pd *pd;
 	struct ib_cq *cq;
 	struct ib_qp *qp;
+	int err;
 
 	pd = ib_alloc_pd(devs[0], 0);
 	if (IS_ERR(pd)) {
-		FAIL("ud_refused", "", "alloc_pd %ld", PTR_ERR(pd));
+		FAIL("ud_qp", "", "alloc_pd %ld", PTR_ERR(pd));
 		return;
 	}
 	cq = ib_alloc_cq(devs[0], NULL, 16, 0, IB_POLL_DIRECT);
 	if (IS_ERR(cq)) {
-		FAIL("ud_refused", "", "alloc_cq %ld", PTR_ERR(cq));
+		FAIL("ud_qp", "", "alloc_cq %ld", PTR_ERR(cq));
 		ib_dealloc_pd(pd);
 		return;
 	}
@@ -791,14 +798,44 @@ static void test_refusals(void)
 	init.cap.max_recv_sge = 1;
 	init.qp_type = IB_QPT_UD;
 	qp = ib_create_qp(pd, &init);
+	if (IS_ERR(qp) && PTR_ERR(qp) == -EOPNOTSUPP &&
+	    dev_is_pci(devs[0]->dev.parent)) {
+		/* UD on a ConnectX function is not brought up yet. */
+		pr_info("rmlx5_ibtest: %s has no UD QPs: ud_qp skipped\n",
+			dev_name(&devs[0]->dev));
+	} else if (IS_ERR(qp)) {
+		FAIL("ud_qp", "", "create_qp %ld", PTR_ERR(qp));
+	} else {
+		attr.qp_state = IB_QPS_INIT;
+		attr.pkey_index = 0;
+		attr.port_num = 1;
+		attr.qkey = 0x11111111;
+		err = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX |
+				   IB_QP_PORT | IB_QP_QKEY);
+		attr.qp_state = IB_QPS_RTR;
+		if (!err)
+			err = ib_modify_qp(qp, &attr, IB_QP_STATE);
+		attr.qp_state = IB_QPS_RTS;
+		attr.sq_psn = 0;
+		if (!err)
+			err = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_SQ_PSN);
+		if (err)
+			FAIL("ud_qp", "", "modify to RTS %d", err);
+		else
+			PASS("ud_qp", "");
+		ib_destroy_qp(qp);
+	}
+	init.qp_type = IB_QPT_GSI;
+	init.port_num = 1;
+	qp = ib_create_qp(pd, &init);
 	if (!IS_ERR(qp)) {
-		FAIL("ud_refused", "", "a UD QP was created");
+		FAIL("gsi_refused", "", "a GSI QP was created on an InfiniBand port");
 		ib_destroy_qp(qp);
 	} else if (PTR_ERR(qp) != -EOPNOTSUPP) {
-		FAIL("ud_refused", "", "error %ld, expected -EOPNOTSUPP",
+		FAIL("gsi_refused", "", "error %ld, expected -EOPNOTSUPP",
 		     PTR_ERR(qp));
 	} else {
-		PASS("ud_refused", "");
+		PASS("gsi_refused", "");
 	}
 	ib_free_cq(cq);
 	ib_dealloc_pd(pd);

@@ -361,6 +361,11 @@ if [ "$mode" != stress ] && [ -d /sys/class/infiniband ] &&
     echo 'none-*' > /sys/module/kunit/parameters/filter_glob 2>/dev/null
     /tests/rdmacm.sh "$params"
 fi
+# The kernel's RDS selftest with rmlx5 in place of rxe (tests/guest/rds.sh).
+if [ "$mode" != stress ] && [ -d /sys/class/infiniband ] &&
+    [ -z "$filter" -o "${filter#rds}" != "$filter" ]; then
+    /tests/rds.sh "$params"
+fi
 
 check_kmemleak kmemleak
 finish
