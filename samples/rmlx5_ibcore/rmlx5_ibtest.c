@@ -15,6 +15,12 @@
  * order that differs per context. Each case prints
  * "rmlx5-test: PASS ib_<case>" or "rmlx5-test: FAIL ib_<case>: why".
  *
+ * Before those: UD sends between a UD QP on each device through an IB
+ * address handle to dev1's LID (ud_send: data, byte_len with the 40 bytes
+ * of GRH space, source QPN and LID, no GRH; ud_bad_qkey: a datagram with
+ * another Q_Key is dropped), and the GSI QP refused on an InfiniBand port
+ * (gsi_refused).
+ *
  * dev0= and dev1= name other devices (the same one twice for a loopback
  * pair, as on one ConnectX function) and prefix= replaces "ib" in the test
  * names. On a device without fast registration (no
@@ -766,27 +772,368 @@ static void run_ctx(enum ib_poll_context pctx, const char *ctx, int order)
 }
 
 /*
- * Datagram QPs on an InfiniBand port: a UD QP is created and moves to RTS
- * with a Q_Key (UD sends over RoCE ports are rmlx5_cmtest's), while the GSI
- * QP is refused with -EOPNOTSUPP: only a RoCE port has QP1 and MADs.
+ * UD sends over InfiniBand ports (UD over RoCE ports is rmlx5_cmtest's): a
+ * UD QP on each device (one QP sending to itself on a loopback pair), both
+ * at RTS with a Q_Key, an IB address handle to dev1's LID. ud_send checks
+ * a 256-byte send and its receive (40 bytes of GRH space, no GRH, the
+ * sender's QPN and LID); ud_bad_qkey that a send with another Q_Key is
+ * dropped while the next one with the right Q_Key lands in the receive.
+ */
+#define UD_GRH 40
+#define UD_LEN 256
+#define UD_BUF 1024
+#define UD_QKEY 0x11111111
+
+/* wr_ids, and the index of their completions. */
+enum { UD_SEND1 = 1, UD_RECV1, UD_SEND_BAD, UD_SEND2, UD_RECV2, UD_IDS };
+
+struct ud_side {
+	struct ib_device *dev;
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	struct ib_qp *qp;
+	u8 *buf;
+	u64 dma;
+	u16 lid;
+};
+
+struct ud_test {
+	struct ud_side side[2];
+	struct ud_side *s, *r;	/* sender and receiver */
+	struct ib_ah *ah;
+	struct rdma_ah_attr ah_attr;
+	struct ib_ud_wr wr;
+	struct ib_recv_wr rwr;
+	struct ib_sge sge;
+	struct ib_wc wc[UD_IDS];
+	unsigned long seen;
+	int stray;
+};
+
+/* Creates a side's objects; *what names the step that failed. */
+static int ud_setup(struct ud_side *u, struct ib_device *dev, const char **what)
+{
+	struct ib_qp_init_attr init = {};
+	struct ib_port_attr pa;
+	int err;
+
+	u->dev = dev;
+	*what = "query_port";
+	err = ib_query_port(dev, 1, &pa);
+	if (err)
+		return err;
+	u->lid = pa.lid;
+	*what = "alloc_pd";
+	u->pd = ib_alloc_pd(dev, 0);
+	if (IS_ERR(u->pd)) {
+		err = PTR_ERR(u->pd);
+		u->pd = NULL;
+		return err;
+	}
+	*what = "alloc_cq";
+	u->cq = ib_alloc_cq(dev, NULL, 16, 0, IB_POLL_DIRECT);
+	if (IS_ERR(u->cq)) {
+		err = PTR_ERR(u->cq);
+		u->cq = NULL;
+		return err;
+	}
+	init.send_cq = u->cq;
+	init.recv_cq = u->cq;
+	init.cap.max_send_wr = 4;
+	init.cap.max_recv_wr = 4;
+	init.cap.max_send_sge = 1;
+	init.cap.max_recv_sge = 1;
+	init.sq_sig_type = IB_SIGNAL_REQ_WR;
+	init.qp_type = IB_QPT_UD;
+	*what = "create_qp";
+	u->qp = ib_create_qp(u->pd, &init);
+	if (IS_ERR(u->qp)) {
+		err = PTR_ERR(u->qp);
+		u->qp = NULL;
+		return err;
+	}
+	*what = "buffer";
+	u->buf = kzalloc(UD_BUF, GFP_KERNEL);
+	if (!u->buf)
+		return -ENOMEM;
+	u->dma = ib_dma_map_single(dev, u->buf, UD_BUF, DMA_BIDIRECTIONAL);
+	if (ib_dma_mapping_error(dev, u->dma)) {
+		kfree(u->buf);
+		u->buf = NULL;
+		return -ENOMEM;
+	}
+	*what = "modify to RTS";
+	return 0;
+}
+
+static void ud_free(struct ud_side *u)
+{
+	if (u->qp)
+		ib_destroy_qp(u->qp);
+	if (u->buf) {
+		ib_dma_unmap_single(u->dev, u->dma, UD_BUF, DMA_BIDIRECTIONAL);
+		kfree(u->buf);
+	}
+	if (u->cq)
+		ib_free_cq(u->cq);
+	if (u->pd)
+		ib_dealloc_pd(u->pd);
+}
+
+/* RESET -> INIT (P_Key index 0, port 1, the Q_Key) -> RTR -> RTS. */
+static int ud_rts(struct ib_qp *qp)
+{
+	struct ib_qp_attr a = {};
+	int err;
+
+	a.qp_state = IB_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = 1;
+	a.qkey = UD_QKEY;
+	err = ib_modify_qp(qp, &a, IB_QP_STATE | IB_QP_PKEY_INDEX |
+			   IB_QP_PORT | IB_QP_QKEY);
+	if (err)
+		return err;
+	a.qp_state = IB_QPS_RTR;
+	err = ib_modify_qp(qp, &a, IB_QP_STATE);
+	if (err)
+		return err;
+	a.qp_state = IB_QPS_RTS;
+	a.sq_psn = 0;
+	return ib_modify_qp(qp, &a, IB_QP_STATE | IB_QP_SQ_PSN);
+}
+
+/* Posts a receive of GRH space and UD_LEN bytes at the receiver's buffer. */
+static int ud_post_recv(struct ud_test *t, u64 id)
+{
+	struct ud_side *r = t->r;
+
+	memset(r->buf, 0, UD_GRH + UD_LEN);
+	ib_dma_sync_single_for_device(r->dev, r->dma, UD_BUF, DMA_BIDIRECTIONAL);
+	t->sge.addr = r->dma;
+	t->sge.length = UD_GRH + UD_LEN;
+	t->sge.lkey = r->pd->local_dma_lkey;
+	memset(&t->rwr, 0, sizeof(t->rwr));
+	t->rwr.wr_id = id;
+	t->rwr.sg_list = &t->sge;
+	t->rwr.num_sge = 1;
+	return ib_post_recv(r->qp, &t->rwr, NULL);
+}
+
+/* Sends UD_LEN bytes of pattern fill from the sender's buffer at off. */
+static int ud_post_send(struct ud_test *t, u64 id, u32 qkey, size_t off, u8 fill)
+{
+	struct ud_side *s = t->s;
+	size_t i;
+
+	for (i = 0; i < UD_LEN; i++)
+		s->buf[off + i] = fill ^ (u8)i;
+	ib_dma_sync_single_for_device(s->dev, s->dma, UD_BUF, DMA_BIDIRECTIONAL);
+	t->sge.addr = s->dma + off;
+	t->sge.length = UD_LEN;
+	t->sge.lkey = s->pd->local_dma_lkey;
+	memset(&t->wr, 0, sizeof(t->wr));
+	t->wr.wr.wr_id = id;
+	t->wr.wr.sg_list = &t->sge;
+	t->wr.wr.num_sge = 1;
+	t->wr.wr.opcode = IB_WR_SEND;
+	t->wr.wr.send_flags = IB_SEND_SIGNALED;
+	t->wr.ah = t->ah;
+	t->wr.remote_qpn = t->r->qp->qp_num;
+	t->wr.remote_qkey = qkey;
+	return ib_post_send(s->qp, &t->wr.wr, NULL);
+}
+
+/* Polls both CQs until completion id has come, for WAIT_MS at most. */
+static bool ud_wait(struct ud_test *t, u64 id)
+{
+	unsigned long end = jiffies + msecs_to_jiffies(WAIT_MS);
+	struct ib_cq *cqs[2] = { t->s->cq, t->r->cq };
+	struct ib_wc wc;
+	int i;
+
+	while (!test_bit(id, &t->seen)) {
+		if (time_after(jiffies, end))
+			return false;
+		for (i = 0; i < (cqs[0] == cqs[1] ? 1 : 2); i++) {
+			if (ib_poll_cq(cqs[i], 1, &wc) != 1)
+				continue;
+			if (wc.wr_id >= UD_IDS || test_bit(wc.wr_id, &t->seen)) {
+				t->stray++;
+				continue;
+			}
+			t->wc[wc.wr_id] = wc;
+			__set_bit(wc.wr_id, &t->seen);
+		}
+		cond_resched();
+	}
+	return true;
+}
+
+/* Checks receive id against the send of fill at off; 0 or FAILs name. */
+static int ud_check_recv(struct ud_test *t, const char *name, u64 id,
+			 size_t off)
+{
+	struct ib_wc *wc = &t->wc[id];
+
+	if (wc->status != IB_WC_SUCCESS || wc->opcode != IB_WC_RECV) {
+		FAIL(name, "", "receive status %s opcode %d",
+		     ib_wc_status_msg(wc->status), wc->opcode);
+		return -EIO;
+	}
+	if (wc->byte_len != UD_GRH + UD_LEN || wc->src_qp != t->s->qp->qp_num ||
+	    wc->slid != t->s->lid || (wc->wc_flags & IB_WC_GRH)) {
+		FAIL(name, "", "byte_len %u src_qp %#x slid %u wc_flags %#x, expected %u, %#x, %u, no GRH",
+		     wc->byte_len, wc->src_qp, wc->slid, wc->wc_flags,
+		     UD_GRH + UD_LEN, t->s->qp->qp_num, t->s->lid);
+		return -EIO;
+	}
+	ib_dma_sync_single_for_cpu(t->r->dev, t->r->dma, UD_BUF, DMA_BIDIRECTIONAL);
+	if (memcmp(t->r->buf + UD_GRH, t->s->buf + off, UD_LEN)) {
+		FAIL(name, "", "received data differs");
+		return -EIO;
+	}
+	return 0;
+}
+
+static bool ud_send_ok(struct ud_test *t, const char *name, u64 id)
+{
+	if (t->wc[id].status != IB_WC_SUCCESS || t->wc[id].opcode != IB_WC_SEND) {
+		FAIL(name, "", "send status %s opcode %d",
+		     ib_wc_status_msg(t->wc[id].status), t->wc[id].opcode);
+		return false;
+	}
+	return true;
+}
+
+static bool ud_send_case(struct ud_test *t)
+{
+	int err;
+
+	err = ud_post_recv(t, UD_RECV1);
+	if (!err)
+		err = ud_post_send(t, UD_SEND1, UD_QKEY, 512, 0x3c);
+	if (err) {
+		FAIL("ud_send", "", "post %d", err);
+		return false;
+	}
+	if (!ud_wait(t, UD_SEND1) || !ud_wait(t, UD_RECV1)) {
+		FAIL("ud_send", "", "no %s completion",
+		     test_bit(UD_SEND1, &t->seen) ? "receive" : "send");
+		return false;
+	}
+	if (!ud_send_ok(t, "ud_send", UD_SEND1) ||
+	    ud_check_recv(t, "ud_send", UD_RECV1, 512))
+		return false;
+	PASS("ud_send", "");
+	return true;
+}
+
+static void ud_run(struct ud_test *t)
+{
+	int err;
+
+	if (!ud_send_case(t)) {
+		FAIL("ud_bad_qkey", "", "not run: ud_send failed");
+		return;
+	}
+	err = ud_post_recv(t, UD_RECV2);
+	if (!err)
+		err = ud_post_send(t, UD_SEND_BAD, UD_QKEY ^ 1, 512, 0x5a);
+	if (!err)
+		err = ud_post_send(t, UD_SEND2, UD_QKEY, 768, 0xa5);
+	if (err) {
+		FAIL("ud_bad_qkey", "", "post %d", err);
+		return;
+	}
+	if (!ud_wait(t, UD_SEND_BAD) || !ud_wait(t, UD_SEND2) ||
+	    !ud_wait(t, UD_RECV2)) {
+		FAIL("ud_bad_qkey", "", "completions seen %#lx", t->seen);
+		return;
+	}
+	/* A UD send completes whether or not the datagram is taken. */
+	if (!ud_send_ok(t, "ud_bad_qkey", UD_SEND_BAD) ||
+	    !ud_send_ok(t, "ud_bad_qkey", UD_SEND2) ||
+	    ud_check_recv(t, "ud_bad_qkey", UD_RECV2, 768))
+		return;
+	if (t->stray) {
+		FAIL("ud_bad_qkey", "", "%d unexpected completions", t->stray);
+		return;
+	}
+	PASS("ud_bad_qkey", "");
+}
+
+static void test_ud(void)
+{
+	bool loop = devs[0] == devs[1];
+	const char *what = "";
+	struct ud_test *t;
+	int i, err;
+
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	if (!t) {
+		FAIL("ud_send", "", "no memory");
+		FAIL("ud_bad_qkey", "", "not run: ud_send failed");
+		return;
+	}
+	t->s = &t->side[0];
+	t->r = loop ? t->s : &t->side[1];
+	err = ud_setup(t->s, devs[0], &what);
+	if (!err && !loop)
+		err = ud_setup(t->r, devs[1], &what);
+	if (!err)
+		err = ud_rts(t->s->qp);
+	if (!err && !loop)
+		err = ud_rts(t->r->qp);
+	if (err == -EOPNOTSUPP && !strcmp(what, "create_qp") &&
+	    dev_is_pci(devs[0]->dev.parent)) {
+		pr_info("rmlx5_ibtest: %s has no UD QPs: ud_send and ud_bad_qkey skipped\n",
+			dev_name(&devs[0]->dev));
+		goto out;
+	}
+	if (err) {
+		FAIL("ud_send", "", "%s %d", what, err);
+		FAIL("ud_bad_qkey", "", "not run: ud_send failed");
+		goto out;
+	}
+	t->ah_attr.type = RDMA_AH_ATTR_TYPE_IB;
+	rdma_ah_set_dlid(&t->ah_attr, t->r->lid);
+	rdma_ah_set_sl(&t->ah_attr, 0);
+	rdma_ah_set_port_num(&t->ah_attr, 1);
+	t->ah = rdma_create_ah(t->s->pd, &t->ah_attr, RDMA_CREATE_AH_SLEEPABLE);
+	if (IS_ERR(t->ah)) {
+		FAIL("ud_send", "", "create_ah %ld", PTR_ERR(t->ah));
+		FAIL("ud_bad_qkey", "", "not run: ud_send failed");
+		t->ah = NULL;
+		goto out;
+	}
+	ud_run(t);
+	rdma_destroy_ah(t->ah, RDMA_DESTROY_AH_SLEEPABLE);
+out:
+	for (i = 0; i < (loop ? 1 : 2); i++)
+		ud_free(&t->side[i]);
+	kfree(t);
+}
+
+/*
+ * The GSI QP is refused with -EOPNOTSUPP on an InfiniBand port: only a RoCE
+ * port has QP1 and MADs.
  */
 static void test_refusals(void)
 {
 	struct ib_qp_init_attr init = {};
-	struct ib_qp_attr attr = {};
 	struct ib_pd *pd;
 	struct ib_cq *cq;
 	struct ib_qp *qp;
-	int err;
 
 	pd = ib_alloc_pd(devs[0], 0);
 	if (IS_ERR(pd)) {
-		FAIL("ud_qp", "", "alloc_pd %ld", PTR_ERR(pd));
+		FAIL("gsi_refused", "", "alloc_pd %ld", PTR_ERR(pd));
 		return;
 	}
 	cq = ib_alloc_cq(devs[0], NULL, 16, 0, IB_POLL_DIRECT);
 	if (IS_ERR(cq)) {
-		FAIL("ud_qp", "", "alloc_cq %ld", PTR_ERR(cq));
+		FAIL("gsi_refused", "", "alloc_cq %ld", PTR_ERR(cq));
 		ib_dealloc_pd(pd);
 		return;
 	}
@@ -796,35 +1143,6 @@ static void test_refusals(void)
 	init.cap.max_recv_wr = 4;
 	init.cap.max_send_sge = 1;
 	init.cap.max_recv_sge = 1;
-	init.qp_type = IB_QPT_UD;
-	qp = ib_create_qp(pd, &init);
-	if (IS_ERR(qp) && PTR_ERR(qp) == -EOPNOTSUPP &&
-	    dev_is_pci(devs[0]->dev.parent)) {
-		/* UD on a ConnectX function is not brought up yet. */
-		pr_info("rmlx5_ibtest: %s has no UD QPs: ud_qp skipped\n",
-			dev_name(&devs[0]->dev));
-	} else if (IS_ERR(qp)) {
-		FAIL("ud_qp", "", "create_qp %ld", PTR_ERR(qp));
-	} else {
-		attr.qp_state = IB_QPS_INIT;
-		attr.pkey_index = 0;
-		attr.port_num = 1;
-		attr.qkey = 0x11111111;
-		err = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_PKEY_INDEX |
-				   IB_QP_PORT | IB_QP_QKEY);
-		attr.qp_state = IB_QPS_RTR;
-		if (!err)
-			err = ib_modify_qp(qp, &attr, IB_QP_STATE);
-		attr.qp_state = IB_QPS_RTS;
-		attr.sq_psn = 0;
-		if (!err)
-			err = ib_modify_qp(qp, &attr, IB_QP_STATE | IB_QP_SQ_PSN);
-		if (err)
-			FAIL("ud_qp", "", "modify to RTS %d", err);
-		else
-			PASS("ud_qp", "");
-		ib_destroy_qp(qp);
-	}
 	init.qp_type = IB_QPT_GSI;
 	init.port_num = 1;
 	qp = ib_create_qp(pd, &init);
@@ -962,6 +1280,7 @@ static int __init ibtest_init(void)
 	}
 	PASS("devices", "");
 	test_device();
+	test_ud();
 	test_refusals();
 	run_ctx(IB_POLL_DIRECT, "_direct", 0);
 	run_ctx(IB_POLL_SOFTIRQ, "_softirq", 1);

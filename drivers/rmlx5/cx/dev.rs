@@ -13,6 +13,10 @@
 //! BlueFlame register 0, the CQ doorbell as one 64-bit store, the EQ
 //! doorbell as one 32-bit store, as mlx5 rings them.
 //!
+//! QPs are RC or UD (QPC `st` RC or UD, as mlx5_ib creates kernel QPs); a
+//! GSI QP is refused with `EOPNOTSUPP`, the function's port being
+//! InfiniBand without MADs.
+//!
 //! # Locking and lifetimes
 //!
 //! The backend is an `Arc` that verbs objects hold for as long as they
@@ -154,9 +158,13 @@ use crate::mlx5_prm::{
         state_to_ib,
         Ads,
         Qpc,
+        MTU_4K,
+        OPTPAR_PKEY_INDEX,
+        OPTPAR_Q_KEY,
         PM_STATE_MIGRATED,
         RQ_TYPE_REGULAR,
-        ST_RC, //
+        ST_RC,
+        ST_UD, //
     },
     wqe::{
         MTT_EN_RD,
@@ -223,6 +231,8 @@ struct Mapping {
 #[derive(Clone, Copy)]
 struct TrackedQp {
     qpn: u32,
+    /// RC or UD: which fields each transition takes.
+    service: QpService,
     state: QpState,
     conn: ConnAttrs,
 }
@@ -569,6 +579,78 @@ impl CxBackend {
         }
     }
 
+    /// Moves UD QP `qpn` from `cur` as `m` asks, with the fields mlx5_ib
+    /// gives a UD QP: RST2INIT the P_Key index, port and Q_Key; INIT2RTR
+    /// nothing but the Q_Key or P_Key index the mask names; RTR2RTS the
+    /// send PSN and a Q_Key the mask names. Like mlx5_ib, every transition
+    /// writes the context `mtu` as 4096 (a datagram QP has no path).
+    fn modify_ud(st: &mut State<'_>, qpn: u32, cur: QpState, m: &QpModify) -> Result {
+        let a = &m.attrs;
+        let port = if a.port == 0 { 1 } else { a.port };
+        let named = |attr: AttrMask, opt: u32| if m.mask.contains(attr) { opt } else { 0 };
+        let q_key_opt = named(AttrMask::QKEY, OPTPAR_Q_KEY);
+        let ud = Qpc {
+            st: ST_UD,
+            pm_state: PM_STATE_MIGRATED,
+            mtu: MTU_4K,
+            q_key: a.qkey,
+            ..Qpc::default()
+        };
+        match (cur, m.state) {
+            (_, QpState::Reset) => {
+                exec_on::<Qp2Rst>(st, &Qp2RstIn { qpn }, &[])?;
+            }
+            (_, QpState::Err) => {
+                exec_on::<Qp2Err>(st, &Qp2ErrIn { qpn }, &[])?;
+            }
+            (QpState::Reset, QpState::Init) => {
+                // The INIT fields are always taken (the Q_Key too).
+                let input = Rst2InitQpIn {
+                    qpn,
+                    qpc: Qpc {
+                        primary_address_path: Ads {
+                            pkey_index: a.pkey_index,
+                            vhca_port_num: port,
+                            ..Ads::default()
+                        },
+                        ..ud
+                    },
+                    ..Rst2InitQpIn::default()
+                };
+                exec_on::<Rst2InitQp>(st, &input, &[])?;
+            }
+            (QpState::Init, QpState::Rtr) => {
+                let input = Init2RtrQpIn {
+                    qpn,
+                    opt_param_mask: q_key_opt | named(AttrMask::PKEY_INDEX, OPTPAR_PKEY_INDEX),
+                    qpc: Qpc {
+                        primary_address_path: Ads {
+                            pkey_index: a.pkey_index,
+                            ..Ads::default()
+                        },
+                        ..ud
+                    },
+                    ..Init2RtrQpIn::default()
+                };
+                exec_on::<Init2RtrQp>(st, &input, &[])?;
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                let input = Rtr2RtsQpIn {
+                    qpn,
+                    opt_param_mask: q_key_opt,
+                    qpc: Qpc {
+                        next_send_psn: a.sq_psn,
+                        ..ud
+                    },
+                    ..Rtr2RtsQpIn::default()
+                };
+                exec_on::<Rtr2RtsQp>(st, &input, &[])?;
+            }
+            _ => return Err(EINVAL),
+        }
+        Ok(())
+    }
+
     /// The UAR page index of a CQ's or QP's `uar_addr` (its BAR0 offset,
     /// as [`Backend::kernel_uar`] and [`CxUar::addr`] give it).
     fn uar_index(uar_addr: u64) -> Result<u32> {
@@ -910,11 +992,12 @@ impl Backend for CxBackend {
     }
 
     fn create_qp(&self, attr: &QpAttr, mem: [&DmaBuf; 2]) -> Result<u32> {
-        // UD and the GSI QP on a function are not brought up yet (its
-        // port is InfiniBand and has no MADs).
-        if attr.service != QpService::Rc {
-            return Err(EOPNOTSUPP);
-        }
+        // No GSI QP on a function: its port is InfiniBand and has no MADs.
+        let st = match attr.service {
+            QpService::Rc => ST_RC,
+            QpService::Ud => ST_UD,
+            QpService::Gsi => return Err(EOPNOTSUPP),
+        };
         let [buf, dbr] = mem;
         let rq_bytes = u64::from(attr.rq_wqes) * u64::from(attr.rq_stride);
         // One buffer, the RQ at its start and the SQ after it: the layout
@@ -931,7 +1014,7 @@ impl Backend for CxBackend {
         let input = CreateQpIn {
             ece: 0,
             qpc: Qpc {
-                st: ST_RC,
+                st,
                 pm_state: PM_STATE_MIGRATED,
                 pd: attr.pdn,
                 uar_page: CxBackend::uar_index(attr.uar_addr)?,
@@ -952,6 +1035,7 @@ impl Backend for CxBackend {
             let qpn = exec_on::<CreateQp>(st, &input, &list)?.qpn;
             let t = TrackedQp {
                 qpn,
+                service: attr.service,
                 state: QpState::Reset,
                 conn: ConnAttrs::default(),
             };
@@ -975,8 +1059,13 @@ impl Backend for CxBackend {
         };
         let port = if a.port == 0 { 1 } else { a.port };
         self.with_state(|ctl, st| {
-            let cur = CxBackend::tracked(ctl, qpn).ok_or(EINVAL)?.state;
-            match (cur, m.state) {
+            let t = CxBackend::tracked(ctl, qpn).ok_or(EINVAL)?;
+            if t.service == QpService::Ud {
+                CxBackend::modify_ud(st, qpn, t.state, m)?;
+                CxBackend::set_tracked(ctl, qpn, m);
+                return Ok(());
+            }
+            match (t.state, m.state) {
                 (_, QpState::Reset) => {
                     exec_on::<Qp2Rst>(st, &Qp2RstIn { qpn }, &[])?;
                 }
