@@ -344,6 +344,25 @@ impl PinnedDrop for Qp {
     }
 }
 
+/// Writes the gather list `sges` as data segments into `w` from byte
+/// `pos`; returns the position after them.
+fn put_gather(w: &mut [u8; MAX_WQE_SIZE], mut pos: usize, sges: &[Sge]) -> Result<usize> {
+    for s in sges {
+        let d = DataSeg {
+            byte_count: s.length,
+            lkey: s.lkey,
+            addr: s.addr,
+        };
+        let mut b16 = [0u8; DataSeg::SIZE];
+        d.encode(&mut b16);
+        w.get_mut(pos..pos + DataSeg::SIZE)
+            .ok_or(EINVAL)?
+            .copy_from_slice(&b16);
+        pos += DataSeg::SIZE;
+    }
+    Ok(pos)
+}
+
 fn pow2(n: u32) -> Result<u32> {
     n.max(1).checked_next_power_of_two().ok_or(EINVAL)
 }
@@ -603,14 +622,7 @@ impl Qp {
             }
             _ => {}
         }
-        for s in wr.sges {
-            let d = DataSeg {
-                byte_count: s.length,
-                lkey: s.lkey,
-                addr: s.addr,
-            };
-            seg16(&mut w, &mut pos, &|b| d.encode(b));
-        }
+        pos = put_gather(&mut w, pos, wr.sges)?;
         self.finish_wqe(
             sq,
             &mut w,
@@ -653,19 +665,7 @@ impl Qp {
             .ok_or(EINVAL)?
             .copy_from_slice(&b);
         pos += DatagramSeg::SIZE;
-        for s in wr.sges {
-            let d = DataSeg {
-                byte_count: s.length,
-                lkey: s.lkey,
-                addr: s.addr,
-            };
-            let mut b16 = [0u8; DataSeg::SIZE];
-            d.encode(&mut b16);
-            w.get_mut(pos..pos + DataSeg::SIZE)
-                .ok_or(EINVAL)?
-                .copy_from_slice(&b16);
-            pos += DataSeg::SIZE;
-        }
+        pos = put_gather(&mut w, pos, wr.sges)?;
         self.finish_wqe(
             sq,
             &mut w,
