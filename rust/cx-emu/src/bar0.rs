@@ -8,6 +8,7 @@
 //! | `0x1000..0x2010` | initialization segment (timers, health counter) | UAR 1 (from 0x1000) and up |
 //! | `0x1000..uars × 4 KiB` | 0 (UAR pages are write-only) | UAR page `offset / 4 KiB` |
 //! | [`MSIX_TABLE_OFFSET`], [`MSIX_PBA_OFFSET`] | QEMU's MSI-X emulation | QEMU's MSI-X emulation |
+//! | [`TEST_PAGE_OFFSET`] (`0x1f00000`), 4 KiB | the emulator's test registers (`testreg.rs`) | fault and port commands |
 //! | the rest, to 32 MiB | 0 | ignored, counted as stray |
 //!
 //! UAR page `i` is at `i × 4 KiB`, where mlx5_core maps the page
@@ -18,13 +19,18 @@
 //! (timers, health counter) while a UAR page is written only (doorbells at
 //! 0x20, 0x40, 0x48 and BlueFlame from 0x800), so reads of that page go to
 //! the segment and writes to the UAR. The MSI-X table and PBA sit at
-//! 1 MiB, past the UAR area the function announces (`uar_sz`: 1 MiB).
+//! 1 MiB, past the UAR area the function announces (`uar_sz`: 1 MiB). The
+//! test register page, which a ConnectX does not have, sits near the end
+//! of the BAR, clear of all of them.
 
 use mlx5_prm::doorbell::{
     BFREGS_PER_UAR, BF_BUF_SIZE, BF_REG_SIZE, UAR_BF_OFFSET, UAR_CQ_DOORBELL_OFFSET,
     UAR_EQ_ARM_OFFSET, UAR_EQ_UPDATE_OFFSET, UAR_PAGE_SIZE,
 };
 use mlx5_prm::init_seg::INIT_SEG_SIZE;
+
+pub(crate) use crate::testreg::TEST_PAGE_OFFSET;
+use crate::testreg::TEST_PAGE_SIZE;
 
 /// BAR0's size, as on a ConnectX-5.
 pub(crate) const BAR0_SIZE: u64 = 32 << 20;
@@ -52,12 +58,21 @@ pub(crate) enum Target {
     /// The MSI-X table or PBA: QEMU emulates them and never forwards an
     /// access there.
     Msix,
+    /// The test register page, at this byte offset.
+    Test(usize),
     /// Nothing is there.
     Unbacked,
 }
 
 fn msix(offset: u64) -> bool {
     (MSIX_TABLE_OFFSET..MSIX_PBA_OFFSET + PAGE).contains(&offset)
+}
+
+fn test_page(offset: u64) -> Option<Target> {
+    offset
+        .checked_sub(TEST_PAGE_OFFSET)
+        .filter(|&o| o < TEST_PAGE_SIZE)
+        .map(|o| Target::Test(o as usize))
 }
 
 fn uar(offset: u64, uars: u32) -> Option<Target> {
@@ -75,7 +90,9 @@ pub(crate) fn decode_read(offset: u64, uars: u32) -> Target {
     } else if msix(offset) {
         Target::Msix
     } else {
-        uar(offset, uars).unwrap_or(Target::Unbacked)
+        uar(offset, uars)
+            .or_else(|| test_page(offset))
+            .unwrap_or(Target::Unbacked)
     }
 }
 
@@ -86,7 +103,9 @@ pub(crate) fn decode_write(offset: u64, uars: u32) -> Target {
     } else if msix(offset) {
         Target::Msix
     } else {
-        uar(offset, uars).unwrap_or(Target::Unbacked)
+        uar(offset, uars)
+            .or_else(|| test_page(offset))
+            .unwrap_or(Target::Unbacked)
     }
 }
 
@@ -194,6 +213,15 @@ mod tests {
         assert_eq!(decode_write(MSIX_TABLE_OFFSET, 128), Target::Msix);
         assert_eq!(decode_read(MSIX_PBA_OFFSET + 8, 128), Target::Msix);
         assert_eq!(decode_read(BAR0_SIZE - 4, 128), Target::Unbacked);
+    }
+
+    #[test]
+    fn the_test_page_is_the_emulators_own() {
+        assert_eq!(decode_write(0x1f0_0000, 128), Target::Test(0));
+        assert_eq!(decode_read(0x1f0_0004, 128), Target::Test(4));
+        assert_eq!(decode_read(0x1f0_0fff, 128), Target::Test(0xfff));
+        assert_eq!(decode_write(0x1f0_1000, 128), Target::Unbacked);
+        assert_eq!(decode_write(0x1ef_fffc, 128), Target::Unbacked);
     }
 
     #[test]

@@ -18,6 +18,13 @@
 //! doorbell the firmware or the model refused, a DMA outside guest memory,
 //! a store to BAR0 where no register is. [`Function::failed`] says whether
 //! any happened; the process exits non-zero then.
+//!
+//! A test in the guest makes the device fail, or changes its port,
+//! through the emulator's own test register page (`testreg.rs`,
+//! `function/faults.rs`). A fatal or silent fault stops the function:
+//! commands stay with the device, doorbells are dropped and the queues no
+//! longer run, until a reset (DEVICE_RESET or an FLR) builds a new
+//! firmware and HCA. None of that counts as the guest's mistake.
 
 use std::time::{Duration, Instant};
 
@@ -39,6 +46,9 @@ use crate::blueflame::{BfStore, BlueFlame, Ring};
 use crate::bus::{Bus, UAR_BASE};
 use crate::log::{debug, error, info, trace};
 use crate::storage::VecStorage;
+use crate::testreg::Latch;
+
+mod faults;
 
 /// Pages the device can hold (boot + init + one per queue, with room;
 /// a page holding a translation table takes a second slot).
@@ -139,8 +149,24 @@ pub(crate) struct FnStats {
     pub(crate) injected: u64,
     /// BAR0 stores that reached no register.
     pub(crate) stray_writes: u64,
-    /// Function resets.
+    /// Function resets (DEVICE_RESET and FLR).
     pub(crate) resets: u64,
+    /// Function-level resets the guest started (part of `resets`).
+    pub(crate) flrs: u64,
+    /// Command words the test register page took.
+    pub(crate) test_commands: u64,
+    /// Faults injected through it that took effect.
+    pub(crate) faults: u64,
+    /// Port changes made through it (state, LID, SM LID).
+    pub(crate) port_changes: u64,
+    /// Doorbells dropped while a fault stopped the function.
+    pub(crate) halted_doorbells: u64,
+    /// Stores to UAR pages allocated before the last reset and not since
+    /// (dropped: stale mappings of the old binding).
+    pub(crate) stale_doorbells: u64,
+    /// Commands a fault left with the device, in firmwares reset since
+    /// (the current one's are in its own statistics).
+    pub(crate) unanswered: u64,
 }
 
 /// One PCI function.
@@ -163,6 +189,15 @@ pub(crate) struct Function {
     /// Firmware log entries already reported.
     fw_seen: u64,
     state: HcaState,
+    /// The test register's command word as stored so far.
+    test_latch: Latch,
+    /// UAR pages allocated before the last reset and not since, bit `i`
+    /// for index `i` (see `uar_write`).
+    stale_uars: u128,
+    /// Bus Master Enable as the guest last set it in the configuration
+    /// space: without it nothing that reaches memory runs (commands,
+    /// queues, interrupts), as on a real function.
+    bus_master: bool,
     /// Counters.
     pub(crate) stats: FnStats,
 }
@@ -193,6 +228,9 @@ impl Function {
             slow_until: None,
             fw_seen: 0,
             state: HcaState::Disabled,
+            test_latch: Latch::default(),
+            stale_uars: 0,
+            bus_master: true,
             stats: FnStats::default(),
         }
     }
@@ -201,15 +239,57 @@ impl Function {
     /// (every object and held page forgotten), clear UAR pages. DMA maps
     /// and interrupt eventfds are the client's and stay.
     pub(crate) fn reset(&mut self) {
+        // What the old firmware left undone is counted before it goes.
+        self.check_firmware();
+        // Processes may still hold mappings of the UAR pages that were
+        // allocated: their stores are dropped until the index is
+        // allocated again (see `uar_write`).
+        self.stale_uars |= self.fw.uars_in_use();
+        self.stats.unanswered += self.fw.stats().unanswered;
         let (fw, fabric) = new_model(&self.settings);
         self.fw = fw;
         self.fabric = fabric;
         self.bus.uars.clear();
         self.bf.clear();
         self.more = false;
+        self.slow_until = None;
         self.fw_seen = 0;
         self.state = HcaState::Disabled;
+        self.test_latch = Latch::default();
         self.stats.resets += 1;
+    }
+
+    /// The guest set or cleared Bus Master Enable. Commands posted while it
+    /// was off run once it is on again.
+    pub(crate) fn set_bus_master(&mut self, on: bool) {
+        if on == self.bus_master {
+            return;
+        }
+        info!(
+            "bus mastering {}",
+            if on {
+                "on"
+            } else {
+                "off: no DMA, no interrupt"
+            }
+        );
+        self.bus_master = on;
+        if on && self.fw.has_pending() && !self.hold_slow_command() {
+            self.run_commands();
+            self.check_firmware();
+        }
+    }
+
+    /// Whether the function may not run anything: a fault halted its
+    /// firmware, or its bus mastering is off.
+    fn stopped(&self) -> bool {
+        self.fw.halted() || !self.bus_master
+    }
+
+    /// A function-level reset the guest started: a reset, counted apart.
+    pub(crate) fn flr(&mut self) {
+        self.reset();
+        self.stats.flrs += 1;
     }
 
     fn now(&self) -> u64 {
@@ -244,6 +324,7 @@ impl Function {
             Target::Uar { index, offset } => {
                 debug!("read of UAR {index} at {offset:#x} (UAR pages are write-only): 0");
             }
+            Target::Test(o) => self.test_read(o, data),
             Target::Msix | Target::Unbacked => {
                 info!(
                     "BAR0 read of {} bytes at {offset:#x}: nothing there, 0",
@@ -264,6 +345,10 @@ impl Function {
                 self.init_seg_write(o, data);
             }
             Target::Uar { index, offset: o } => self.uar_write(index, o, data),
+            Target::Test(o) => {
+                self.flush_blueflame();
+                self.test_write(o, data);
+            }
             Target::Msix | Target::Unbacked => {
                 self.flush_blueflame();
                 self.stray(offset, data, "no register there");
@@ -297,7 +382,7 @@ impl Function {
             let v = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
             self.fw.write32(o + 4 * i, v);
         }
-        if self.fw.has_pending() && !self.hold_slow_command() {
+        if self.fw.has_pending() && self.bus_master && !self.hold_slow_command() {
             self.run_commands();
         }
         self.check_firmware();
@@ -341,6 +426,26 @@ impl Function {
     }
 
     fn uar_write(&mut self, index: u32, o: usize, data: &[u8]) {
+        let bit = 1u128.checked_shl(index).unwrap_or(0);
+        if self.stale_uars & bit != 0 {
+            if self.fw.uar_in_use(index) {
+                self.stale_uars &= !bit;
+            } else {
+                // A page allocated before the last reset and not since:
+                // a process of the old binding still rings it, which a
+                // ConnectX ignores.
+                self.stats.stale_doorbells += 1;
+                trace!("store to UAR {index} at {o:#x} dropped: not allocated since the reset");
+                return;
+            }
+        }
+        if self.stopped() {
+            // A dead device, or one that may not reach memory, takes the
+            // store and does nothing with it.
+            self.stats.halted_doorbells += 1;
+            trace!("store to UAR {index} at {o:#x} dropped: the function is stopped");
+            return;
+        }
         if o + data.len() > UAR_PAGE_SIZE || !self.bus.uars.store(index, o, data) {
             self.flush_blueflame();
             self.stray(
@@ -409,6 +514,10 @@ impl Function {
     }
 
     fn ring_send(&mut self, r: Ring) {
+        if self.stopped() {
+            self.stats.halted_doorbells += 1;
+            return;
+        }
         if r.blueflame_len != 0 {
             self.stats.blueflame += 1;
         }
@@ -601,6 +710,11 @@ impl Function {
     }
 
     fn run_fabric(&mut self) {
+        if self.stopped() {
+            // The HCA executes nothing more (see `Firmware::halted`).
+            self.more = false;
+            return;
+        }
         self.sync_clock();
         let r = self.fabric.run(&mut self.bus, RUN_BUDGET);
         self.more = r.more;
@@ -679,6 +793,13 @@ impl Function {
             self.run_commands();
             self.check_firmware();
         }
+        if self.stopped() {
+            // Nothing runs on a halted function; its queues wait for a
+            // reset (or for bus mastering).
+            self.err_watch_at = None;
+            self.more = false;
+            return;
+        }
         if self
             .bf
             .deadline(self.bf_idle_ns())
@@ -713,6 +834,10 @@ impl Function {
             return Some(Duration::ZERO);
         }
         let now = self.now();
+        if self.fw.halted() {
+            let at = self.slow_until?;
+            return Some(Duration::from_nanos(at.saturating_sub(now)));
+        }
         let bf = self.bf.deadline(self.bf_idle_ns());
         let retry = self.fabric.next_deadline();
         let at = [bf, retry, self.err_watch_at, self.slow_until]
@@ -772,14 +897,15 @@ impl Function {
             ),
             format!(
                 "doorbells: {} accepted, {} refused; {} BlueFlame ({} cut short); {} overtaken by \
-                 the next post; {} stray BAR0 writes; {} resets",
+                 the next post; {} stray BAR0 writes; {} resets ({} FLRs)",
                 s.doorbells,
                 s.doorbell_errors,
                 s.blueflame,
                 s.blueflame_cut,
                 s.overtaken,
                 s.stray_writes,
-                s.resets
+                s.resets,
+                s.flrs
             ),
             format!(
                 "engine: {} WQEs executed ({} with errors), {} CQEs, {} completion events, {} async \
@@ -790,6 +916,7 @@ impl Function {
                 "bus: {} interrupts ({} for vectors without an eventfd), {} DMA faults",
                 b.interrupts, b.lost_interrupts, b.dma_faults
             ),
+            self.faults_summary(),
         ]
     }
 }

@@ -23,6 +23,11 @@
 //! doorbells and interrupts go on.
 //! ```
 //!
+//! A test in the guest injects faults (fatal error, silent hang, a stuck
+//! command) and port changes through BAR0's test register page
+//! (`testreg.rs`), and resets the function with an FLR (the Advanced
+//! Features capability, `pci.rs`); neither counts against the guest.
+//!
 //! The socket appears at PATH once it accepts a connection; the process
 //! serves one client and exits when it disconnects: 0 if the guest did
 //! nothing wrong, 1 if anything was refused (a command, a doorbell, a DMA
@@ -41,6 +46,7 @@ mod server;
 #[cfg(test)]
 mod session_tests;
 mod storage;
+mod testreg;
 mod vfio_user;
 
 use std::os::unix::net::UnixListener;

@@ -17,7 +17,7 @@ use std::os::fd::OwnedFd;
 use crate::bar0::BAR0_SIZE;
 use crate::function::Function;
 use crate::log::{debug, error, info};
-use crate::pci::{ConfigSpace, CONFIG_SIZE};
+use crate::pci::{ConfigEffect, ConfigSpace, CONFIG_SIZE};
 use crate::vfio_user::socket::{Connection, Message, MAX_MESSAGE};
 use crate::vfio_user::wire::{self, vfio, Request, SetIrqs};
 
@@ -214,7 +214,8 @@ impl Server {
                 ))
             }
             Request::Reset => {
-                info!("function reset");
+                info!("function reset (DEVICE_RESET)");
+                self.config.reset();
                 self.function.reset();
                 Ok(Vec::new())
             }
@@ -259,7 +260,16 @@ impl Server {
         self.access("write", region, offset, data.len())?;
         if region == vfio::PCI_CONFIG_REGION_INDEX {
             debug!("config write {offset:#x} = {data:02x?}");
-            return self.config.write(offset, data).map_err(|_| libc::EINVAL);
+            let effect = self.config.write(offset, data).map_err(|_| libc::EINVAL)?;
+            if effect == ConfigEffect::FunctionLevelReset {
+                // Done before the write is answered: the guest finds the
+                // function reset when its write returns.
+                info!("function-level reset (Initiate FLR in the Advanced Features capability)");
+                self.config.reset();
+                self.function.flr();
+            }
+            self.function.set_bus_master(self.config.bus_master());
+            return Ok(());
         }
         let mut done = 0;
         while done < data.len() {

@@ -136,10 +136,49 @@ impl Client {
 
     /// A posted write (no reply), as QEMU forwards BAR stores.
     fn post32be(&mut self, offset: usize, v: u32) {
-        let p = Self::access(0, offset as u64, 4, &v.to_be_bytes());
+        self.post(offset as u64, &v.to_be_bytes());
+    }
+
+    /// A posted BAR0 write of `bytes`.
+    fn post(&mut self, offset: u64, bytes: &[u8]) {
+        let p = Self::access(0, offset, bytes.len(), bytes);
         let m = self.message(cmd::REGION_WRITE, &p, true);
         // PANIC: host test harness: a failed write to the test socket fails the test.
         (&self.stream).write_all(&m).unwrap();
+    }
+
+    /// A write QEMU waits for (configuration space writes).
+    fn write(&mut self, region: u32, offset: u64, data: &[u8]) {
+        self.call(
+            cmd::REGION_WRITE,
+            &Self::access(region, offset, data.len(), data),
+        );
+    }
+
+    fn read32le(&mut self, offset: u64) -> u32 {
+        let b = self.read(0, offset, 4);
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    }
+
+    /// Maps the test's guest RAM, as QEMU maps a memory-backend-memfd.
+    fn map_ram(&mut self) {
+        let mut map = Vec::new();
+        map.extend_from_slice(&32u32.to_le_bytes());
+        map.extend_from_slice(&(vfio::DMA_READ | vfio::DMA_WRITE).to_le_bytes());
+        map.extend_from_slice(&0u64.to_le_bytes());
+        map.extend_from_slice(&RAM.to_le_bytes());
+        map.extend_from_slice(&RAM_SIZE.to_le_bytes());
+        let fd = self.ram.as_raw_fd();
+        let (e, _) = self.call_fds(cmd::DMA_MAP, &map, &[fd]);
+        assert_eq!(e, 0);
+    }
+
+    /// Hands the command queue over, as mlx5_core does, and waits for the
+    /// firmware to load it.
+    fn queue_up(&mut self) {
+        self.post32be(CMDQ_ADDR_H_OFFSET, (CMDQ >> 32) as u32);
+        self.post32be(CMDQ_ADDR_L_SZ_OFFSET, CMDQ as u32);
+        while self.read32be(INITIALIZING_OFFSET) >> 31 != 0 {}
     }
 
     /// Posts `input` in entry 0 with `outlen` bytes of output (an output
@@ -321,4 +360,71 @@ fn a_command_outside_guest_memory_fails_the_run() {
     assert_eq!(protocol_errors, 0);
     assert!(failed);
     assert!(stats.fw_errors >= 1, "{stats:?}");
+}
+
+#[test]
+fn injected_faults_and_an_flr_through_vfio_user() {
+    use crate::pci::AF_CTRL;
+    use crate::testreg::{REG_FLRS, REG_UNANSWERED, STATUS_FATAL, TEST_PAGE_OFFSET};
+
+    let (mut c, server) = start();
+    c.call(cmd::VERSION, b"\0\0\0\0{}\0");
+    c.map_ram();
+    c.queue_up();
+    let mut enable = [0u8; EnableHcaIn::SIZE];
+    command::encode_in::<EnableHca>(&EnableHcaIn::default(), &[], &mut enable).unwrap();
+    let (entry, out) = c.command(&enable, 12, 1);
+    assert!(!entry.ownership && out[0] == 0, "ENABLE_HCA");
+
+    // The guest's test writes a fatal error (syndrome 8) through its mmap
+    // of resource0: a native little-endian store, posted.
+    c.post(TEST_PAGE_OFFSET, &0x0801u32.to_le_bytes());
+    assert_eq!(c.read32le(TEST_PAGE_OFFSET) & STATUS_FATAL, STATUS_FATAL);
+    assert_eq!(c.read32be(0x200 + 60) >> 16 & 0xff, 8, "health syndrome");
+    // The next command stays with the device.
+    let mut query = [0u8; QueryIssiIn::SIZE];
+    command::encode_in::<QueryIssi>(&QueryIssiIn::default(), &[], &mut query).unwrap();
+    let (entry, _) = c.command(&query, QueryIssiOut::SIZE, 2);
+    assert!(entry.ownership, "a dead firmware completes nothing");
+    assert_eq!(c.read32le(TEST_PAGE_OFFSET + REG_UNANSWERED as u64), 1);
+
+    // `echo 1 > /sys/bus/pci/devices/<bdf>/reset`: Linux's af_flr writes
+    // Initiate FLR, and QEMU passes the write on.
+    let cfg = vfio::PCI_CONFIG_REGION_INDEX;
+    assert_eq!(
+        c.read(cfg, AF_CTRL as u64 - 1, 3),
+        [0x03, 0, 0],
+        "TP, FLR; idle"
+    );
+    c.write(cfg, AF_CTRL as u64, &[0x01]);
+    assert_eq!(c.read(cfg, AF_CTRL as u64, 2), [0, 0], "FLR and TP read 0");
+    assert_eq!(c.read32le(TEST_PAGE_OFFSET + REG_FLRS as u64), 1);
+    assert_eq!(c.read32le(TEST_PAGE_OFFSET) & STATUS_FATAL, 0, "cleared");
+    assert_eq!(c.read32be(0x200 + 60), 0, "healthy");
+    // A fresh function: no queue, disabled, bus mastering off (the FLR
+    // cleared the command register): a command waits for it.
+    assert_eq!(c.read32be(CMDQ_ADDR_H_OFFSET), 0);
+    assert_eq!(c.read(cfg, 4, 1)[0] & 0x4, 0, "BME off after the FLR");
+    c.queue_up();
+    let (entry, _) = c.command(&enable, 12, 3);
+    assert!(entry.ownership, "no command runs without bus mastering");
+    // Linux restores the command register after the reset: the command
+    // posted meanwhile runs then, and the function comes up again.
+    c.write(cfg, 4, &[0x06]);
+    c.read32be(INITIALIZING_OFFSET);
+    let mut e = [0u8; 64];
+    // PANIC: host test harness: the queue entry lies inside the test's RAM file.
+    c.ram.read_exact_at(&mut e, CMDQ - RAM).unwrap();
+    let entry = CmdLayout::decode(&e);
+    assert!(
+        !entry.ownership && entry.out_data[0] == 0,
+        "ENABLE_HCA after the FLR, once bus mastering is back"
+    );
+
+    drop(c);
+    let (failed, protocol_errors, stats, _) = server.join().unwrap();
+    assert_eq!(protocol_errors, 0);
+    assert_eq!((stats.faults, stats.flrs, stats.resets), (1, 1, 1));
+    assert_eq!(stats.unanswered, 1, "the command the fatal error kept");
+    assert!(!failed, "nothing the guest did was wrong: {stats:?}");
 }

@@ -109,13 +109,26 @@ impl Eq {
         event_type: EventType,
         data: EqeData,
     ) -> bool {
+        self.post_sub(p, hca, event_type, 0, data)
+    }
+
+    /// As [`Eq::post`], with the EQE's `sub_type` (a port change says
+    /// what changed there).
+    pub(super) fn post_sub<P: Platform>(
+        &mut self,
+        p: &mut P,
+        hca: u16,
+        event_type: EventType,
+        sub_type: u8,
+        data: EqeData,
+    ) -> bool {
         if ring::ci24_distance(self.ci, self.pi) >= self.size() {
             self.overruns = self.overruns.wrapping_add(1);
             return false;
         }
         let eqe = Eqe {
             event_type,
-            sub_type: 0,
+            sub_type,
             data,
             signature: 0,
             owner: ring::owner_bit(self.pi, u32::from(self.attr.log_size)),

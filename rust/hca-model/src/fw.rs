@@ -49,18 +49,36 @@
 //! data path stays the model's: the embedder forwards UAR doorbells to
 //! [`Hca::send_doorbell`], [`Hca::cq_doorbell`] and [`Hca::eq_doorbell`]
 //! and runs [`super::fabric::Fabric::run`] as for the software HCA.
+//!
+//! # The port and failures
+//!
+//! The vport commands report the port (state, LID, SM, GUIDs, GIDs; see
+//! [`port`]); the embedder changes it at run time with
+//! [`Firmware::set_port_state`], [`Firmware::set_lid`] and
+//! [`Firmware::set_sm_lid`], each raising a PORT_CHANGE event. The device
+//! fails on demand with [`Firmware::inject`] ([`fault`]); while
+//! [`Firmware::halted`] says so, the embedder stops running the fabric
+//! and drops doorbells. Only a new `Firmware` (a function reset) clears a
+//! fault.
 
 mod caps;
 mod cmd_hca;
 mod cmd_qp;
 mod cmd_queue;
 mod cmd_res;
+mod cmd_vport;
+mod config;
 mod exec;
+pub mod fault;
 pub mod mailbox;
 pub mod pages;
+pub mod port;
 mod regs;
 pub mod reject;
 
+pub use config::FwConfig;
+pub use fault::{Fault, Faults};
+pub use port::PortInfo;
 pub use regs::Readiness;
 
 use super::hca::Hca;
@@ -68,114 +86,11 @@ use super::mem::Platform;
 use super::prm::eqe::{EqeData, DATA_SIZE};
 use super::prm::eqe_async::PageRequestEqe;
 use super::prm::hca_cap::HcaCap;
-use super::prm::init_seg::FwRev;
 use super::prm::opcode::EventType;
 use super::table::Storage;
 use pages::{PageStore, PageTable};
 use regs::{InitSeg, WriteEffect};
 use reject::{Code, ErrorLog, ProtocolError, Reject};
-
-/// How the device is built: its version, timing, geometry and the page
-/// numbers it asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FwConfig {
-    /// Firmware version in `fw_rev` / `cmdif_rev_fw_sub`.
-    pub fw_rev: FwRev,
-    /// When `initializing` clears, in each of its two waits.
-    pub ready: Readiness,
-    /// log2 of the command queue's entries (`cmdq_addr_l_sz` bits 7:4);
-    /// at most 5 (32 entries, the width of the doorbell).
-    pub log_cmdq_size: u8,
-    /// log2 of the distance between entries (bits 3:0); at least 6.
-    pub log_cmdq_stride: u8,
-    /// Pages the device asks for before QUERY_HCA_CAP (QUERY_PAGES boot).
-    pub boot_pages: u32,
-    /// Further pages it asks for before INIT_HCA (QUERY_PAGES init).
-    pub init_pages: u32,
-    /// Pages each live EQ, CQ and QP costs after INIT_HCA (asked for with
-    /// a PAGE_REQUEST EQE when the device has too few).
-    pub pages_per_queue: u32,
-    /// Pages for the translation tables of memory keys with scattered
-    /// pages, kept free beyond the others: asked for with the init pages
-    /// (QUERY_PAGES init), and after INIT_HCA the table pages in use are
-    /// added to the need rounded up to a multiple of this many, so the
-    /// device asks for more a reserve at a time (one PAGE_REQUEST EQE per
-    /// `mtt_reserve` table pages, not one per memory key) and, once the
-    /// driver answers, holds at least this many free pages besides its
-    /// boot, init and queue pages. 0: each table page is asked for on its
-    /// own. The model keeps nothing else in the pages it holds, so a table
-    /// takes any held page not in use; a CREATE_MKEY that finds too few
-    /// fails ([`Reject::MttNoPages`]). One page holds the table of up to
-    /// 2 MiB of 4 KiB pages; a longer list takes one page per 2 MiB and a
-    /// directory page.
-    pub mtt_reserve: u32,
-    /// UAR pages in the BAR; index 0 is never handed out (so that an unset
-    /// `uar_page` field is caught), so at most `uars - 1` are allocated.
-    /// At most 128.
-    pub uars: u32,
-    /// The DMA address at which the embedder backs UAR page 0 (see the
-    /// module documentation).
-    pub uar_base: u64,
-    /// MSI-X vectors of the function: an EQ's `intr` must be below.
-    pub msix_vectors: u16,
-    /// The BlueFlame register (0 to 3) of its UAR page that a QP created
-    /// by command rings; the model ties a QP to one register.
-    pub qp_bfreg: u8,
-    /// Write [`pages::STAMP`] over every page received.
-    pub stamp_pages: bool,
-    /// Check every queue entry's signature (mlx5_core always signs
-    /// entries; mailbox signatures are checked only while
-    /// `cmdif_checksum` is enabled).
-    pub check_entry_signature: bool,
-    /// Nanoseconds per tick of `health_counter` (0: it moves only when a
-    /// command runs).
-    pub health_tick_ns: u64,
-    /// Fail the first [`FwConfig::fail_count`] commands with this opcode
-    /// with [`Reject::Injected`] (0: none), so that a driver's error path
-    /// can be tested on an otherwise faultless device.
-    pub fail_opcode: u16,
-    /// How many commands [`FwConfig::fail_opcode`] fails.
-    pub fail_count: u32,
-}
-
-impl FwConfig {
-    /// A ConnectX-5-like function: firmware 16.35.1012, ready at once, 32
-    /// entries of 64 bytes, 8 boot and 16 init pages, 1 page per queue, no
-    /// reserve for translation tables (they take from the boot and init
-    /// pages, which the model leaves unused, and each is asked for again
-    /// by page request), 16 UARs from DMA address 0, 64 vectors,
-    /// BlueFlame register 0, pages stamped, entry signatures checked, a
-    /// health tick per millisecond.
-    pub const DEFAULT: FwConfig = FwConfig {
-        fw_rev: FwRev {
-            major: 16,
-            minor: 35,
-            subminor: 1012,
-        },
-        ready: Readiness::AfterReads(0),
-        log_cmdq_size: 5,
-        log_cmdq_stride: 6,
-        boot_pages: 8,
-        init_pages: 16,
-        pages_per_queue: 1,
-        mtt_reserve: 0,
-        uars: 16,
-        uar_base: 0,
-        msix_vectors: 64,
-        qp_bfreg: 0,
-        stamp_pages: true,
-        check_entry_signature: true,
-        health_tick_ns: 1_000_000,
-        fail_opcode: 0,
-        fail_count: 0,
-    };
-}
-
-impl Default for FwConfig {
-    fn default() -> Self {
-        FwConfig::DEFAULT
-    }
-}
 
 /// Where the function stands in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +142,13 @@ pub struct FwStats {
     pub cmd_events: u64,
     /// PAGE_REQUEST EQEs written.
     pub page_requests: u64,
+    /// PORT_CHANGE EQEs written.
+    pub port_events: u64,
+    /// Faults injected ([`Firmware::inject`]) that took effect.
+    pub faults: u64,
+    /// Doorbell bits a fault left with the device: commands never run
+    /// (see [`fault`]).
+    pub unanswered: u64,
 }
 
 /// One PCI function's firmware (see the module documentation). `B` holds
@@ -254,6 +176,14 @@ pub struct Firmware<B> {
     stats: FwStats,
     /// Injected failures still to come (see [`FwConfig::fail_opcode`]).
     fails_left: u32,
+    /// The port as reported (see [`port`]).
+    port: port::PortState,
+    /// The fatal or silent fault that stopped the firmware.
+    halt: Option<Fault>,
+    /// A [`Fault::StuckNextCommand`] waits for the next command.
+    stick_next: bool,
+    /// Entries kept for good by [`Fault::StuckNextCommand`], a bit each.
+    stuck: u32,
 }
 
 impl<B: PageStore> Firmware<B> {
@@ -290,6 +220,10 @@ impl<B: PageStore> Firmware<B> {
             log: ErrorLog::new(),
             stats: FwStats::default(),
             fails_left: cfg.fail_count,
+            port: port::PortState::new(),
+            halt: None,
+            stick_next: false,
+            stuck: 0,
         }
     }
 
@@ -324,6 +258,17 @@ impl<B: PageStore> Firmware<B> {
         self.cfg
             .uar_base
             .wrapping_add(u64::from(index).wrapping_mul(4096))
+    }
+
+    /// Whether UAR page `index` is allocated (ALLOC_UAR, not yet
+    /// DEALLOC_UAR).
+    pub fn uar_in_use(&self, index: u32) -> bool {
+        cmd_res::uar_allocated(self.uars, index)
+    }
+
+    /// The allocated UAR pages, bit `i` for index `i`.
+    pub fn uars_in_use(&self) -> u128 {
+        self.uars
     }
 
     /// The EQ that receives command-completion events, if any.
@@ -396,6 +341,8 @@ impl<B: PageStore> Firmware<B> {
     /// Returns how many entries were handed back to the driver.
     pub fn process<S: Storage, P: Platform>(&mut self, p: &mut P, hca: &mut Hca<S>) -> u32 {
         let bits = core::mem::take(&mut self.pending);
+        // A fault keeps some entries (or all) with the device.
+        let bits = self.screen(bits);
         if bits == 0 {
             return 0;
         }
@@ -411,6 +358,10 @@ impl<B: PageStore> Firmware<B> {
             }
             if u32::from(slot) >= 1u32 << log_sz {
                 self.note(slot, 0, Reject::EntryBeyondQueue);
+                continue;
+            }
+            let addr = base.wrapping_add(u64::from(slot) << log_stride);
+            if self.sticks(p, addr, slot) {
                 continue;
             }
             if exec::run_entry(self, p, hca, base, log_stride, slot) {
@@ -452,7 +403,7 @@ impl<B: PageStore> Firmware<B> {
         hca: &mut Hca<S>,
         n: u32,
     ) -> u32 {
-        if self.state != HcaState::Initialized || self.page_eqn.is_none() {
+        if self.state != HcaState::Initialized || self.page_eqn.is_none() || self.halted() {
             return 0;
         }
         let spare = self

@@ -117,9 +117,23 @@ impl<S: Storage> Hca<S> {
         ty: super::prm::opcode::EventType,
         data: super::prm::eqe::EqeData,
     ) -> bool {
+        self.post_event_sub(p, eqn, ty, 0, data)
+    }
+
+    /// As [`Hca::post_event`], with the EQE's `sub_type` (the firmware
+    /// layer's port-change events).
+    pub(super) fn post_event_sub<P: super::mem::Platform>(
+        &mut self,
+        p: &mut P,
+        eqn: u8,
+        ty: super::prm::opcode::EventType,
+        sub_type: u8,
+        data: super::prm::eqe::EqeData,
+    ) -> bool {
         let id = self.id;
         let t = self.storage.tables();
-        let posted = get_mut(t.eqs, u32::from(eqn)).is_some_and(|eq| eq.post(p, id, ty, data));
+        let posted =
+            get_mut(t.eqs, u32::from(eqn)).is_some_and(|eq| eq.post_sub(p, id, ty, sub_type, data));
         if posted {
             self.stats.async_events = self.stats.async_events.wrapping_add(1);
         } else {

@@ -27,7 +27,8 @@
 //!
 //! The commands themselves are declared next to their contexts:
 //! `cmd_hca` (HCA life cycle, ISSI, pages), `hca_cap` (capabilities),
-//! `cmd_res` (UAR, PD, memory keys), `cmd_eq`, `cmd_cq` and `cmd_qp`.
+//! `cmd_res` (UAR, PD, memory keys), `cmd_eq`, `cmd_cq`, `cmd_qp` and
+//! `cmd_vport` (port identity: vport contexts and GIDs).
 
 use super::cmd_status::{CmdError, CmdStatus};
 use super::error::Error;
@@ -91,6 +92,12 @@ pub const OP_2RST_QP: u16 = 0x50a;
 pub const OP_QUERY_QP: u16 = 0x50b;
 /// `MLX5_CMD_OP_INIT2INIT_QP`.
 pub const OP_INIT2INIT_QP: u16 = 0x50e;
+/// `MLX5_CMD_OP_QUERY_NIC_VPORT_CONTEXT`.
+pub const OP_QUERY_NIC_VPORT_CONTEXT: u16 = 0x754;
+/// `MLX5_CMD_OP_QUERY_HCA_VPORT_CONTEXT`.
+pub const OP_QUERY_HCA_VPORT_CONTEXT: u16 = 0x762;
+/// `MLX5_CMD_OP_QUERY_HCA_VPORT_GID`.
+pub const OP_QUERY_HCA_VPORT_GID: u16 = 0x764;
 /// `MLX5_CMD_OP_ALLOC_PD`.
 pub const OP_ALLOC_PD: u16 = 0x800;
 /// `MLX5_CMD_OP_DEALLOC_PD`.
@@ -128,6 +135,9 @@ pub const OPCODES: &[(u16, &str)] = &[
     (OP_2RST_QP, "2RST_QP"),
     (OP_QUERY_QP, "QUERY_QP"),
     (OP_INIT2INIT_QP, "INIT2INIT_QP"),
+    (OP_QUERY_NIC_VPORT_CONTEXT, "QUERY_NIC_VPORT_CONTEXT"),
+    (OP_QUERY_HCA_VPORT_CONTEXT, "QUERY_HCA_VPORT_CONTEXT"),
+    (OP_QUERY_HCA_VPORT_GID, "QUERY_HCA_VPORT_GID"),
     (OP_ALLOC_PD, "ALLOC_PD"),
     (OP_DEALLOC_PD, "DEALLOC_PD"),
     (OP_ALLOC_UAR, "ALLOC_UAR"),

@@ -195,6 +195,15 @@ pub const RFR_BIT: u8 = 7;
 /// Bit of [`HealthBuffer::rfr_severity`]: a reset would recover
 /// (`MLX5_CRR_BIT_OFFSET`).
 pub const CRR_BIT: u8 = 6;
+/// Bit of [`HealthBuffer::rfr_severity`] that says bits 2:0 hold a
+/// severity, a `LOGLEVEL_*` (mlx5_core's `MLX5_SEVERITY_VALID_MASK`).
+pub const SEVERITY_VALID: u8 = 0x8;
+/// [`HealthBuffer::synd`]: firmware internal error
+/// (`MLX5_INITIAL_SEG_HEALTH_SYNDROME_FW_INTERNAL_ERR`).
+pub const HEALTH_SYNDROME_FW_INTERNAL_ERR: u8 = 0x1;
+/// [`HealthBuffer::synd`]: unrecoverable hardware error
+/// (`MLX5_INITIAL_SEG_HEALTH_SYNDROME_HW_FATAL_ERR`).
+pub const HEALTH_SYNDROME_HW_FATAL_ERR: u8 = 0x8;
 
 /// The firmware's health report (`struct health_buffer`, at
 /// [`HEALTH_OFFSET`]): all zero while healthy; `synd` non-zero after a
@@ -281,7 +290,7 @@ impl HealthBuffer {
     /// The error severity (bits 2:0 of `rfr_severity`), if marked valid by
     /// bit 3.
     pub fn severity(&self) -> Option<u8> {
-        (self.rfr_severity & 0x8 != 0).then_some(self.rfr_severity & 0x7)
+        (self.rfr_severity & SEVERITY_VALID != 0).then_some(self.rfr_severity & 0x7)
     }
 }
 

@@ -43,14 +43,14 @@
 
 // Module list (mirror it in the kernel's `mod mlx5_prm { ... }`):
 // bytes, cmd_cq, cmd_eq, cmd_hca, cmd_qp, cmd_queue, cmd_res, cmd_status,
-// command, cqe, doorbell, eqe, eqe_async, error, hca_cap, ifc, init_seg,
+// cmd_vport, command, cqe, doorbell, eqe, eqe_async, error, hca_cap, ifc, init_seg,
 // net_hdr, opcode, qpc, recv, ring, sq, wqe.
 //
 // The command layer of a PCI backend (not used yet): `init_seg` (BAR0
 // registers), `cmd_queue` (queue entries and mailboxes), `command` (headers,
 // opcodes, the `Command` trait), `cmd_status` (status codes and errors), `ifc` (bit-addressed mlx5_ifc layouts), the
-// commands in `cmd_hca`, `hca_cap`, `cmd_res`, `cmd_eq`, `cmd_cq`, `qpc` and
-// `cmd_qp`, and the asynchronous EQEs in `eqe_async`.
+// commands in `cmd_hca`, `hca_cap`, `cmd_res`, `cmd_eq`, `cmd_cq`, `qpc`,
+// `cmd_qp` and `cmd_vport`, and the asynchronous EQEs in `eqe_async`.
 
 pub mod bytes;
 pub mod cmd_cq;
@@ -60,6 +60,7 @@ pub mod cmd_qp;
 pub mod cmd_queue;
 pub mod cmd_res;
 pub mod cmd_status;
+pub mod cmd_vport;
 pub mod command;
 pub mod cqe;
 pub mod doorbell;

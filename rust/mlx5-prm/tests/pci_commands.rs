@@ -72,7 +72,7 @@ const DEFAULT_KSRC: &str = "/var/cache/rmlx5/linux-source-7.3";
 const IFC_H: &str = "include/linux/mlx5/mlx5_ifc.h";
 
 /// Field facts of the mlx5_ifc layouts (see [`layouts_match_mlx5_ifc`]).
-const LAYOUT_FACTS: usize = 871;
+const LAYOUT_FACTS: usize = 979;
 /// Member facts of the device.h structs.
 const MEMBER_FACTS: usize = 42;
 

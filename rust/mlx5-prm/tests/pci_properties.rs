@@ -24,6 +24,7 @@ use mlx5_prm::cmd_qp::*;
 use mlx5_prm::cmd_queue::{self, CmdLayout, MailboxHeader, MAILBOX_DATA_SIZE, MAILBOX_SIZE};
 use mlx5_prm::cmd_res::*;
 use mlx5_prm::cmd_status::{CmdError, CmdStatus};
+use mlx5_prm::cmd_vport::*;
 use mlx5_prm::command::{self, Command, InHeader, OutHeader};
 use mlx5_prm::eqe::DATA_SIZE;
 use mlx5_prm::eqe_async::{AsyncEvent, CmdEqe, PageRequestEqe, PortChangeEqe};
@@ -148,6 +149,9 @@ fn every_layout_round_trips() {
         Rst2InitQpIn, Rst2InitQpOut, Init2InitQpIn, Init2InitQpOut, Init2RtrQpIn, Init2RtrQpOut,
         Rtr2RtsQpIn, Rtr2RtsQpOut, Qp2ErrIn, Qp2ErrOut, Qp2RstIn, Qp2RstOut,
         QueryQpIn, QueryQpOut,
+        HcaVportContext, NicVportContext,
+        QueryHcaVportContextIn, QueryHcaVportContextOut, QueryHcaVportGidIn, QueryHcaVportGidOut,
+        QueryNicVportContextIn, QueryNicVportContextOut,
     );
     assert!(cases > 500_000, "only {cases} cases");
 }

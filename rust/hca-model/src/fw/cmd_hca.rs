@@ -70,6 +70,7 @@ pub(super) fn disable_hca<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_,
     fw.counts.asked_back = 0;
     fw.cmd_eqn = None;
     fw.page_eqn = None;
+    fw.port.eqs = [0; 4];
     cx.reply(&DisableHcaOut {})
 }
 
@@ -317,6 +318,8 @@ pub(super) fn init_hca<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B,
     fw.state = HcaState::Initialized;
     fw.trim = 0;
     fw.queues = 0;
+    // The port's GID 0 is the default GID from now on (see `port`).
+    cx.fw.install_default_gid(cx.hca);
     cx.reply(&InitHcaOut {})
 }
 
@@ -347,5 +350,6 @@ pub(super) fn teardown_hca<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_
     fw.counts.asked_back = 0;
     fw.cmd_eqn = None;
     fw.page_eqn = None;
+    fw.port.eqs = [0; 4];
     cx.reply(&TeardownHcaOut { state: false })
 }

@@ -236,6 +236,9 @@ pub(super) fn create_eq<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B
     if page {
         fw.page_eqn = Some(eqn);
     }
+    // Port changes go to every EQ that asks for them.
+    fw.port
+        .route(eqn, has(&i.event_bitmask, EventType::PortChange));
     fw.queues = fw.queues.saturating_add(1);
     cx.reply(&CreateEqOut { eq_number: eqn })
 }
@@ -255,6 +258,7 @@ pub(super) fn destroy_eq<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, 
     if fw.page_eqn == Some(i.eq_number) {
         fw.page_eqn = None;
     }
+    fw.port.route(i.eq_number, false);
     fw.queues = fw.queues.saturating_sub(1);
     cx.reply(&DestroyEqOut {})
 }

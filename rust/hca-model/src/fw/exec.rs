@@ -13,8 +13,9 @@ use super::super::prm::command::{
     InHeader, OutHeader, OP_2ERR_QP, OP_2RST_QP, OP_ALLOC_PD, OP_ALLOC_UAR, OP_CREATE_CQ,
     OP_CREATE_EQ, OP_CREATE_MKEY, OP_CREATE_QP, OP_DEALLOC_PD, OP_DEALLOC_UAR, OP_DESTROY_CQ,
     OP_DESTROY_EQ, OP_DESTROY_MKEY, OP_DESTROY_QP, OP_DISABLE_HCA, OP_ENABLE_HCA, OP_INIT2INIT_QP,
-    OP_INIT2RTR_QP, OP_INIT_HCA, OP_MANAGE_PAGES, OP_QUERY_HCA_CAP, OP_QUERY_ISSI, OP_QUERY_PAGES,
-    OP_QUERY_QP, OP_RST2INIT_QP, OP_RTR2RTS_QP, OP_SET_HCA_CAP, OP_SET_ISSI, OP_TEARDOWN_HCA,
+    OP_INIT2RTR_QP, OP_INIT_HCA, OP_MANAGE_PAGES, OP_QUERY_HCA_CAP, OP_QUERY_HCA_VPORT_CONTEXT,
+    OP_QUERY_HCA_VPORT_GID, OP_QUERY_ISSI, OP_QUERY_NIC_VPORT_CONTEXT, OP_QUERY_PAGES, OP_QUERY_QP,
+    OP_RST2INIT_QP, OP_RTR2RTS_QP, OP_SET_HCA_CAP, OP_SET_ISSI, OP_TEARDOWN_HCA,
 };
 use super::super::prm::eqe::{EqeData, DATA_SIZE};
 use super::super::prm::eqe_async::CmdEqe;
@@ -24,7 +25,7 @@ use super::super::table::Storage;
 use super::mailbox::{check_chains, check_entry, Input, Output};
 use super::pages::PageStore;
 use super::reject::{Code, Reject};
-use super::{cmd_hca, cmd_qp, cmd_queue, cmd_res, Firmware, HcaState};
+use super::{cmd_hca, cmd_qp, cmd_queue, cmd_res, cmd_vport, Firmware, HcaState};
 
 /// The largest fixed input or output layout read or written whole (the
 /// 272-byte CREATE_* and QP transition inputs, QUERY_QP's output).
@@ -101,6 +102,9 @@ fn allowed(state: HcaState, issi: u16, opcode: u16) -> Result<(), Reject> {
             | OP_2ERR_QP
             | OP_2RST_QP
             | OP_QUERY_QP
+            | OP_QUERY_HCA_VPORT_CONTEXT
+            | OP_QUERY_HCA_VPORT_GID
+            | OP_QUERY_NIC_VPORT_CONTEXT
     );
     let needs_issi = matches!(
         opcode,
@@ -169,6 +173,9 @@ fn dispatch<B: PageStore, S: Storage, P: Platform>(
         OP_RST2INIT_QP | OP_INIT2INIT_QP | OP_INIT2RTR_QP | OP_RTR2RTS_QP | OP_2ERR_QP
         | OP_2RST_QP => cmd_qp::modify_qp(cx, h.opcode),
         OP_QUERY_QP => cmd_qp::query_qp(cx),
+        OP_QUERY_HCA_VPORT_CONTEXT => cmd_vport::query_hca_vport_context(cx),
+        OP_QUERY_HCA_VPORT_GID => cmd_vport::query_hca_vport_gid(cx),
+        OP_QUERY_NIC_VPORT_CONTEXT => cmd_vport::query_nic_vport_context(cx),
         _ => Err(Reject::BadOpcode),
     }
 }
@@ -334,6 +341,16 @@ mod tests {
         assert_eq!(
             allowed(TornDown, 1, OP_INIT_HCA),
             Err(Reject::AlreadyInitialized)
+        );
+        // The port is queried once the HCA is up.
+        assert_eq!(allowed(Initialized, 1, OP_QUERY_HCA_VPORT_CONTEXT), Ok(()));
+        assert_eq!(
+            allowed(Enabled, 1, OP_QUERY_HCA_VPORT_GID),
+            Err(Reject::NotInitialized)
+        );
+        assert_eq!(
+            allowed(TornDown, 1, OP_QUERY_NIC_VPORT_CONTEXT),
+            Err(Reject::NotInitialized)
         );
     }
 }

@@ -60,6 +60,8 @@ pub(super) struct InitSeg {
     /// Time of the last health counter tick.
     last_tick: u64,
     health_counter: u32,
+    /// The health counter stands still (a hung firmware).
+    counter_stopped: bool,
     health: HealthBuffer,
 }
 
@@ -95,6 +97,7 @@ impl InitSeg {
             health_tick_ns,
             last_tick: 0,
             health_counter: 0,
+            counter_stopped: false,
             health: HealthBuffer::default(),
         }
     }
@@ -137,6 +140,9 @@ impl InitSeg {
             return;
         }
         self.now = now;
+        if self.counter_stopped {
+            return;
+        }
         if let Some(ticks) = now
             .saturating_sub(self.last_tick)
             .checked_div(self.health_tick_ns)
@@ -150,15 +156,34 @@ impl InitSeg {
         }
     }
 
-    /// The firmware did something: the health counter moves.
+    /// The firmware did something: the health counter moves (unless it
+    /// stands still).
     pub(super) fn heartbeat(&mut self) {
-        self.health_counter = self.health_counter.wrapping_add(1);
+        if !self.counter_stopped {
+            self.health_counter = self.health_counter.wrapping_add(1);
+        }
     }
 
     /// Sets the health syndrome (0: healthy), as firmware does after a
     /// fatal error.
     pub(super) fn set_health_syndrome(&mut self, synd: u8) {
         self.health.synd = synd;
+    }
+
+    /// Fills the whole health buffer (a fatal error's report).
+    pub(super) fn set_health(&mut self, health: HealthBuffer) {
+        self.health = health;
+    }
+
+    /// The health counter stops for good: a hung firmware no longer
+    /// updates it.
+    pub(super) fn stop_health_counter(&mut self) {
+        self.counter_stopped = true;
+    }
+
+    /// The `fw_rev` register's value.
+    pub(super) fn fw_rev_word(&self) -> u32 {
+        self.fw_rev.encode(CMDIF_REV).0
     }
 
     /// A 32-bit register read at byte `offset` of the segment.
@@ -317,5 +342,19 @@ mod tests {
         }
         n.set_health_syndrome(0x10);
         assert_eq!(n.read(HEALTH_OFFSET + 60) >> 16 & 0xff, 0x10);
+    }
+
+    #[test]
+    fn a_stopped_health_counter_stands_still() {
+        let mut s = seg(Readiness::AfterReads(0));
+        s.set_time(3000);
+        s.heartbeat();
+        assert_eq!(s.read(HEALTH_COUNTER_OFFSET), 4);
+        s.stop_health_counter();
+        s.set_time(10_000);
+        s.heartbeat();
+        assert_eq!(s.read(HEALTH_COUNTER_OFFSET), 4);
+        // The clock itself goes on.
+        assert_eq!(s.read(INTERNAL_TIMER_L_OFFSET), 10_000);
     }
 }

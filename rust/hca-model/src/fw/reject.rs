@@ -13,7 +13,8 @@
 //! driver times out). Syndromes are this model's own numbers: the high
 //! half names the area (0x01 delivery, 0x02 dispatch, 0x03 bring-up order,
 //! 0x04 pages, 0x05 ISSI and capabilities, 0x06 UAR/PD/memory keys, 0x07
-//! EQs and CQs, 0x08 QPs, 0x09 doorbells), the low half the check.
+//! EQs and CQs, 0x08 QPs, 0x09 doorbells, 0x0a ports and vports), the low
+//! half the check.
 
 use super::super::prm::cmd_queue::DeliveryStatus;
 use super::super::prm::cmd_status::CmdStatus;
@@ -131,7 +132,7 @@ rejects! {
         "mailbox not reachable by DMA";
 
     // Dispatch.
-    /// The opcode is not one of the 28 commands the device implements.
+    /// The opcode is not one of the commands the device implements.
     BadOpcode = 0x0002_0001, Code::Status(S::BadOpErr),
         "unknown or unsupported opcode";
     /// The op_mod is not one the command defines.
@@ -381,7 +382,21 @@ rejects! {
         "command queue address changed while the HCA is enabled";
     /// An event the device had to post found no EQ or a full one.
     EventLost = 0x0009_0006, Code::Ignored,
-        "command-completion or page-request event lost (no EQ or EQ full)";
+        "command-completion, page-request or port-change event lost (no EQ or EQ full)";
+
+    // Ports and vports.
+    /// `other_vport` or `vport_number` names another function's vport.
+    OtherVport = 0x000a_0001, Code::Status(S::BadParamErr),
+        "other_vport or vport_number not 0 (the function's own vport only)";
+    /// `port_num` names no port of the function.
+    BadPort = 0x000a_0002, Code::Status(S::BadParamErr),
+        "port_num names no port of the function (0 or 1)";
+    /// `gid_index` is beyond the GID table (and not 0xffff, all of it).
+    BadGidIndex = 0x000a_0003, Code::Status(S::BadParamErr),
+        "gid_index beyond the GID table";
+    /// `allowed_list_type` is none of the list types.
+    BadListType = 0x000a_0004, Code::Status(S::BadParamErr),
+        "allowed_list_type not UC, MC or VLAN";
 }
 
 /// One refusal as the log keeps it.
@@ -483,7 +498,7 @@ mod tests {
                 assert_ne!(a.syndrome(), b.syndrome(), "{a:?} {b:?}");
             }
             let group = a.syndrome() >> 16;
-            assert!((1..=9).contains(&group), "{a:?}");
+            assert!((1..=10).contains(&group), "{a:?}");
             let delivery = matches!(a.code(), Code::Delivery(_));
             assert_eq!(delivery, group == 1, "{a:?}");
             assert_eq!(a.code() == Code::Ignored, group == 9, "{a:?}");

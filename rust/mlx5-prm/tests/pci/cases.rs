@@ -8,10 +8,12 @@ use mlx5_prm::cmd_queue::{self, CmdLayout, DeliveryStatus, MailboxHeader};
 use mlx5_prm::command::{InHeader, OutHeader};
 use mlx5_prm::eqe_async::{self, CmdEqe, PageRequestEqe, PortChangeEqe};
 use mlx5_prm::init_seg::{self, HealthBuffer};
-use mlx5_prm::{cmd_cq, cmd_eq, cmd_hca, cmd_qp, cmd_res, eqe, hca_cap};
+use mlx5_prm::{cmd_cq, cmd_eq, cmd_hca, cmd_qp, cmd_res, cmd_vport, eqe, hca_cap};
 
 use crate::facts::{self, array, facts, nest, Bits, Fact};
-use crate::harness::{byte, cmd, cmd_ending, full, layout, Case, Rng, StructCase};
+use crate::harness::{
+    byte, cmd, cmd_ending, full, layout, layout_extent, Case, Extent, Rng, StructCase,
+};
 
 /// Every layout and command of the command layer.
 pub(crate) fn layout_cases() -> Vec<Box<dyn Case>> {
@@ -20,6 +22,7 @@ pub(crate) fn layout_cases() -> Vec<Box<dyn Case>> {
     use cmd_hca::*;
     use cmd_qp::*;
     use cmd_res::*;
+    use cmd_vport::*;
     use hca_cap::*;
 
     let mut r = Rng(0x6966_6331);
@@ -33,6 +36,13 @@ pub(crate) fn layout_cases() -> Vec<Box<dyn Case>> {
         layout(facts::cqc(), rng),
         layout(facts::qpc(), rng),
         layout(facts::ads(), rng),
+        // hca_vport_context stops before its reserved tail.
+        layout_extent(
+            facts::hca_vport_context(),
+            Extent::EndsAt("reserved_at_360"),
+            rng,
+        ),
+        layout(facts::nic_vport_context(), rng),
     ];
     v.extend(cmd::<EnableHca>(
         facts!(EnableHcaIn; embedded_cpu_function, function_id_type, function_id),
@@ -176,10 +186,46 @@ pub(crate) fn layout_cases() -> Vec<Box<dyn Case>> {
     v.extend(cmd_ending::<QueryQp>(
         facts!(QueryQpIn; qpn),
         query,
-        Some("qp_pas_or_qpc_ext_and_pas"),
+        Extent::EndsAt("qp_pas_or_qpc_ext_and_pas"),
         rng,
     ));
     v.extend(cmd::<DestroyQp>(facts!(DestroyQpIn; qpn), vec![], rng));
+    // The vport commands: QUERY_HCA_VPORT_CONTEXT's output stops with its
+    // context's last field, QUERY_HCA_VPORT_GID's carries the first GID of
+    // its flexible array.
+    v.extend(cmd_ending::<QueryHcaVportContext>(
+        facts!(QueryHcaVportContextIn; other_vport, port_num, vport_number),
+        nest(
+            "hca_vport_context",
+            facts::hca_vport_context(),
+            |x: &mut QueryHcaVportContextOut| &mut x.context,
+            |x: &QueryHcaVportContextOut| &x.context,
+        ),
+        Extent::EndsAt("hca_vport_context.reserved_at_360"),
+        rng,
+    ));
+    let mut gid = facts!(QueryHcaVportGidOut; gids_num);
+    gid.extend(array(
+        "gid[0].array128_auto",
+        |x: &mut QueryHcaVportGidOut| &mut x.gid,
+        |x: &QueryHcaVportGidOut| &x.gid,
+    ));
+    v.extend(cmd_ending::<QueryHcaVportGid>(
+        facts!(QueryHcaVportGidIn; other_vport, port_num, vport_number, gid_index),
+        gid,
+        Extent::Beyond(GID_SIZE),
+        rng,
+    ));
+    v.extend(cmd::<QueryNicVportContext>(
+        facts!(QueryNicVportContextIn; other_vport, vport_number, allowed_list_type),
+        nest(
+            "nic_vport_context",
+            facts::nic_vport_context(),
+            |x: &mut QueryNicVportContextOut| &mut x.context,
+            |x: &QueryNicVportContextOut| &x.context,
+        ),
+        rng,
+    ));
     v
 }
 

@@ -6,7 +6,9 @@
 use mlx5_prm::cmd_queue::{self, DeliveryStatus};
 use mlx5_prm::cmd_status::CmdStatus;
 use mlx5_prm::opcode::EventType;
-use mlx5_prm::{cmd_cq, cmd_eq, cmd_hca, cmd_res, command, eqe, eqe_async, hca_cap, init_seg, qpc};
+use mlx5_prm::{
+    cmd_cq, cmd_eq, cmd_hca, cmd_res, cmd_vport, command, eqe, eqe_async, hca_cap, init_seg, qpc,
+};
 
 /// Constants: a C expression over the lifted definitions, and our value.
 pub(crate) fn constants() -> Vec<(String, u64)> {
@@ -80,6 +82,14 @@ pub(crate) fn constants() -> Vec<(String, u64)> {
     c("MLX5_NIC_IFC_OFFSET", d(NIC_IFC_SHIFT));
     c("MLX5_RFR_BIT_OFFSET", u(RFR_BIT));
     c("MLX5_CRR_BIT_OFFSET", u(CRR_BIT));
+    c(
+        "MLX5_INITIAL_SEG_HEALTH_SYNDROME_FW_INTERNAL_ERR",
+        u(HEALTH_SYNDROME_FW_INTERNAL_ERR),
+    );
+    c(
+        "MLX5_INITIAL_SEG_HEALTH_SYNDROME_HW_FATAL_ERR",
+        u(HEALTH_SYNDROME_HW_FATAL_ERR),
+    );
     c(
         "MLX5_INITIAL_SEG_NIC_INTERFACE_FULL_DRIVER",
         u(NIC_IFC_FULL_DRIVER),
@@ -289,5 +299,35 @@ pub(crate) fn constants() -> Vec<(String, u64)> {
         "MLX5_PORT_CHANGE_SUBTYPE_CLIENT_REREG",
         u(PORT_CHANGE_CLIENT_REREG),
     );
+    // Port identity (the vport commands).
+    c("IB_PORT_DOWN", u(cmd_vport::PORT_STATE_DOWN));
+    c("IB_PORT_INIT", u(cmd_vport::PORT_STATE_INIT));
+    c("IB_PORT_ARMED", u(cmd_vport::PORT_STATE_ARMED));
+    c("IB_PORT_ACTIVE", u(cmd_vport::PORT_STATE_ACTIVE));
+    c("IB_PORT_PHYS_STATE_SLEEP", u(cmd_vport::PHYS_STATE_SLEEP));
+    c(
+        "IB_PORT_PHYS_STATE_POLLING",
+        u(cmd_vport::PHYS_STATE_POLLING),
+    );
+    c(
+        "IB_PORT_PHYS_STATE_DISABLED",
+        u(cmd_vport::PHYS_STATE_DISABLED),
+    );
+    c(
+        "IB_PORT_PHYS_STATE_LINK_UP",
+        u(cmd_vport::PHYS_STATE_LINK_UP),
+    );
+    c("MLX5_POLICY_DOWN", u(cmd_vport::POLICY_DOWN));
+    c("MLX5_POLICY_UP", u(cmd_vport::POLICY_UP));
+    c("MLX5_POLICY_FOLLOW", u(cmd_vport::POLICY_FOLLOW));
+    c("IB_PORT_SM", d(cmd_vport::PORT_CAP_SM));
+    c(
+        "IB_PORT_SYS_IMAGE_GUID_SUP",
+        d(cmd_vport::PORT_CAP_SYS_IMAGE_GUID_SUP),
+    );
+    c("MLX5_NVPRT_LIST_TYPE_UC", u(cmd_vport::LIST_TYPE_UC));
+    c("MLX5_NVPRT_LIST_TYPE_MC", u(cmd_vport::LIST_TYPE_MC));
+    c("MLX5_NVPRT_LIST_TYPE_VLAN", u(cmd_vport::LIST_TYPE_VLAN));
+    c("MLX5_ST_SZ_BYTES(array128_auto)", z(cmd_vport::GID_SIZE));
     v
 }

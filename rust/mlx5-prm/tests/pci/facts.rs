@@ -12,6 +12,7 @@ use mlx5_prm::cmd_cq::Cqc;
 use mlx5_prm::cmd_eq::Eqc;
 use mlx5_prm::cmd_res::Mkc;
 use mlx5_prm::cmd_status::CmdStatus;
+use mlx5_prm::cmd_vport::{HcaVportContext, NicVportContext};
 use mlx5_prm::hca_cap::HcaCap;
 use mlx5_prm::qpc::{Ads, Qpc};
 
@@ -212,4 +213,47 @@ pub(crate) fn hca_cap() -> Vec<Fact<HcaCap>> {
         rq_ts_format, max_num_eqs, log_uar_page_sz, num_of_uars_per_page,
         num_vhca_ports, sw_owner_id, num_total_dynamic_vf_msix,
     )
+}
+
+pub(crate) fn hca_vport_context() -> Vec<Fact<HcaVportContext>> {
+    facts!(HcaVportContext;
+        field_select, sm_virt_aware, has_smi, has_raw, grh_required, num_port_plane,
+        port_physical_state, vport_state_policy, port_state, vport_state,
+        system_image_guid, port_guid, node_guid, cap_mask1, cap_mask1_field_select,
+        cap_mask2, cap_mask2_field_select, lid, init_type_reply, lmc, subnet_timeout,
+        sm_lid, sm_sl, qkey_violation_counter, pkey_violation_counter,
+    )
+}
+
+pub(crate) fn nic_vport_context() -> Vec<Fact<NicVportContext>> {
+    let mut v = facts!(NicVportContext;
+        min_wqe_inline_mode, roce_en, mtu, system_image_guid, port_guid, node_guid,
+        qkey_violation_counter, promisc_uc, promisc_mc, promisc_all, allowed_list_type,
+        allowed_list_size,
+    );
+    // Our MAC is one 6-byte array; mlx5_ifc splits it in two fields.
+    v.push(Fact::new(
+        "permanent_address.mac_addr_47_32",
+        |x: &mut NicVportContext, v| {
+            x.permanent_address[..2].copy_from_slice(&(v as u16).to_be_bytes())
+        },
+        |x: &NicVportContext| {
+            u64::from(u16::from_be_bytes([
+                x.permanent_address[0],
+                x.permanent_address[1],
+            ]))
+        },
+    ));
+    v.push(Fact::new(
+        "permanent_address.mac_addr_31_0",
+        |x: &mut NicVportContext, v| {
+            x.permanent_address[2..].copy_from_slice(&(v as u32).to_be_bytes())
+        },
+        |x: &NicVportContext| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&x.permanent_address[2..]);
+            u64::from(u32::from_be_bytes(b))
+        },
+    ));
+    v
 }

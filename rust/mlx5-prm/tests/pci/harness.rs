@@ -117,12 +117,26 @@ pub(crate) trait Case {
     fn check(&self, out: &Output) -> usize;
 }
 
+/// How much of its mlx5_ifc struct a layout covers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Extent {
+    /// All of it (`MLX5_ST_SZ_BYTES`).
+    Whole,
+    /// Everything before this trailing member: `query_qp_out`'s union,
+    /// `hca_vport_context`'s reserved tail.
+    EndsAt(&'static str),
+    /// All of it and this many bytes of its trailing flexible array
+    /// (`query_hca_vport_gid_out`'s first GID).
+    Beyond(usize),
+}
+
 /// The C expression for the bytes of mlx5_ifc struct `t` our layout
-/// covers: all of it, or everything before its last member `ends_at`.
-fn covered(t: &str, ends_at: Option<&str>) -> String {
-    match ends_at {
-        Some(m) => format!("MLX5_BYTE_OFF({t}, {m})"),
-        None => format!("MLX5_ST_SZ_BYTES({t})"),
+/// covers (see [`Extent`]).
+fn covered(t: &str, extent: Extent) -> String {
+    match extent {
+        Extent::Whole => format!("MLX5_ST_SZ_BYTES({t})"),
+        Extent::EndsAt(m) => format!("MLX5_BYTE_OFF({t}, {m})"),
+        Extent::Beyond(n) => format!("(MLX5_ST_SZ_BYTES({t}) + {n})"),
     }
 }
 
@@ -130,21 +144,15 @@ fn covered(t: &str, ends_at: Option<&str>) -> String {
 pub(crate) struct LayoutCase<T> {
     /// The opcode macro a command input's header carries.
     pub(crate) opcode: Option<String>,
-    /// The trailing member of the mlx5_ifc struct our layout stops before
-    /// (`query_qp_out`'s `qp_pas_or_qpc_ext_and_pas`), if any.
-    pub(crate) ends_at: Option<&'static str>,
+    /// How much of the mlx5_ifc struct our layout covers.
+    pub(crate) extent: Extent,
     pub(crate) facts: Vec<Fact<T>>,
     /// One random value per fact.
     pub(crate) rand: Vec<u64>,
 }
 
 impl<T: Layout> LayoutCase<T> {
-    fn new(
-        opcode: Option<String>,
-        ends_at: Option<&'static str>,
-        facts: Vec<Fact<T>>,
-        rng: &mut Rng,
-    ) -> Self {
+    fn new(opcode: Option<String>, extent: Extent, facts: Vec<Fact<T>>, rng: &mut Rng) -> Self {
         let rand = facts.iter().map(|_| rng.next()).collect();
         let mut paths: Vec<&str> = facts.iter().map(|f| f.path.as_str()).collect();
         paths.sort_unstable();
@@ -153,7 +161,7 @@ impl<T: Layout> LayoutCase<T> {
         assert_eq!(paths.len(), n, "{}: a field is listed twice", T::NAME);
         LayoutCase {
             opcode,
-            ends_at,
+            extent,
             facts,
             rand,
         }
@@ -167,17 +175,22 @@ impl<T: Layout> LayoutCase<T> {
 impl<T: Layout + Default + Debug> Case for LayoutCase<T> {
     fn c(&self, c: &mut String) {
         let t = T::NAME;
-        let len = covered(t, self.ends_at);
+        let len = covered(t, self.extent);
+        // Clear what we cover and the whole struct, whichever is longer.
+        let clear = match self.extent {
+            Extent::Beyond(_) => len.clone(),
+            _ => format!("MLX5_ST_SZ_BYTES({t})"),
+        };
         let base = match &self.opcode {
             Some(op) => {
-                format!("memset(buf, 0, MLX5_ST_SZ_BYTES({t})); MLX5_SET({t}, buf, opcode, {op});")
+                format!("memset(buf, 0, {clear}); MLX5_SET({t}, buf, opcode, {op});")
             }
-            None => format!("memset(buf, 0, MLX5_ST_SZ_BYTES({t}));"),
+            None => format!("memset(buf, 0, {clear});"),
         };
         // The size we cover, the whole struct's, and the left-out tail's.
-        let tail = match self.ends_at {
-            Some(m) => format!("MLX5_FLD_SZ_BYTES({t}, {m})"),
-            None => "0".to_string(),
+        let tail = match self.extent {
+            Extent::EndsAt(m) => format!("MLX5_FLD_SZ_BYTES({t}, {m})"),
+            _ => "0".to_string(),
         };
         let _ = writeln!(
             c,
@@ -209,10 +222,18 @@ impl<T: Layout + Default + Debug> Case for LayoutCase<T> {
             num(&size[1]) as usize,
             num(&size[2]) as usize,
         );
-        assert_eq!(ours, T::SIZE, "{}", covered(t, self.ends_at));
-        // Only a trailing member is left out, and only where we say so.
-        assert_eq!(ours + tail, whole, "MLX5_ST_SZ_BYTES({t})");
-        assert_eq!(tail > 0, self.ends_at.is_some(), "{t}: left-out tail");
+        assert_eq!(ours, T::SIZE, "{}", covered(t, self.extent));
+        // Only a trailing member is left out, and only where we say so;
+        // only a flexible array is gone past, by as much as we say.
+        match self.extent {
+            Extent::Beyond(n) => assert_eq!(ours, whole + n, "MLX5_ST_SZ_BYTES({t}) + {n}"),
+            _ => assert_eq!(ours + tail, whole, "MLX5_ST_SZ_BYTES({t})"),
+        }
+        assert_eq!(
+            tail > 0,
+            matches!(self.extent, Extent::EndsAt(_)),
+            "{t}: left-out tail"
+        );
         let base = hex_bytes(&out.get("base", t)[0]);
         let ours = encode(&T::default());
         assert!(
@@ -267,15 +288,15 @@ pub(crate) struct CommandCase<C> {
     /// The input's page-list member (`pas`, or `klm_pas_mtt` for
     /// CREATE_MKEY).
     pub(crate) in_pas: &'static str,
-    /// The trailing member the output layout stops before, if any.
-    pub(crate) out_ends_at: Option<&'static str>,
+    /// How much of its mlx5_ifc struct the output layout covers.
+    pub(crate) out_extent: Extent,
     pub(crate) _c: std::marker::PhantomData<C>,
 }
 
 impl<C: Command> Case for CommandCase<C> {
     fn c(&self, c: &mut String) {
         let (n, i, o) = (C::NAME, C::In::NAME, C::Out::NAME);
-        let out_len = covered(o, self.out_ends_at);
+        let out_len = covered(o, self.out_extent);
         let _ = writeln!(
             c,
             "\tprintf(\"cmd {n} %x %zx %zx\", MLX5_CMD_OP_{n}, (size_t)MLX5_ST_SZ_BYTES({i}), \
@@ -335,7 +356,16 @@ pub(crate) fn layout<T: Layout + Default + Debug + 'static>(
     facts: Vec<Fact<T>>,
     rng: &mut Rng,
 ) -> Box<dyn Case> {
-    Box::new(LayoutCase::new(None, None, facts, rng))
+    Box::new(LayoutCase::new(None, Extent::Whole, facts, rng))
+}
+
+/// A layout that covers `extent` of its mlx5_ifc struct.
+pub(crate) fn layout_extent<T: Layout + Default + Debug + 'static>(
+    facts: Vec<Fact<T>>,
+    extent: Extent,
+    rng: &mut Rng,
+) -> Box<dyn Case> {
+    Box::new(LayoutCase::new(None, extent, facts, rng))
 }
 
 /// The cases of a command: its input and output layouts and itself.
@@ -348,15 +378,16 @@ where
     C::In: Default + Debug + 'static,
     C::Out: Default + Debug + 'static,
 {
-    cmd_ending::<C>(in_facts, out_facts, None, rng)
+    cmd_ending::<C>(in_facts, out_facts, Extent::Whole, rng)
 }
 
-/// As [`cmd`], for a command whose output layout stops before the last
-/// member `out_ends_at` of its mlx5_ifc struct (QUERY_QP).
+/// As [`cmd`], for a command whose output layout covers `out_extent` of
+/// its mlx5_ifc struct (QUERY_QP, QUERY_HCA_VPORT_CONTEXT,
+/// QUERY_HCA_VPORT_GID).
 pub(crate) fn cmd_ending<C: Command + 'static>(
     in_facts: Vec<Fact<C::In>>,
     out_facts: Vec<Fact<C::Out>>,
-    out_ends_at: Option<&'static str>,
+    out_extent: Extent,
     rng: &mut Rng,
 ) -> Vec<Box<dyn Case>>
 where
@@ -366,18 +397,18 @@ where
     vec![
         Box::new(LayoutCase::new(
             Some(format!("MLX5_CMD_OP_{}", C::NAME)),
-            None,
+            Extent::Whole,
             in_facts,
             rng,
         )),
-        Box::new(LayoutCase::new(None, out_ends_at, out_facts, rng)),
+        Box::new(LayoutCase::new(None, out_extent, out_facts, rng)),
         Box::new(CommandCase::<C> {
             in_pas: if C::NAME == "CREATE_MKEY" {
                 "klm_pas_mtt"
             } else {
                 "pas"
             },
-            out_ends_at,
+            out_extent,
             _c: std::marker::PhantomData,
         }),
     ]

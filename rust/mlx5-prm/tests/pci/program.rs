@@ -47,6 +47,7 @@ const LIFTS: &[Lift] = &[
             "MLX5_ADAPTER_PAGE_SHIFT",
             "HCA_CAP_OPMOD_GET_MAX",
             "MLX5_CAP_GENERAL",
+            "MLX5_NVPRT_LIST_TYPE_UC",
         ],
         defines: &[
             "__mlx5_nullp",
@@ -81,7 +82,7 @@ const LIFTS: &[Lift] = &[
     },
     Lift {
         file: "include/linux/mlx5/driver.h",
-        enums_declaring: &["CMD_OWNER_SW"],
+        enums_declaring: &["CMD_OWNER_SW", "MLX5_POLICY_DOWN"],
         defines: &[],
         structs: &["mlx5_cmd_first"],
         unions: &[],
@@ -102,7 +103,15 @@ const LIFTS: &[Lift] = &[
     },
     Lift {
         file: "include/rdma/ib_verbs.h",
-        enums_declaring: &["IB_QPS_RESET"],
+        enums_declaring: &["IB_QPS_RESET", "IB_PORT_NOP", "IB_PORT_PHYS_STATE_SLEEP"],
+        defines: &[],
+        structs: &[],
+        unions: &[],
+        functions: &[],
+    },
+    Lift {
+        file: "include/rdma/ib_mad.h",
+        enums_declaring: &["IB_PORT_SM"],
         defines: &[],
         structs: &[],
         unions: &[],
