@@ -325,6 +325,7 @@ struct rmlx5_async_event {
 #define RMLX5_EVENT_QP_ACCESS_ERR	3
 #define RMLX5_EVENT_COMM_EST		4
 #define RMLX5_EVENT_SQ_DRAINED		5
+#define RMLX5_EVENT_DEVICE_FATAL	8
 #define RMLX5_EVENT_QP_LAST_WQE_REACHED	16
 
 #endif /* RMLX5_ABI_USER_H */

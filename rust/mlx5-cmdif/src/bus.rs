@@ -91,4 +91,20 @@ pub trait Bus {
     /// The kernel sleeps or relaxes the CPU here (see [`Wait`]); a host
     /// test lets its emulated firmware run.
     fn relax(&mut self, wait: Wait);
+
+    /// Whether the embedder has found the function failed (its health
+    /// check, run elsewhere: a fatal syndrome, a firmware that stopped
+    /// counting, a reset behind the driver's back). A command waiting for
+    /// its completion looks about once a millisecond and stops waiting,
+    /// instead of running into its 60-second timeout. By default never.
+    fn fatal(&mut self) -> bool {
+        false
+    }
+
+    /// A command timed out: its entry stays with the device, which may
+    /// complete it any time or never. The embedder may take that as a
+    /// failure of the function. By default nothing happens.
+    fn lost_command(&mut self, opcode: u16) {
+        let _ = opcode;
+    }
 }

@@ -144,6 +144,33 @@ pub struct CmdIf {
     /// The device's registers read all ones: it is gone (surprise
     /// removal, a dead link) and no command is posted any more.
     gone: bool,
+    /// The embedder found the function failed ([`CmdIf::set_internal_error`]):
+    /// no command is posted any more.
+    internal_error: bool,
+}
+
+/// Whether a command only takes something down, so that on a function in
+/// internal error it is answered as done without reaching the device (as
+/// mlx5_core answers them): what it would destroy is gone with the
+/// device's state, and whoever destroys must be able to free its memory.
+pub fn destroys_only(opcode: u16) -> bool {
+    use super::prm::command::{
+        OP_2ERR_QP, OP_2RST_QP, OP_DEALLOC_PD, OP_DEALLOC_UAR, OP_DESTROY_CQ, OP_DESTROY_EQ,
+        OP_DESTROY_MKEY, OP_DESTROY_QP, OP_DISABLE_HCA, OP_TEARDOWN_HCA,
+    };
+    matches!(
+        opcode,
+        OP_TEARDOWN_HCA
+            | OP_DISABLE_HCA
+            | OP_DESTROY_MKEY
+            | OP_DESTROY_EQ
+            | OP_DESTROY_CQ
+            | OP_DESTROY_QP
+            | OP_2ERR_QP
+            | OP_2RST_QP
+            | OP_DEALLOC_PD
+            | OP_DEALLOC_UAR
+    )
 }
 
 impl CmdIf {
@@ -200,6 +227,7 @@ impl CmdIf {
             out_inline: [0; INLINE_SIZE],
             outlen: 0,
             gone: false,
+            internal_error: false,
         })
     }
 
@@ -240,6 +268,21 @@ impl CmdIf {
         self.stuck
     }
 
+    /// Puts the interface in internal error, as mlx5_core's
+    /// `mlx5_enter_error_state` does once its health check has failed: from
+    /// now on no command reaches the device. [`CmdIf::exec`] answers the
+    /// commands that only take something down ([`destroys_only`]) as done
+    /// and fails the rest with [`Error::InternalError`]; a command still
+    /// waiting for its completion stops waiting (see [`Bus::fatal`]).
+    pub fn set_internal_error(&mut self) {
+        self.internal_error = true;
+    }
+
+    /// Whether the interface is in internal error.
+    pub fn internal_error(&self) -> bool {
+        self.internal_error
+    }
+
     /// The longest input or output a command can have with these pools.
     pub fn max_msg_len(&self) -> usize {
         self.pools.max_msg_len()
@@ -278,6 +321,18 @@ impl CmdIf {
             return Err(too_long(inlen, self.max_msg_len()));
         }
         let mut buf = [0u8; MAX_LAYOUT];
+        if self.internal_error || bus.fatal() {
+            self.internal_error = true;
+            if !destroys_only(C::OPCODE) {
+                return Err(Error::InternalError {
+                    command: C::NAME,
+                    opcode: C::OPCODE,
+                });
+            }
+            // An all-zero output: status OK, nothing returned.
+            let out = buf.get(..out_size).ok_or(too_long(out_size, MAX_LAYOUT))?;
+            return C::Out::decode(out).map_err(|_| too_long(out_size, MAX_LAYOUT));
+        }
         let fixed = buf
             .get_mut(..in_size)
             .ok_or(too_long(in_size, MAX_LAYOUT))?;
@@ -462,6 +517,10 @@ impl CmdIf {
             }
         }
         self.outlen = 0;
+        if self.internal_error || bus.fatal() {
+            self.internal_error = true;
+            return Err(Error::InternalError { command, opcode });
+        }
         // A device that is gone answers nothing: say so at once rather
         // than wait out the command timeout (60 s) for every command.
         if self.gone || device_gone(bus) {
@@ -530,6 +589,16 @@ impl CmdIf {
             let now = bus.now_ns();
             if now.saturating_sub(looked) >= ms_to_ns(1) {
                 looked = now;
+                if bus.fatal() {
+                    // The embedder's health check failed meanwhile: the
+                    // entry stays the device's, as after a timeout.
+                    self.internal_error = true;
+                    self.stuck |= 1 << slot;
+                    if uses_pools {
+                        self.pools_held_by = Some(slot);
+                    }
+                    return Err(Error::InternalError { command, opcode });
+                }
                 if device_gone(bus) {
                     self.gone = true;
                     self.stuck |= 1 << slot;
@@ -544,6 +613,7 @@ impl CmdIf {
                 if uses_pools {
                     self.pools_held_by = Some(slot);
                 }
+                bus.lost_command(opcode);
                 return Err(Error::Timeout {
                     command,
                     opcode,

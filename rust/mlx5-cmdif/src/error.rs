@@ -80,6 +80,17 @@ pub enum Error {
         /// Its opcode.
         opcode: u16,
     },
+    /// The function is in internal error (its health check failed, see
+    /// [`CmdIf::set_internal_error`](super::cmdif::CmdIf::set_internal_error)):
+    /// the command was not posted. mlx5_core answers such commands itself
+    /// with status `MLX5_DRIVER_STATUS_ABORTED`; destroy-type commands
+    /// succeed instead (see [`destroys_only`](super::cmdif::destroys_only)).
+    InternalError {
+        /// The command's name.
+        command: &'static str,
+        /// Its opcode.
+        opcode: u16,
+    },
     /// The device refused the command (delivery status), failed it
     /// (status and syndrome), or returned too short an output.
     Cmd(CmdError),
@@ -182,6 +193,7 @@ impl Error {
             | Error::State { .. } => errno::EINVAL,
             Error::QueueBusy { .. } | Error::PagesNotReturned { .. } => errno::EBUSY,
             Error::DeviceGone { .. } => errno::ENODEV,
+            Error::InternalError { .. } => errno::EIO,
             Error::PageAlloc { .. } => errno::ENOMEM,
         }
     }
@@ -192,7 +204,10 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         matches!(
             self,
-            Error::FwNotReady { .. } | Error::Timeout { .. } | Error::DeviceGone { .. }
+            Error::FwNotReady { .. }
+                | Error::Timeout { .. }
+                | Error::DeviceGone { .. }
+                | Error::InternalError { .. }
         )
     }
 }
@@ -230,6 +245,10 @@ impl fmt::Display for Error {
             Error::DeviceGone { command, opcode } => write!(
                 f,
                 "{command} ({opcode:#x}): the device is gone (its registers read all ones)"
+            ),
+            Error::InternalError { command, opcode } => write!(
+                f,
+                "{command} ({opcode:#x}): not posted, the function is in internal error"
             ),
             Error::Cmd(e) => fmt::Display::fmt(e, f),
             Error::Signature { command, opcode } => {

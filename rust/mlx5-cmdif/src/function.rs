@@ -147,6 +147,22 @@ impl Function {
         &self.caps
     }
 
+    /// Puts the function in internal error (see
+    /// [`CmdIf::set_internal_error`]): its health check failed, so no
+    /// command reaches the device any more, and [`Function::teardown`]
+    /// only writes the function off. Nothing happens before the command
+    /// interface is up.
+    pub fn enter_error(&mut self) {
+        if let Some(cmd) = self.cmd.as_mut() {
+            cmd.set_internal_error();
+        }
+    }
+
+    /// Whether the function is in internal error.
+    pub fn in_error(&self) -> bool {
+        self.cmd.as_ref().is_some_and(CmdIf::internal_error)
+    }
+
     /// The command interface, once up, for the commands that create the
     /// function's objects ([`CmdIf::exec`]).
     pub fn cmdif(&mut self) -> Option<&mut CmdIf> {
@@ -215,6 +231,12 @@ impl Function {
     /// again. After an error, what could not be undone stays recorded
     /// ([`Function::progress`]); pages the device kept must not be freed.
     ///
+    /// In internal error ([`Function::enter_error`]) no command is sent:
+    /// the function is simply written off as down, with every page it
+    /// lent, which the embedder must then free itself, and only once the
+    /// device can no longer write them (after a reset, or with bus
+    /// mastering off).
+    ///
     /// # Errors
     ///
     /// The first error met (later steps were still tried unless it was a
@@ -223,6 +245,18 @@ impl Function {
         let Some(cmd) = self.cmd.as_mut() else {
             return Ok(());
         };
+        if cmd.internal_error() {
+            // mlx5_core's way down from internal error: every step is
+            // taken as done without a command, and the pages are written
+            // off (the embedder frees them once the device is stopped).
+            self.pages.abandon();
+            self.cmd = None;
+            self.enabled = false;
+            self.issi = 0;
+            self.initialized = false;
+            self.uar = None;
+            return Ok(());
+        }
         let mut first: Option<Error> = None;
         let go_on = |first: &Option<Error>| !first.is_some_and(|e| e.is_timeout());
         if let Some(uar) = self.uar {

@@ -163,6 +163,15 @@ impl Pages {
         self.lent
     }
 
+    /// Writes off every page lent, after the function failed and was
+    /// stopped (internal error, see `Function::teardown`): the device no
+    /// longer holds them, and the embedder, which has their addresses,
+    /// frees them once the device can no longer write them. Returns how
+    /// many there were.
+    pub fn abandon(&mut self) -> u64 {
+        core::mem::take(&mut self.lent)
+    }
+
     /// Pages given since creation.
     pub fn given_total(&self) -> u64 {
         self.given_total

@@ -622,5 +622,8 @@ pub const EVENT_QP_ACCESS_ERR: u32 = 3;
 pub const EVENT_COMM_EST: u32 = 4;
 /// `IBV_EVENT_SQ_DRAINED`.
 pub const EVENT_SQ_DRAINED: u32 = 5;
+/// `IBV_EVENT_DEVICE_FATAL`: the device failed; its element is the
+/// port number (0 for the device as a whole).
+pub const EVENT_DEVICE_FATAL: u32 = 8;
 /// `IBV_EVENT_QP_LAST_WQE_REACHED`.
 pub const EVENT_QP_LAST_WQE_REACHED: u32 = 16;

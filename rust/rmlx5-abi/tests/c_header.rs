@@ -321,6 +321,7 @@ fn numbers() -> Vec<(String, u64)> {
         ("RMLX5_EVENT_QP_ACCESS_ERR", u64::from(EVENT_QP_ACCESS_ERR)),
         ("RMLX5_EVENT_COMM_EST", u64::from(EVENT_COMM_EST)),
         ("RMLX5_EVENT_SQ_DRAINED", u64::from(EVENT_SQ_DRAINED)),
+        ("RMLX5_EVENT_DEVICE_FATAL", u64::from(EVENT_DEVICE_FATAL)),
         (
             "RMLX5_EVENT_QP_LAST_WQE_REACHED",
             u64::from(EVENT_QP_LAST_WQE_REACHED),

@@ -477,3 +477,78 @@ fn teardown_of_a_vanished_function_is_immediate() {
         rig.now - start
     );
 }
+
+/// A function whose health check fails while a command waits: the wait
+/// ends within a millisecond instead of at the command timeout, later
+/// commands are answered without reaching the device (destroys as done,
+/// the rest with `InternalError`), and teardown writes the function off
+/// with every page it lent, sending nothing.
+#[test]
+fn internal_error_stops_the_wait_and_teardown_writes_the_function_off() {
+    let mut rig = Rig::new(FwConfig::DEFAULT);
+    let mut f = Function::new(rig.cmd_mem(), Config::default());
+    f.bring_up(&mut rig).unwrap();
+    let lent = f.progress().pages_lent;
+    assert!(lent > 0);
+    // The device stops answering doorbells, and the health check fails
+    // 50 relaxes (0.5 ms of the rig's clock) later.
+    rig.die_after_commands = Some(rig.fw.stats().commands);
+    rig.fatal_at_relax = Some(rig.relaxes + 50);
+    let start = rig.now;
+    let cmd = f.cmdif().unwrap();
+    let e = cmd
+        .exec::<QueryIssi, _>(&mut rig, &QueryIssiIn::default(), &[])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::InternalError {
+            command: "QUERY_ISSI",
+            opcode: 0x10a
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "QUERY_ISSI (0x10a): not posted, the function is in internal error"
+    );
+    assert_eq!(e.errno(), 5);
+    assert!(rig.now - start <= 2_000_000, "{}", rig.now - start);
+    assert!(f.in_error());
+    // Nothing more is posted: a create fails, a destroy is answered.
+    let posted = rig.fw.stats().commands;
+    let cmd = f.cmdif().unwrap();
+    let e = cmd
+        .exec::<SetIssi, _>(&mut rig, &SetIssiIn { current_issi: 1 }, &[])
+        .unwrap_err();
+    assert!(matches!(e, Error::InternalError { .. }), "{e:?}");
+    cmd.exec::<mlx5_prm::cmd_res::DeallocPd, _>(
+        &mut rig,
+        &mlx5_prm::cmd_res::DeallocPdIn { pd: 7 },
+        &[],
+    )
+    .unwrap();
+    let relaxes = rig.relaxes;
+    f.teardown(&mut rig).unwrap();
+    assert_eq!(rig.relaxes, relaxes, "teardown waited for nothing");
+    assert_eq!(rig.fw.stats().commands, posted);
+    assert_eq!(f.progress(), Default::default());
+    assert!(!f.in_error());
+    // The pages are the embedder's to free now (the device keeps them in
+    // this rig, as a stopped device would until its reset).
+    assert_eq!(rig.out.len() as u64, lent);
+}
+
+/// `Function::enter_error` on a function that is up: the same write-off.
+#[test]
+fn entering_internal_error_by_hand_writes_the_function_off() {
+    let mut rig = Rig::new(FwConfig::DEFAULT);
+    let mut f = Function::new(rig.cmd_mem(), Config::default());
+    f.enter_error();
+    assert!(!f.in_error(), "nothing to put in error before bring-up");
+    f.bring_up(&mut rig).unwrap();
+    f.enter_error();
+    assert!(f.in_error());
+    let posted = rig.fw.stats().commands;
+    f.teardown(&mut rig).unwrap();
+    assert_eq!(rig.fw.stats().commands, posted);
+    assert_eq!(f.pages().lent(), 0);
+}

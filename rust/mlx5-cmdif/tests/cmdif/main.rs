@@ -8,3 +8,4 @@ mod bringup;
 mod errors;
 mod pages;
 mod rig;
+mod vport;

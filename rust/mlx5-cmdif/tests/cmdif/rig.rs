@@ -148,6 +148,9 @@ pub(crate) struct Rig {
     /// The function vanishes (surprise removal) at this relax count: from
     /// then on its registers read all ones and writes go nowhere.
     pub(crate) vanish_at_relax: Option<u64>,
+    /// The embedder's health check fails at this relax count
+    /// (`Bus::fatal` answers true from then on).
+    pub(crate) fatal_at_relax: Option<u64>,
 }
 
 impl Rig {
@@ -185,6 +188,7 @@ impl Rig {
             unknown_frees: Vec::new(),
             relaxes: 0,
             vanish_at_relax: None,
+            fatal_at_relax: None,
         }
     }
 
@@ -313,6 +317,10 @@ impl Bus for Rig {
 
     fn now_ns(&mut self) -> u64 {
         self.now
+    }
+
+    fn fatal(&mut self) -> bool {
+        self.fatal_at_relax.is_some_and(|n| self.relaxes >= n)
     }
 
     fn relax(&mut self, _wait: Wait) {
