@@ -32,7 +32,7 @@ endif
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: fuzz all setup kernel module module-check frame-check alias-check ulp guest-programs dv-sample check demo perf bench stress pci-smoke clean rustfmt
+.PHONY: fuzz all setup kernel module module-check frame-check alias-check ulp guest-programs dv-sample check demo perf bench stress pci-smoke hw-check clean rustfmt
 
 all: module
 
@@ -144,6 +144,12 @@ stress:
 # vfio-user-pci from scripts/qemu.sh; not a part of make check yet).
 pci-smoke:
 	@bash scripts/pci-smoke.sh
+
+# make check's PCI suite on a real ConnectX function of this machine, the
+# function taken from mlx5_core for the run and given back (as root; PCI=
+# names it, KDIR= the running kernel's build tree if not the default).
+hw-check:
+	@bash scripts/hw-check.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -181,6 +181,14 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 pci_guest "guest with an emulated ConnectX of one MSI-X vector" \
                     "PCI guest, one MSI-X vector" pci-one-vector-console.log --cx-emu-msix 1 \
                     --cx-emu-slow 0x400:2000 "${guest_tools[@]}"
+                # And a function that fails: a fatal health syndrome, a
+                # hung firmware, a command that never completes and an
+                # FLR behind the driver's back, each mid-traffic, each
+                # survived by failing, writing off and recovering the
+                # function (tests/guest/pci-smoke.sh, rmlx5.cxfaults=1).
+                pci_guest "guest with an emulated ConnectX that fails and recovers" \
+                    "PCI guest, faults" pci-faults-console.log --append rmlx5.cxfaults=1 \
+                    "${guest_tools[@]}"
                 # And behind SWIOTLB bounce buffers (swiotlb=force): kernel
                 # MRs, which would need DMA syncs, are refused.
                 pci_guest "guest with an emulated ConnectX and every DMA mapping bounced" \

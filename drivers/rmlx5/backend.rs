@@ -85,6 +85,16 @@ pub(crate) struct DeviceInfo {
     /// The port's LID: what a peer names this device by in a QP's address
     /// vector.
     pub(crate) lid: u16,
+    /// The port's state, as `enum ib_port_state` numbers it (1 down, 4
+    /// active).
+    pub(crate) port_state: u8,
+    /// The LID of the subnet manager.
+    pub(crate) sm_lid: u16,
+    /// The node GUID, 0 if the device has none of its own (the layers
+    /// above then make one up).
+    pub(crate) node_guid: u64,
+    /// The GID prefix of the port (`fe80::/64` by default).
+    pub(crate) subnet_prefix: u64,
     /// Pages of a fast-registration MR, 0 if `create_fast_mr` is not
     /// supported.
     pub(crate) max_fast_reg_pages: u32,

@@ -45,6 +45,7 @@ mod bus;
 mod cmdif_tests;
 mod dev;
 mod eq;
+mod health;
 pub(crate) mod registry;
 mod selftest;
 
@@ -113,6 +114,11 @@ use bar::CxBar;
 use bus::CxBus;
 use dev::CxBackend;
 use eq::PageEq;
+use health::{
+    Fatal,
+    Monitor,
+    Poller, //
+};
 
 /// The bring-up's configuration: mlx5_core's timeouts, except the wait
 /// for the firmware to accept the initialization segment, which is the
@@ -121,6 +127,7 @@ fn config() -> Config {
     Config {
         timeouts: Timeouts {
             fw_pre_init_ms: u64::from(crate::module_parameters::cx_fw_wait_ms.value()),
+            cmd_ms: u64::from(crate::module_parameters::cx_cmd_timeout_ms.value()).max(1),
             ..Timeouts::MLX5_CORE
         },
         ..Config::default()
@@ -225,6 +232,14 @@ fn raw_device(pdev: &pci::Device<Core<'_>>) -> *mut kernel::ffi::c_void {
         .cast_mut()
 }
 
+/// The C `struct device` of a bound `pdev`, for the shim.
+fn raw_bound(pdev: &pci::Device<Bound>) -> *mut kernel::ffi::c_void {
+    let dev: &kernel::device::Device<Bound> = pdev.as_ref();
+    core::ptr::from_ref(dev)
+        .cast::<kernel::ffi::c_void>()
+        .cast_mut()
+}
+
 /// Keeps the function enabled with bus mastering on while bound: dropped
 /// last (the last field of [`CxFunction`]), it turns bus mastering off
 /// and disables the function, after unbind or a failed probe.
@@ -263,6 +278,11 @@ pub(crate) struct CxDriver;
 /// A bound ConnectX function.
 #[pin_data]
 pub(crate) struct CxFunction<'bound> {
+    /// The health poll (`cx/health.rs`), while the function is up.
+    /// Declared first: dropped (the poll stopped) before anything it
+    /// looks at.
+    #[pin]
+    health: Mutex<Option<Poller<'bound>>>,
     model: Model,
     /// The function as a verbs device, while it is one.
     #[pin]
@@ -451,6 +471,7 @@ impl pci::Driver for CxDriver {
         // are dropped in reverse (free_irq, the vectors, the BAR, then the
         // function is disabled).
         try_pin_init!(CxFunction {
+            health <- new_mutex!(None, "rmlx5_cx_health"),
             enabled: {
                 if !named_for_us(pdev) {
                     dev_info!(
@@ -485,7 +506,7 @@ impl pci::Driver for CxDriver {
                 let (reg, bar) = unsafe { (vectors.get(), bar.get()) };
                 let request = reg.index(0)?;
                 let state = State {
-                    bus: CxBus::new(pdev, bar)?,
+                    bus: CxBus::new(pdev, bar, Fatal::new()?)?,
                     function: Function::new(
                         CmdMem {
                             addr: 0,
@@ -535,14 +556,49 @@ impl pci::Driver for CxDriver {
                     shut(pdev, *model, &irq, backend.as_deref());
                     return Err(e);
                 }
+                // SAFETY: `health` is declared first in `CxFunction`, so
+                // its poller stops before `irq` drops; unbind stops it
+                // before anything else.
+                if let Err(e) = unsafe { start_health(pdev, bar, irq.handler(), &health) } {
+                    dev_warn!(pdev, "no health poll: error {}\n", e.to_errno());
+                }
             },
         })
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        // The poll stops first: nothing it does may race the way down.
+        drop(this.health.lock().take());
         let backend = detach(pdev, &this.irq, &this.comp, &this.device);
         shut(pdev, this.model, &this.irq, backend.as_deref());
     }
+}
+
+/// Starts the health poll of a function that is up (`cx_health_ms`, none
+/// if 0).
+///
+/// # Safety
+///
+/// `irq` must outlive what is stored in `health`.
+unsafe fn start_health<'bound>(
+    pdev: &'bound pci::Device<Bound>,
+    bar: &'bound CxBar,
+    irq: &AsyncIrq<'bound>,
+    health: &Mutex<Option<Poller<'bound>>>,
+) -> Result {
+    let ms = crate::module_parameters::cx_health_ms.value();
+    if ms == 0 {
+        return Ok(());
+    }
+    let (fatal, cmdq) = {
+        let st = irq.state.lock();
+        (st.bus.fatal_flag().clone(), st.bus.cmd_mem_addr())
+    };
+    // SAFETY: Guaranteed by the caller.
+    let monitor = unsafe { Monitor::new(pdev, bar, irq, fatal, cmdq) };
+    *health.lock() = Some(Poller::start(monitor, ms)?);
+    dev_info!(pdev, "health poll every {} ms\n", ms);
+    Ok(())
 }
 
 /// Takes the function down and, if it was a verbs device, cuts its
@@ -584,15 +640,32 @@ fn attach<'bound>(
     let nvec = u16::try_from(vectors.len()).unwrap_or(u16::MAX);
     let comp_eqs = usize::from(nvec.saturating_sub(1)).clamp(1, crate::hca::MAX_COMP_EQS);
     let index = crate::mlx5_core::device::reserve_index(crate::soft()?.count())?;
+    let fatal = irq.handler().state.lock().bus.fatal_flag().clone();
     // SAFETY: `shut` revokes the backend before the state and the BAR go:
     // at unbind, and on every error path of probe after this call.
-    let backend = match unsafe { CxBackend::new(pdev, &irq.handler().state, bar, uar, nvec) } {
+    let backend = match unsafe { CxBackend::new(pdev, &irq.handler().state, bar, uar, nvec, fatal) }
+    {
         Ok(b) => b,
         Err(e) => {
             crate::mlx5_core::device::release_index(usize::from(index));
             return Err(e);
         }
     };
+    // The port as the firmware reports it; the LID in every address
+    // vector to it is this one.
+    match backend.query_port() {
+        Ok(p) => dev_info!(
+            pdev,
+            "port 1: LID {}, SM LID {}, state {}, node GUID {:016x}, port GUID {:016x}, GID prefix {:016x}\n",
+            p.lid,
+            p.sm_lid,
+            p.state,
+            p.node_guid,
+            p.port_guid,
+            p.subnet_prefix
+        ),
+        Err(e) => dev_warn!(pdev, "port 1 not queried: error {}\n", e.to_errno()),
+    }
     // From here `detach` undoes whatever was done.
     *device.lock() = Some(Attached {
         index,
@@ -651,6 +724,9 @@ fn attach<'bound>(
     // For user space (uverbs); the device works without.
     match crate::uverbs::node::Node::new(usize::from(index)) {
         Ok(node) => {
+            // Its open contexts hear of a failure of the function.
+            let listener: Arc<dyn crate::mlx5_core::device::FatalListener> = node.users().clone();
+            dev.set_fatal_listener(Some(listener));
             if let Some(a) = &mut *device.lock() {
                 a.node = Some(node);
             }
@@ -838,6 +914,11 @@ fn self_test(
 fn take_down(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) {
     registry::forget(pdev);
     let State { bus, function, eq } = st;
+    if bus.is_fatal() {
+        // The health poll failed the function and stopped its DMA:
+        // nothing is sent to it, everything is written off and freed.
+        function.enter_error();
+    }
     if let Some(e) = eq.take() {
         let (requests, moved) = (e.requests, e.pages_moved);
         if e.destroy(bus, function).is_ok() {
@@ -850,8 +931,15 @@ fn take_down(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) {
         }
     }
     let down = function.teardown(bus);
+    let released = bus.release_pages_of_failed();
     bus.set_quiesced(function.progress() == Progress::default());
     match down {
+        Ok(()) if bus.is_fatal() => dev_info!(
+            pdev,
+            "{} written off after its failure: {} page(s) freed with its DMA stopped\n",
+            model.name,
+            released
+        ),
         Ok(()) => dev_info!(
             pdev,
             "{} down, every page returned ({} in all)\n",

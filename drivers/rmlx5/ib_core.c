@@ -295,7 +295,10 @@ static int rmlx5_ibc_query_port(struct ib_device *ibdev, u32 port,
 		return 0;
 	}
 	/* ib_core cleared *props; the subnet prefix it fills from the GID. */
-	props->state = a.port_state == IB_PORT_ACTIVE ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+	/* A function's port as its firmware reports it (INIT and ARMED
+	 * while an SM brings it up). */
+	props->state = a.port_state >= IB_PORT_DOWN && a.port_state <= IB_PORT_ACTIVE ?
+		a.port_state : IB_PORT_DOWN;
 	props->phys_state = props->state == IB_PORT_ACTIVE ?
 		IB_PORT_PHYS_STATE_LINK_UP : IB_PORT_PHYS_STATE_DISABLED;
 	props->max_mtu = IB_MTU_4096;
@@ -304,7 +307,7 @@ static int rmlx5_ibc_query_port(struct ib_device *ibdev, u32 port,
 	props->pkey_tbl_len = 1;
 	props->max_msg_sz = 1U << 30;
 	props->lid = to_dev(ibdev)->pci ? a.lid : a.lid + 1;
-	props->sm_lid = 1;
+	props->sm_lid = a.sm_lid;
 	props->lmc = 0;
 	props->max_vl_num = 1;
 	props->active_width = IB_WIDTH_4X;
@@ -348,7 +351,16 @@ static int rmlx5_ibc_query_gid(struct ib_device *ibdev, u32 port, int index,
 	/* A RoCE port's GIDs are ib_core's software table. */
 	if (port != 1 || index != 0 || to_dev(ibdev)->roce)
 		return -EINVAL;
-	gid->global.subnet_prefix = cpu_to_be64(0xfe80000000000000ULL);
+	if (to_dev(ibdev)->pci) {
+		struct rmlx5_ib_device_attr a;
+		int err = rmlx5_ib_query_device(to_dev(ibdev)->index, &a);
+
+		if (err)
+			return err;
+		gid->global.subnet_prefix = cpu_to_be64(a.subnet_prefix);
+	} else {
+		gid->global.subnet_prefix = cpu_to_be64(0xfe80000000000000ULL);
+	}
 	gid->global.interface_id = ibdev->node_guid;
 	return 0;
 }
@@ -1152,6 +1164,33 @@ static void rmlx5_ibc_event(int index, u32 type, u32 element, void *context)
 		ev.element.port_num = 1;
 		ib_dispatch_event(&ev);
 		break;
+	case 0x09: /* MLX5_EVENT_TYPE_PORT_CHANGE: sub_type << 8 | port */
+		switch (element >> 8) {
+		case 1: /* MLX5_PORT_CHANGE_SUBTYPE_DOWN */
+			ev.event = IB_EVENT_PORT_ERR;
+			break;
+		case 4: /* _ACTIVE */
+			ev.event = IB_EVENT_PORT_ACTIVE;
+			break;
+		case 5: /* _INITIALIZED */
+		case 6: /* _LID */
+			ev.event = IB_EVENT_LID_CHANGE;
+			break;
+		case 7: /* _PKEY */
+			ev.event = IB_EVENT_PKEY_CHANGE;
+			break;
+		case 8: /* _GUID */
+			ev.event = IB_EVENT_GID_CHANGE;
+			break;
+		case 9: /* _CLIENT_REREG */
+			ev.event = IB_EVENT_CLIENT_REREGISTER;
+			break;
+		default:
+			return;
+		}
+		ev.element.port_num = element & 0xf;
+		ib_dispatch_event(&ev);
+		break;
 	default:
 		dev_dbg(&dev->ibdev.dev, "async event %#x on %#x not forwarded\n",
 			type, element);
@@ -1411,7 +1450,9 @@ static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device,
 	dev->ibdev.node_type = RDMA_NODE_IB_CA;
 	dev->ibdev.phys_port_cnt = 1;
 	dev->ibdev.num_comp_vectors = max_t(u32, a.num_comp_vectors, 1);
-	dev->ibdev.node_guid = rmlx5_ibc_guid(index);
+	/* A function's GUID is its firmware's. */
+	dev->ibdev.node_guid = a.node_guid ? cpu_to_be64(a.node_guid) :
+		rmlx5_ibc_guid(index);
 	dev->pci = dma_device;
 	strscpy(dev->ibdev.node_desc,
 		dma_device ? "rmlx5 ConnectX function" : "rmlx5 software HCA",

@@ -52,6 +52,7 @@ pub mod mlx5_prm {
     pub mod cmd_queue;
     pub mod cmd_res;
     pub mod cmd_status;
+    pub mod cmd_vport;
     pub mod command;
     pub mod cqe;
     pub mod doorbell;
@@ -168,6 +169,18 @@ module! {
         cx_selftest: bool {
             default: false,
             description: "Run a data-path self-test (CQ, QPs, RDMA WRITE and SEND) on each ConnectX function after bring-up",
+        },
+        cx_health_ms: u32 {
+            default: 2000,
+            description: "Period of a ConnectX function's health poll in ms, 0 for none (mlx5_core: 2000)",
+        },
+        cx_recover: bool {
+            default: true,
+            description: "Reset and probe a ConnectX function again after its health check failed",
+        },
+        cx_cmd_timeout_ms: u32 {
+            default: 60000,
+            description: "How long one command may take on a ConnectX function, in ms (mlx5_core: 60000)",
         },
     },
 }

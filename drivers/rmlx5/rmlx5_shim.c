@@ -280,6 +280,107 @@ void rmlx5_pci_disable(struct device *dev)
 	pci_disable_device(pdev);
 }
 
+/* Stops a PCI function's DMA: its health check found it failed. */
+void rmlx5_pci_clear_master(struct device *dev)
+{
+	pci_clear_master(to_pci_dev(dev));
+}
+
+/*
+ * A periodic callback on the system workqueue: the health poll of a
+ * ConnectX function. rmlx5_poller_stop() waits for a running call and
+ * prevents the next; the callback's memory is the caller's.
+ */
+struct rmlx5_poller {
+	struct delayed_work dw;
+	void (*fn)(void *ctx);
+	void *ctx;
+	unsigned long period;
+	bool stopped;
+	spinlock_t lock;
+};
+
+static void rmlx5_poller_fn(struct work_struct *work)
+{
+	struct rmlx5_poller *p = container_of(to_delayed_work(work),
+					      struct rmlx5_poller, dw);
+
+	p->fn(p->ctx);
+	spin_lock(&p->lock);
+	if (!p->stopped)
+		queue_delayed_work(system_dfl_wq, &p->dw, p->period);
+	spin_unlock(&p->lock);
+}
+
+struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *), void *ctx,
+					 unsigned int ms)
+{
+	struct rmlx5_poller *p = kzalloc(sizeof(*p), GFP_KERNEL);
+
+	if (!p)
+		return NULL;
+	p->fn = fn;
+	p->ctx = ctx;
+	p->period = max(msecs_to_jiffies(ms), 1UL);
+	spin_lock_init(&p->lock);
+	INIT_DELAYED_WORK(&p->dw, rmlx5_poller_fn);
+	queue_delayed_work(system_dfl_wq, &p->dw, p->period);
+	return p;
+}
+
+void rmlx5_poller_stop(struct rmlx5_poller *p)
+{
+	spin_lock(&p->lock);
+	p->stopped = true;
+	spin_unlock(&p->lock);
+	cancel_delayed_work_sync(&p->dw);
+	kfree(p);
+}
+
+/*
+ * Recovery of a failed PCI function, outside the driver's own context:
+ * unbind (the driver writes the function off), reset the function (FLR
+ * or whatever the PCI core has for it), and probe again. Holds a
+ * reference to the device meanwhile. Runs on @wq, the module's reap
+ * workqueue, which module exit destroys (and so waits for) after the PCI
+ * driver is unregistered: a recovery racing with rmmod finds no driver
+ * to probe.
+ */
+struct rmlx5_recovery {
+	struct work_struct work;
+	struct device *dev;
+};
+
+static void rmlx5_recovery_fn(struct work_struct *work)
+{
+	struct rmlx5_recovery *r = container_of(work, struct rmlx5_recovery, work);
+	struct pci_dev *pdev = to_pci_dev(r->dev);
+	int err;
+
+	device_release_driver(r->dev);
+	err = pci_reset_function(pdev);
+	if (err)
+		dev_warn(r->dev, "recovery: function reset failed (%d), probing without it\n",
+			 err);
+	err = device_attach(r->dev);
+	if (err <= 0)
+		dev_warn(r->dev, "recovery: the function was not bound again (%d)\n", err);
+	put_device(r->dev);
+	kfree(r);
+}
+
+int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq)
+{
+	struct rmlx5_recovery *r = kzalloc(sizeof(*r), GFP_KERNEL);
+
+	if (!r)
+		return -ENOMEM;
+	INIT_WORK(&r->work, rmlx5_recovery_fn);
+	r->dev = get_device(dev);
+	queue_work(wq, &r->work);
+	return 0;
+}
+
 /* Requests BAR0 of a PCI function (mapped by the caller, in parts). */
 int rmlx5_pci_request_bar0(struct device *dev)
 {

@@ -20,6 +20,12 @@ bool rmlx5_pci_has_driver_override(struct device *dev);
 void rmlx5_pci_disable(struct device *dev);
 int rmlx5_pci_request_bar0(struct device *dev);
 void rmlx5_pci_release_bar0(struct device *dev);
+void rmlx5_pci_clear_master(struct device *dev);
+struct rmlx5_poller;
+struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *), void *ctx,
+					 unsigned int ms);
+void rmlx5_poller_stop(struct rmlx5_poller *p);
+int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq);
 struct workqueue_struct *rmlx5_reap_wq_alloc(void);
 void rmlx5_reap_wq_destroy(struct workqueue_struct *wq);
 /* The platform device of software HCA `hca` (parent of its ib_device). */

@@ -134,6 +134,12 @@ pub struct DeviceAttr {
     lid: u32,
     /// Pages of a fast-registration MR; 0 if the device has none.
     max_fast_reg_pages: u32,
+    /// The subnet manager's LID.
+    sm_lid: u32,
+    /// The node GUID from the device's firmware, 0 if it has none.
+    node_guid: u64,
+    /// The port's GID prefix.
+    subnet_prefix: u64,
 }
 
 /// Number of registered rmlx5 devices (`rmlx5_ib_num_devices()` in C).
@@ -175,9 +181,12 @@ pub unsafe extern "C" fn rmlx5_ib_query_device(index: c_int, attr: *mut DeviceAt
             max_mr_size: u64::MAX,
             atomic_cap: 1,
             num_comp_vectors: u32::try_from(dev.comp_vectors())?,
-            port_state: 4,
+            port_state: u32::from(i.port_state),
             lid: u32::from(i.lid),
             max_fast_reg_pages: i.max_fast_reg_pages,
+            sm_lid: u32::from(i.sm_lid),
+            node_guid: i.node_guid,
+            subnet_prefix: i.subnet_prefix,
         };
         Ok(())
     })();

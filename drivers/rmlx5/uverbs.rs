@@ -41,7 +41,9 @@ impl MiscDevice for Ucontext {
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
         let node = node::Node::from_uverbs(misc);
         pr_debug!("ucontext opened on rmlx5_{}\n", node.index());
-        Ucontext::new(node.index(), node.users().enter())
+        let ctx = Ucontext::new(node.index(), node.users().enter())?;
+        node.users().watch(ctx.as_ref())?;
+        Ok(ctx)
     }
 
     fn release(ctx: Pin<KBox<Self>>, _file: &File) {

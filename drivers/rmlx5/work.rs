@@ -81,6 +81,13 @@ impl Drop for ReapQueue {
     }
 }
 
+/// The reap workqueue as the C side takes it (null outside the module's
+/// lifetime): for work the C shim queues, which module exit thereby
+/// waits for.
+pub(crate) fn reap_wq_raw() -> *mut bindings::workqueue_struct {
+    REAP_WQ.load(Ordering::Acquire)
+}
+
 /// The reap workqueue, or `None` outside the module's lifetime.
 pub(crate) fn reap_queue() -> Option<&'static Queue> {
     let wq = REAP_WQ.load(Ordering::Acquire);

@@ -150,9 +150,12 @@ struct rmlx5_ib_device_attr {
 	u64 max_mr_size;
 	u32 atomic_cap;		/* 1: IB_ATOMIC_HCA */
 	u32 num_comp_vectors;
-	u32 port_state;		/* 4: IB_PORT_ACTIVE */
+	u32 port_state;		/* enum ib_port_state: 1 down, 4 active */
 	u32 lid;		/* what a peer's dlid names this device by */
 	u32 max_fast_reg_pages;	/* pages of a fast-registration MR; 0: none */
+	u32 sm_lid;		/* the subnet manager's LID */
+	u64 node_guid;		/* from the device's firmware; 0: none */
+	u64 subnet_prefix;	/* the port's GID prefix (fe80::/64) */
 };
 
 struct rmlx5_ib_wc {

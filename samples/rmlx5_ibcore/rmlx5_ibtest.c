@@ -29,8 +29,8 @@
  *
  * With hold=1 it runs no test but keeps a PD, a CQ and a QP on every rmlx5
  * device until ib_core removes the device (rmmod rmlx5 while this module is
- * loaded): the client's remove callback destroys them and reports
- * "ib_remove_<device>".
+ * loaded, a ConnectX function's unbind or recovery): the client's remove
+ * callback drains the QP, destroys them and reports "ib_remove_<device>".
  */
 #include <linux/completion.h>
 #include <linux/module.h>
@@ -1250,7 +1250,12 @@ static void ibtest_remove(struct ib_device *dev, void *data)
 			devs[i] = NULL;
 	if (!h)
 		return;
-	/* The device goes away under us: give everything back first. */
+	/*
+	 * The device goes away under us: give everything back first, the
+	 * QP drained as ULPs drain theirs (on a failed device the driver
+	 * flushes the drain WRs itself, or this would wait forever).
+	 */
+	ib_drain_qp(h->qp);
 	ib_destroy_qp(h->qp);
 	ib_free_cq(h->cq);
 	ib_dealloc_pd(h->pd);

@@ -8,6 +8,15 @@
 # rmlx5-pci-peek (the test kernel has no /dev/mem).
 pass() { echo "rmlx5-test: PASS $1"; }
 fail() { echo "rmlx5-test: FAIL $1: $2"; }
+skip() { echo "rmlx5-test: SKIP $1: $2"; }
+# RMLX5_HW=1 (scripts/hw-check.sh, make hw-check): the same checks on a
+# host, on its real ConnectX function RMLX5_PCI, with what the guest has in
+# /lib/modules, /tests and /bin under RMLX5_ROOT. What only the emulated
+# function is, a card is not: its class and firmware version are skipped
+# (SKIP lines); its BAR0 size, model and MSI-X as the first capability
+# are left out of the checks, which take any ConnectX.
+hw=${RMLX5_HW:-0}
+root=${RMLX5_ROOT:-}
 
 echo "==== rmlx5 pci-smoke"
 # What lspci -nn would list (this busybox has no lspci).
@@ -19,6 +28,9 @@ for d in /sys/bus/pci/devices/*; do
         dev=$d
     fi
 done
+if [ "$hw" = 1 ]; then
+    dev=/sys/bus/pci/devices/$RMLX5_PCI
+fi
 if [ -z "$dev" ]; then
     fail pci_function "no PCI function 15b3:1017 in /sys/bus/pci/devices"
     echo "==== end of pci-smoke"
@@ -29,7 +41,9 @@ echo "--- $dev"
 echo "class $(cat $dev/class), subsystem $(cat $dev/subsystem_vendor):$(cat $dev/subsystem_device), irq $(cat $dev/irq)"
 head -n 1 $dev/resource
 
-if [ "$(cat $dev/class)" = 0x020700 ]; then
+if [ "$hw" = 1 ]; then
+    skip pci_class "0x020700 is the emulated function's, this one's is $(cat $dev/class)"
+elif [ "$(cat $dev/class)" = 0x020700 ]; then
     pass pci_class
 else
     fail pci_class "class $(cat $dev/class), expected 0x020700"
@@ -39,7 +53,14 @@ fi
 # _MEM_64 0x100000).
 set -- $(head -n 1 $dev/resource)
 size=$(( $2 - $1 + 1 ))
-if [ "$size" = $((32 << 20)) ] && [ $(( $3 & 0x102200 )) = $((0x102200)) ]; then
+if [ "$hw" = 1 ]; then
+    # A card's BAR0 has its own size (here $size bytes): the flags only.
+    if [ $(( $3 & 0x102200 )) = $((0x102200)) ]; then
+        pass pci_bar0
+    else
+        fail pci_bar0 "BAR0 $1-$2 flags $3: expected 64-bit prefetchable memory"
+    fi
+elif [ "$size" = $((32 << 20)) ] && [ $(( $3 & 0x102200 )) = $((0x102200)) ]; then
     pass pci_bar0
 else
     fail pci_bar0 "BAR0 $1-$2 flags $3: expected 32 MiB, 64-bit prefetchable memory"
@@ -48,6 +69,16 @@ fi
 # The capability list: the pointer at 0x34, MSI-X (ID 0x11) there.
 cap=$(hexdump -s 0x34 -n 1 -e '1/1 "%d"' $dev/config)
 id=$(hexdump -s "$cap" -n 1 -e '1/1 "%02x"' $dev/config)
+if [ "$hw" = 1 ]; then
+    # A card lists other capabilities before MSI-X: follow the list
+    # (each next pointer masked: its low bits are reserved, %d is signed).
+    i=0
+    while [ "$id" != 11 ] && [ "$cap" != 0 ] && [ $i -lt 48 ]; do
+        cap=$(( $(hexdump -s $((cap + 1)) -n 1 -e '1/1 "%d"' $dev/config) & 0xfc ))
+        id=$(hexdump -s "$cap" -n 1 -e '1/1 "%02x"' $dev/config)
+        i=$((i + 1))
+    done
+fi
 ctl=$(hexdump -s $((cap + 2)) -n 2 -e '1/2 "%d"' $dev/config)
 if [ "$id" = 11 ]; then
     pass pci_msix_capability
@@ -82,7 +113,9 @@ sub=$(( $(word 0x4) ))
 init=$(( $(word 0x1fc) ))
 rev="$(( fw & 0xffff )).$(( fw >> 16 )).$(( sub & 0xffff ))"
 echo "fw_rev $rev, cmdif_rev $(( sub >> 16 )), initializing $(( init >> 31 ))"
-if [ "$rev" = 16.35.1012 ]; then
+if [ "$hw" = 1 ]; then
+    skip init_seg_fw_rev "16.35.1012 is the emulator's, this card runs $rev"
+elif [ "$rev" = 16.35.1012 ]; then
     pass init_seg_fw_rev
 else
     fail init_seg_fw_rev "fw_rev $rev, expected 16.35.1012"
@@ -114,12 +147,18 @@ fi
 # again; rmmod tears it down; with pci=0 the function stays unbound; with
 # cx_selftest=1 the data-path self-test passes; and kmemleak finds nothing
 # afterwards.
-if [ -f /lib/modules/rmlx5.ko ]; then
+if [ -f "$root/lib/modules/rmlx5.ko" ]; then
     echo "--- rmlx5.ko"
     bdf=${dev##*/}
     sysdrv=/sys/bus/pci/drivers/rmlx5_cx
-    ups() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 up"; }
-    downs() { dmesg | grep -c "rmlx5_cx $bdf: ConnectX-5 down, every page returned"; }
+    # The model the log names: the emulated ConnectX-5, or on a card
+    # whichever drivers/rmlx5/cx.rs names for its device ID.
+    cx=ConnectX-5
+    if [ "$hw" = 1 ]; then
+        cx='ConnectX[-0-9A-Za-z ]*'
+    fi
+    ups() { dmesg | grep -c "rmlx5_cx $bdf: $cx up"; }
+    downs() { dmesg | grep -c "rmlx5_cx $bdf: $cx down, every page returned"; }
     bound() { drv=$(readlink $dev/driver); [ "${drv##*/}" = rmlx5_cx ]; }
     driver_of() { d=$(readlink $dev/driver); echo "${d##*/}"; }
     # rmlx5 takes only a function handed to it (Documentation/pci.md): its
@@ -136,7 +175,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         # async EQ on vector 0, and the self-test falls back to a polled
         # completion EQ on that vector; unload returns every page.
         echo rmlx5_cx > $dev/driver_override
-        if insmod /lib/modules/rmlx5.ko cx_selftest=1; then
+        if insmod "$root/lib/modules/rmlx5.ko" cx_selftest=1; then
             dmesg | grep "rmlx5_cx $bdf"
             st="rmlx5_cx $bdf: self-test: RDMA WRITE 4 KiB + SEND 64 B over RC QPs 0x[0-9a-f]* -> 0x[0-9a-f]*, 3 CQEs ok, completion EQ [0-9]* on vector 0 "
             if bound && [ "$(ups)" = 1 ] &&
@@ -153,7 +192,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             n=$(dmesg | sed -n "s/.*rmlx5_cx $bdf: rmlx5_\([0-9]*\): verbs device, async EQ [0-9]* and 1 completion EQ(s) on MSI-X vector(s) 0\.\.0/\1/p" | tail -n 1)
             if [ -n "$n" ]; then
                 pass cx_one_msix_vector_verbs_device
-                if insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx1_ulp; then
+                if insmod "$root/lib/modules/rmlx5_ulp.ko" dev0=$n dev1=$n prefix=cx1_ulp; then
                     rmmod rmlx5_ulp || fail cx1_ulp_unload "rmmod rmlx5_ulp failed"
                 else
                     fail cx1_ulp_load "insmod rmlx5_ulp exited $?"
@@ -170,7 +209,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             # unhandled (100,000 of those disable the line).
             slow=$(sed -n 's/.*rmlx5.cxslow=\([0-9]*\).*/\1/p' /proc/cmdline)
             irq=$(awk -F: '/rmlx5_cx_async/ { gsub(/ /, "", $1); print $1; exit }' /proc/interrupts)
-            if [ -n "$n" ] && [ -n "$slow" ] && [ -n "$irq" ] && [ -x /bin/rmlx5-pingpong ]; then
+            if [ -n "$n" ] && [ -n "$slow" ] && [ -n "$irq" ] && [ -x "$root/bin/rmlx5-pingpong" ]; then
                 irqs() { grep rmlx5_cx_async /proc/interrupts | awk '{ n = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i; else break; print n }'; }
                 # Traffic that outlasts the check (stopped below).
                 rmlx5-pingpong --events --size 64 --iters 1000000 --device $n --peer-device $n > /tmp/pp-bg.log 2>&1 &
@@ -221,6 +260,138 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         echo "==== end of pci-smoke"
         exit 0
     fi
+    faults=$(sed -n 's/.*rmlx5.cxfaults=\([01]\).*/\1/p' /proc/cmdline)
+    if [ "$faults" = 1 ]; then
+        # run-guest.py --append rmlx5.cxfaults=1 (make check's fault
+        # guest): what a card does that a driver must survive. Each fault
+        # is injected through the emulator's fault register (BAR0
+        # 0x1f00000, an emulator-only page; Documentation/cx-emu.md) while
+        # a pingpong in event mode runs on the function and a kernel ULP
+        # of the ib_* API holds a QP on it. Each must end with the
+        # function failed and written off (no page kept), the pingpong
+        # failing rather than hanging, the ULP's drain finishing, and the
+        # function recovered (reset, probed, a verbs device again, traffic
+        # passing). The health poll runs every 200 ms, a command may take
+        # 2 s.
+        echo rmlx5_cx > $dev/driver_override
+        fatals() { dmesg | grep -c "rmlx5_cx $bdf: health: .*; function failed, DMA stopped"; }
+        offs() { dmesg | grep -c "rmlx5_cx $bdf: $cx written off after its failure: [0-9]* page(s) freed with its DMA stopped"; }
+        # wait_for N CMD...: runs CMD every 0.2 s until it succeeds, at
+        # most N seconds.
+        wait_for() {
+            local n=$(( $1 * 5 )); shift
+            while [ $n -gt 0 ]; do
+                "$@" && return 0
+                sleep 0.2
+                n=$((n - 1))
+            done
+            return 1
+        }
+        fn_up() { [ "$(ups)" -ge "$1" ] && bound && [ -n "$(cxdev)" ] &&
+            [ -e /dev/rmlx5_uverbs$(cxdev) ]; }
+        cxdev() { dmesg | sed -n "s/.*rmlx5_cx $bdf: rmlx5_\([0-9]*\): verbs device.*/\1/p" | tail -n 1; }
+        if insmod "$root/lib/modules/rmlx5.ko" cx_health_ms=200 cx_cmd_timeout_ms=2000 &&
+            wait_for 20 fn_up 1; then
+            pass cx_faults_function_up
+            n=$(cxdev)
+            # The LID read from the firmware (QUERY_HCA_VPORT_CONTEXT):
+            # the emulated port's, 1.
+            if dmesg | grep -q "rmlx5_cx $bdf: port 1: LID 1, SM LID 1, state 4, node GUID [0-9a-f]*, port GUID [0-9a-f]*, GID prefix fe80000000000000"; then
+                pass cx_port_identity_from_firmware
+            else
+                fail cx_port_identity_from_firmware "no port line with LID 1 from the firmware: $(dmesg | grep "rmlx5_cx $bdf: port 1")"
+            fi
+            # The port follows the firmware: down, up, a new LID (the
+            # emulator's port commands, each with its PORT_CHANGE event),
+            # as ib_core's sysfs reads them through query_port.
+            port=/sys/class/infiniband/rmlx5_$n/ports/1
+            if [ -d $port ]; then
+                rmlx5-pci-peek $dev/resource0 0x1f00000=4 > /dev/null
+                wait_for 5 grep -q "1: DOWN" $port/state; down=$?
+                rmlx5-pci-peek $dev/resource0 0x1f00000=5 > /dev/null
+                wait_for 5 grep -q "4: ACTIVE" $port/state; up=$?
+                rmlx5-pci-peek $dev/resource0 0x1f00000=0x70006 > /dev/null
+                wait_for 5 grep -qx "0x7" $port/lid; lid=$?
+                rmlx5-pci-peek $dev/resource0 0x1f00000=0x10006 > /dev/null
+                wait_for 5 grep -qx "0x1" $port/lid; back=$?
+                if [ $down = 0 ] && [ $up = 0 ] && [ $lid = 0 ] && [ $back = 0 ]; then
+                    pass cx_port_state_and_lid_follow_the_firmware
+                else
+                    fail cx_port_state_and_lid_follow_the_firmware "down $down, up $up, LID 7 $lid, LID 1 $back: $(cat $port/state) $(cat $port/lid)"
+                fi
+            fi
+            insmod "$root/lib/modules/rmlx5_ibtest.ko" hold=1 ||
+                fail cx_faults_ibtest_load "insmod rmlx5_ibtest hold=1 exited $?"
+            round=0
+            for fault in fatal silent stuck flr; do
+                round=$((round + 1))
+                f0=$(fatals); o0=$(offs); u0=$(ups); r0=$(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n")
+                rmlx5-pingpong --events --size 64 --iters 1000000 --device $n --peer-device $n > /tmp/pp-fault.log 2>&1 &
+                pp=$!
+                sleep 2
+                if ! kill -0 $pp 2>/dev/null; then
+                    fail cx_fault_${fault}_traffic "the pingpong ended before the fault: $(tail -n 2 /tmp/pp-fault.log)"
+                fi
+                case $fault in
+                fatal) rmlx5-pci-peek $dev/resource0 0x1f00000=0x101 ;;
+                silent) rmlx5-pci-peek $dev/resource0 0x1f00000=2 ;;
+                stuck)
+                    # The next command never completes: a new pingpong's
+                    # first CREATE_* is that command.
+                    rmlx5-pci-peek $dev/resource0 0x1f00000=3
+                    rmlx5-pingpong --size 64 --iters 10 --device $n --peer-device $n > /tmp/pp-stuck.log 2>&1 &
+                    ;;
+                flr) echo 1 > $dev/reset ;;
+                esac
+                t0=$(cut -d. -f1 /proc/uptime)
+                # The pingpong must end (with an error), not hang: its
+                # completion channel is closed with EIO.
+                if wait_for 20 sh -c "! kill -0 $pp 2>/dev/null"; then
+                    wait $pp
+                    rc=$?
+                else
+                    kill -9 $pp 2>/dev/null
+                    wait $pp
+                    rc=hung
+                fi
+                wait
+                if wait_for 40 fn_up $((u0 + 1)); then
+                    t1=$(cut -d. -f1 /proc/uptime)
+                    dmesg | grep "rmlx5_cx $bdf" | tail -n 12
+                    if [ "$(fatals)" = $((f0 + 1)) ] && [ "$(offs)" = $((o0 + 1)) ] &&
+                        [ "$rc" != hung ] && [ "$rc" != 0 ] &&
+                        [ "$(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n")" = $((r0 + 1)) ] &&
+                        ! dmesg | grep -q "rmlx5_cx $bdf: keeping"; then
+                        pass cx_fault_${fault}_survived
+                    else
+                        fail cx_fault_${fault}_survived "$(( $(fatals) - f0 )) failure(s), $(( $(offs) - o0 )) write-off(s), pingpong exit $rc ($(tail -n 1 /tmp/pp-fault.log)), $(( $(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n") - r0 )) ULP remove(s), or pages kept"
+                    fi
+                    echo "fault $fault: recovered in $((t1 - t0)) s; the pingpong said: $(tail -n 1 /tmp/pp-fault.log)"
+                    n=$(cxdev)
+                    if rmlx5-pingpong --events --size 4096 --iters 200 --device $n --peer-device $n > /tmp/pp-after.log 2>&1; then
+                        pass cx_fault_${fault}_traffic_after_recovery
+                    else
+                        fail cx_fault_${fault}_traffic_after_recovery "$(tail -n 2 /tmp/pp-after.log)"
+                    fi
+                else
+                    dmesg | grep "rmlx5_cx $bdf" | tail -n 20
+                    fail cx_fault_${fault}_survived "the function did not come back within 40 s: $(( $(fatals) - f0 )) failure(s), $(( $(ups) - u0 )) bring-up(s), pingpong exit $rc"
+                    break
+                fi
+            done
+            rmmod rmlx5_ibtest || fail cx_faults_ibtest_unload "rmmod rmlx5_ibtest exited $?"
+            if rmmod rmlx5 && [ "$(downs)" -ge 1 ] && ! dmesg | grep -q "rmlx5_cx $bdf: keeping"; then
+                pass cx_faults_unload
+            else
+                fail cx_faults_unload "rmmod, or no teardown line, or pages kept"
+            fi
+        else
+            dmesg | grep "rmlx5_cx $bdf" | tail -n 20
+            fail cx_faults_function_up "insmod or bring-up failed"
+        fi
+        echo "==== end of pci-smoke"
+        exit 0
+    fi
     if grep -q 'swiotlb=force' /proc/cmdline; then
         # Every streaming DMA mapping bounces (swiotlb=force, as in a
         # confidential guest with a passed-through VF): the function comes
@@ -228,11 +399,11 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         # CPU share with no syncs, must be refused (EOPNOTSUPP), not
         # registered over a bounce buffer that would swallow the data.
         echo rmlx5_cx > $dev/driver_override
-        if insmod /lib/modules/rmlx5.ko; then
+        if insmod "$root/lib/modules/rmlx5.ko"; then
             n=$(dmesg | sed -n "s/.*rmlx5_cx $bdf: rmlx5_\([0-9]*\): verbs device.*/\1/p" | tail -n 1)
             if bound && [ "$(ups)" = 1 ] && [ -n "$n" ]; then
                 pass cx_swiotlb_function_up
-                if insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_swiotlb dma_syncs=1; then
+                if insmod "$root/lib/modules/rmlx5_ulp.ko" dev0=$n dev1=$n prefix=cx_swiotlb dma_syncs=1; then
                     rmmod rmlx5_ulp || fail cx_swiotlb_ulp_unload "rmmod rmlx5_ulp failed"
                 else
                     fail cx_swiotlb_ulp_load "insmod rmlx5_ulp exited $?"
@@ -257,7 +428,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         # the module still loads (the software HCAs exist) and unloads.
         echo rmlx5_cx > $dev/driver_override
         t0=$(cut -d. -f1 /proc/uptime)
-        if insmod /lib/modules/rmlx5.ko cx_fw_wait_ms=3000; then
+        if insmod "$root/lib/modules/rmlx5.ko" cx_fw_wait_ms=3000; then
             t1=$(cut -d. -f1 /proc/uptime)
             dmesg | grep "rmlx5_cx $bdf"
             if ! bound && [ "$(ups)" = 0 ] &&
@@ -296,19 +467,24 @@ if [ -f /lib/modules/rmlx5.ko ]; then
     if [ "$(driver_of)" != pci-stub ]; then
         fail cx_pci_stub_holds_the_function "driver of $bdf: $(driver_of), expected pci-stub"
     fi
-    if insmod /lib/modules/rmlx5.ko; then
+    if insmod "$root/lib/modules/rmlx5.ko"; then
         if [ "$(driver_of)" = pci-stub ] && ! dmesg | grep -q "rmlx5_cx $bdf: ConnectX"; then
             pass cx_function_of_another_driver_stays_with_it
         else
             fail cx_function_of_another_driver_stays_with_it "driver of $bdf after insmod: $(driver_of)"
         fi
-        echo > $dev/driver_override
-        echo "$bdf" > $dev/driver/unbind
-        echo "$bdf" > /sys/bus/pci/drivers_probe
-        if [ -z "$(driver_of)" ] && dmesg | grep -q "rmlx5_cx $bdf: left alone: rmlx5 takes a function only when its driver_override names rmlx5_cx"; then
-            pass cx_unnamed_function_left_alone
+        if [ "$hw" = 1 ] && [ -d /sys/bus/pci/drivers/mlx5_core ]; then
+            # On a host with mlx5_core loaded, mlx5_core takes it.
+            skip cx_unnamed_function_left_alone "mlx5_core is loaded and would take the function"
         else
-            fail cx_unnamed_function_left_alone "driver of $bdf: $(driver_of), or no 'left alone' line"
+            echo > $dev/driver_override
+            echo "$bdf" > $dev/driver/unbind
+            echo "$bdf" > /sys/bus/pci/drivers_probe
+            if [ -z "$(driver_of)" ] && dmesg | grep -q "rmlx5_cx $bdf: left alone: rmlx5 takes a function only when its driver_override names rmlx5_cx"; then
+                pass cx_unnamed_function_left_alone
+            else
+                fail cx_unnamed_function_left_alone "driver of $bdf: $(driver_of), or no 'left alone' line"
+            fi
         fi
         # Handed over: its first probe runs now.
         hand_to rmlx5_cx
@@ -333,15 +509,20 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         if [ "$(ups)" = 1 ]; then
             pass cx_bring_up
         else
-            fail cx_bring_up "$(ups) 'ConnectX-5 up' lines in the kernel log, expected 1"
+            fail cx_bring_up "$(ups) '$cx up' lines in the kernel log, expected 1"
         fi
         # rmlx5-devinfo lists the function next to the software HCAs, with
         # the verbs device it is.
-        if [ -x /bin/rmlx5-devinfo ]; then
+        if [ -x "$root/bin/rmlx5-devinfo" ]; then
             out=$(rmlx5-devinfo --list 2>&1)
             echo "$out"
+            # The emulated function's ID, model and firmware, or a card's.
+            listed="15b3:1017 ConnectX-5 fw 16\.35\.1012"
+            if [ "$hw" = 1 ]; then
+                listed="15b3:$(cut -c3- $dev/device) ConnectX.* fw [0-9]+\.[0-9]+\.[0-9]+"
+            fi
             if echo "$out" | grep -q "rmlx5_0" &&
-                echo "$out" | grep -qE "^[[:space:]]+$bdf 15b3:1017 ConnectX-5 fw 16\.35\.1012 cmdif 5 issi 1 .* verbs rmlx5_[0-9]+$"; then
+                echo "$out" | grep -qE "^[[:space:]]+$bdf $listed cmdif 5 issi 1 .* verbs rmlx5_[0-9]+$"; then
                 pass cx_devinfo_lists_the_function
             else
                 fail cx_devinfo_lists_the_function "rmlx5-devinfo --list does not show $bdf (verbs rmlx5_<n>) next to rmlx5_0"
@@ -374,7 +555,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         n=$(cxdev)
         if [ -n "$n" ]; then
             pass cx_verbs_device
-            if insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_ulp; then
+            if insmod "$root/lib/modules/rmlx5_ulp.ko" dev0=$n dev1=$n prefix=cx_ulp; then
                 rmmod rmlx5_ulp || fail cx_ulp_unload "rmmod rmlx5_ulp failed"
             else
                 fail cx_ulp_load "insmod rmlx5_ulp exited $?"
@@ -396,7 +577,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
                 fail cx_uverbs_node "no /dev/rmlx5_uverbs$n for $bdf"
             fi
             filter=$(sed -n 's/.*rmlx5.filter=\([^ ]*\).*/\1/p' /proc/cmdline)
-            for t in /tests/rmlx5-*-tests; do
+            for t in "$root"/tests/rmlx5-*-tests; do
                 [ -x "$t" ] || continue
                 name=$(basename "$t")
                 RMLX5_TEST_DEVICES=$n,$n RMLX5_TEST_PREFIX=cx_ "$t" $filter
@@ -409,7 +590,7 @@ if [ -f /lib/modules/rmlx5.ko ]; then
         # CREATE_QP as page lists; its UAR pages pages of BAR0 mapped
         # write-combined. Cases: cx_rdmacore_*.
         if [ -n "$n" ] && [ -x /usr/bin/ibv_devinfo ]; then
-            /tests/rdma-core.sh cx rmlx5_$n
+            "$root/tests/rdma-core.sh" cx rmlx5_$n
             # Its UAR pages are mapped write-combined, and rmlx5 maps no
             # more of BAR0 for itself than the initialization segment and
             # its own UAR page (cx/bar.rs): PAT's memory types within BAR0
@@ -457,11 +638,15 @@ if [ -f /lib/modules/rmlx5.ko ]; then
             #   allows, see ib_user.c);
             # - test_prefer_obj_on_huge creates a UD QP and an SRQ and does
             #   not skip when they are refused (no UD or SRQ yet).
-            RMLX5_PYVERBS_DEV=rmlx5_$n RMLX5_PYVERBS_PREFIX=cx_ \
-                RMLX5_PYVERBS_LEFT_OUT="tests.test_mlx5_dm_ops.Mlx5DmOpAddresses.test_dm_atomic_ops
+            if [ "$hw" = 1 ] && [ ! -f /usr/share/rdma-core/tests/run_tests.py ]; then
+                skip cx_pyverbs "rdma-core's test suite is not in /usr/share/rdma-core/tests on this host"
+            else
+                RMLX5_PYVERBS_DEV=rmlx5_$n RMLX5_PYVERBS_PREFIX=cx_ \
+                    RMLX5_PYVERBS_LEFT_OUT="tests.test_mlx5_dm_ops.Mlx5DmOpAddresses.test_dm_atomic_ops
 tests.test_mlx5_dm_ops.Mlx5DmOpAddresses.test_parallel_dm_atomic_ops
 tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
-                /tests/pyverbs.sh
+                    "$root/tests/pyverbs.sh"
+            fi
         fi
         # The same device for ULPs of the generic ib_* API: an ib_core
         # device whose DMA device is the function, its DMA MR a PA key. The
@@ -471,19 +656,19 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         # through the unbind below: ib_core's remove callback must destroy
         # them before the function goes.
         held=
-        if [ -n "$n" ] && [ -f /lib/modules/rmlx5_ibtest.ko ]; then
+        if [ -n "$n" ] && [ -f "$root/lib/modules/rmlx5_ibtest.ko" ]; then
             if grep -q "rmlx5 ConnectX function" /sys/class/infiniband/rmlx5_$n/node_desc 2>/dev/null &&
                 dmesg | grep -q "rmlx5_cx $bdf: rmlx5_$n: registered with ib_core"; then
                 pass cx_ib_device
             else
                 fail cx_ib_device "no ib_core device rmlx5_$n for $bdf"
             fi
-            if insmod /lib/modules/rmlx5_ibtest.ko dev0=rmlx5_$n dev1=rmlx5_$n prefix=cx_ib; then
+            if insmod "$root/lib/modules/rmlx5_ibtest.ko" dev0=rmlx5_$n dev1=rmlx5_$n prefix=cx_ib; then
                 rmmod rmlx5_ibtest || fail cx_ib_unload "rmmod rmlx5_ibtest failed"
             else
                 fail cx_ib_load "insmod rmlx5_ibtest exited $?"
             fi
-            if insmod /lib/modules/rmlx5_ibtest.ko hold=1; then
+            if insmod "$root/lib/modules/rmlx5_ibtest.ko" hold=1; then
                 held=1
             else
                 fail cx_ib_hold_load "insmod rmlx5_ibtest hold=1 exited $?"
@@ -494,7 +679,7 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         # below rmlx5 destroys them on the device first (the handles stay,
         # dead), so the function goes down cleanly; rmmod frees them later.
         released=
-        if [ -n "$n" ] && insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_ulp_held leak=1; then
+        if [ -n "$n" ] && insmod "$root/lib/modules/rmlx5_ulp.ko" dev0=$n dev1=$n prefix=cx_ulp_held leak=1; then
             rmmod rmlx5_ulp && released=1
         fi
         # A process with a user context open on the function (its UAR page
@@ -571,7 +756,7 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         else
             fail cx_unbind_returns_every_page "after unbind: driver ${drv:-none}, $(downs) teardown lines"
         fi
-        if [ -x /bin/rmlx5-devinfo ] && ! rmlx5-devinfo --list | grep -q "$bdf"; then
+        if [ -x "$root/bin/rmlx5-devinfo" ] && ! rmlx5-devinfo --list | grep -q "$bdf"; then
             pass cx_devinfo_forgets_the_unbound_function
         else
             fail cx_devinfo_forgets_the_unbound_function "rmlx5-devinfo --list still shows $bdf after unbind"
@@ -587,7 +772,7 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         # rmlx5 reclaims the 8 objects before it unbinds the function.
         n=$(cxdev)
         leaked=
-        if [ -n "$n" ] && insmod /lib/modules/rmlx5_ulp.ko dev0=$n dev1=$n prefix=cx_ulp_leak leak=1; then
+        if [ -n "$n" ] && insmod "$root/lib/modules/rmlx5_ulp.ko" dev0=$n dev1=$n prefix=cx_ulp_leak leak=1; then
             rmmod rmlx5_ulp && leaked=1
         fi
         if rmmod rmlx5 && [ "$(downs)" = 2 ]; then
@@ -603,7 +788,7 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         else
             fail cx_rmmod_reclaims_objects_left_on_the_function "leak-mode ULPs on rmlx5_${n:-?} not loaded, or no 'reclaimed 16 object(s)' line"
         fi
-        if insmod /lib/modules/rmlx5.ko pci=0; then
+        if insmod "$root/lib/modules/rmlx5.ko" pci=0; then
             if ! bound && [ "$(ups)" = 2 ]; then
                 pass cx_pci_0_leaves_the_function_alone
             else
@@ -618,7 +803,7 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         # by command; an RDMA WRITE and a SEND through the BlueFlame
         # register; the CQEs, the data, the completion event and its
         # interrupt checked; everything destroyed and every page back.
-        if insmod /lib/modules/rmlx5.ko cx_selftest=1; then
+        if insmod "$root/lib/modules/rmlx5.ko" cx_selftest=1; then
             st="rmlx5_cx $bdf: self-test: RDMA WRITE 4 KiB + SEND 64 B over RC QPs 0x[0-9a-f]* -> 0x[0-9a-f]*, 3 CQEs ok, completion EQ [0-9]* on vector 1 ([1-9][0-9]* interrupt(s))"
             if bound && [ "$(ups)" = 3 ] && dmesg | grep -q "$st"; then
                 pass cx_selftest_send_recv

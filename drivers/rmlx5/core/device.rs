@@ -21,10 +21,11 @@ use core::sync::atomic::{
     Ordering, //
 };
 use kernel::{
-    new_spinlock_irq, new_work,
+    new_spinlock, new_spinlock_irq, new_work,
     prelude::*,
     sync::{
         Arc,
+        SpinLock,
         SpinLockIrq,
         UniqueArc, //
     },
@@ -41,11 +42,13 @@ use super::{
         ASYNC_EQ_LOG_SIZE, //
     },
     events::{
+        AsyncEvent,
         EventHandlerFn,
         EventTables, //
     },
 };
 use crate::backend::Backend;
+use crate::mlx5_prm::opcode::EventType;
 use crate::perf::Perf;
 
 /// Largest number of devices (software HCAs and PCI functions together).
@@ -105,6 +108,19 @@ pub(crate) struct Device {
     /// The port is a RoCE port (bound to a netdev by ib_core.c): address
     /// vectors name the next hop by MAC and always carry a GRH.
     pub(crate) roce: AtomicBool,
+    /// The device failed (a ConnectX function whose health check failed):
+    /// it completes nothing any more, so the CQs of kernel QPs flush what
+    /// is outstanding in software ([`Device::set_fatal`]).
+    pub(crate) fatal: AtomicBool,
+    /// Told when the device fails (the uverbs node's open contexts).
+    #[pin]
+    fatal_listener: SpinLock<Option<Arc<dyn FatalListener>>>,
+}
+
+/// What the layers above do when a device fails ([`Device::set_fatal`]).
+pub(crate) trait FatalListener: Send + Sync {
+    /// The device failed. Process context.
+    fn device_fatal(&self);
 }
 
 kernel::impl_has_work! {
@@ -163,6 +179,8 @@ impl Device {
             handler_calls: AtomicU64::new(0),
             perf,
             roce: AtomicBool::new(false),
+            fatal: AtomicBool::new(false),
+            fatal_listener <- new_spinlock!(None, "rmlx5_fatal_listener"),
         }));
         match dev {
             Ok(d) => Ok(d.into()),
@@ -189,6 +207,40 @@ impl Device {
     pub(crate) fn arm_eq(&self, vector: usize) -> Result {
         let eq = self.eqs.get(vector).ok_or(EINVAL)?;
         self.be.ring_eq(eq.eqn, eq.ci.load(Ordering::Relaxed))
+    }
+
+    /// Marks the device failed, once: the async event handlers get
+    /// `MLX5_EVENT_TYPE_INTERNAL_ERROR` (ib_core's clients see
+    /// `IB_EVENT_DEVICE_FATAL`), and from now on kernel CQs complete the
+    /// outstanding work requests of their QPs with flush errors, as
+    /// mlx5_ib does for a device in internal error; the
+    /// [`FatalListener`] is told. Process context.
+    pub(crate) fn set_fatal(self: &Arc<Self>) {
+        if self.fatal.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let listener = self.fatal_listener.lock().clone();
+        if let Some(l) = listener {
+            l.device_fatal();
+        }
+        self.events.lock().queue_event(AsyncEvent {
+            event_type: u8::from(EventType::InternalError),
+            element: 0,
+        });
+        self.kick_dispatch();
+        // Consumers waiting on an event get one, to poll their flushes.
+        self.events.lock().queue_all_cqs();
+        self.kick_dispatch();
+    }
+
+    /// Sets who is told when the device fails.
+    pub(crate) fn set_fatal_listener(&self, l: Option<Arc<dyn FatalListener>>) {
+        *self.fatal_listener.lock() = l;
+    }
+
+    /// Whether the device failed ([`Device::set_fatal`]).
+    pub(crate) fn is_fatal(&self) -> bool {
+        self.fatal.load(Ordering::Acquire)
     }
 
     /// Queues the BH dispatch work (any context).

@@ -49,6 +49,7 @@ use crate::mlx5_prm::{
         EQE_SIZE,
         OWNER_OFFSET, //
     },
+    opcode::EventType,
     ring,
 };
 
@@ -223,6 +224,12 @@ pub(crate) fn eq_interrupt(dev: &Arc<Device>, vector: usize) -> Result<bool> {
                 }
                 EqeData::CqError { cqn, .. } => cqn,
                 EqeData::QpSrq { qp_srq_n, .. } => qp_srq_n,
+                // A port change names the port and what changed: the
+                // element is `sub_type << 8 | port`.
+                EqeData::Raw(d) if eqe.event_type == EventType::PortChange => {
+                    let port = crate::mlx5_prm::eqe_async::PortChangeEqe::decode(&d).port;
+                    u32::from(eqe.sub_type) << 8 | u32::from(port)
+                }
                 EqeData::Raw(_) => 0,
             };
             tables.queue_event(AsyncEvent {

@@ -99,6 +99,12 @@ pub(crate) trait WrIds: Send + Sync {
     fn complete_send(&self, wqe_counter: u16) -> (u64, Option<u32>);
     /// The receive WQE at `wqe_counter` completed.
     fn complete_recv(&self, wqe_counter: u16) -> u64;
+    /// After the device failed (`Device::set_fatal`): takes the oldest
+    /// outstanding work request of the QP whose completions go to CQ
+    /// `cqn`, as flushed, send queue first. Returns its wr_id, whether it
+    /// was a receive, and the completion opcode the poster recorded (or
+    /// `None`), or `None` when nothing is outstanding there.
+    fn flush_one(&self, cqn: u32) -> Option<(u64, bool, Option<u32>)>;
     /// Gives back a reference taken in a context that may not sleep (a CQ
     /// poll holding its lock with interrupts off): if it is the last one,
     /// the QP, whose queue memory may need to sleep to be freed, is freed
@@ -254,6 +260,33 @@ impl EventTables {
                 false
             }
         }
+    }
+
+    /// Queues every CQ that takes completion events, as if each had an
+    /// EQE: after the device failed, their consumers poll once more and
+    /// find their flushed work requests.
+    pub(crate) fn queue_all_cqs(&mut self) {
+        for (i, cq) in self.cqs.iter().enumerate() {
+            if let Some(cq) = cq {
+                cq.note_event();
+                self.pending.set_bit(i);
+            }
+        }
+    }
+
+    /// The QPN of slot 0.
+    pub(crate) fn qpn_base(&self) -> u32 {
+        self.qpn_base
+    }
+
+    /// The number of kernel QP slots.
+    pub(crate) fn qp_slots(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// The kernel QP in slot `slot`, if any.
+    pub(crate) fn qp_at(&self, slot: usize) -> Option<Arc<dyn WrIds>> {
+        self.qps.get(slot)?.clone()
     }
 
     /// Queues an async event (no allocation: the ring was reserved).

@@ -16,6 +16,7 @@ use kernel::{
     dma::Coherent,
     pci,
     prelude::*,
+    sync::Arc,
     time::{
         delay::fsleep,
         Delta,
@@ -26,6 +27,7 @@ use kernel::{
 
 use super::bar::CxBar;
 use super::buf::Buf;
+use super::health::Fatal;
 use crate::mlx5_cmdif::{
     bus::{
         Bus,
@@ -57,13 +59,20 @@ pub(super) struct CxBus<'bound> {
     /// given, or the function was taken down without error since.
     quiesced: bool,
     epoch: Instant<Monotonic>,
+    /// Set by the health poll when the function failed.
+    fatal: Arc<Fatal>,
 }
 
 impl<'bound> CxBus<'bound> {
     /// Allocates the command memory of `pdev`, whose BAR0 is `bar`.
-    pub(super) fn new(pdev: &'bound pci::Device<Core<'_>>, bar: &'bound CxBar) -> Result<Self> {
+    pub(super) fn new(
+        pdev: &'bound pci::Device<Core<'_>>,
+        bar: &'bound CxBar,
+        fatal: Arc<Fatal>,
+    ) -> Result<Self> {
         let cmd_mem = ManuallyDrop::new(Buf::new(pdev, CMD_MEM_MAX)?);
         Ok(Self {
+            fatal,
             pdev,
             bar,
             cmd_mem,
@@ -122,6 +131,29 @@ impl<'bound> CxBus<'bound> {
         self.quiesced = quiesced;
     }
 
+    /// Whether the health poll found the function failed.
+    pub(super) fn is_fatal(&self) -> bool {
+        self.fatal.is_set()
+    }
+
+    /// The failure flag, for the health poll.
+    pub(super) fn fatal_flag(&self) -> &Arc<Fatal> {
+        &self.fatal
+    }
+
+    /// Frees every page lent to the device, after the function failed
+    /// and was written off: its bus mastering is off, so it can no longer
+    /// write them (`Function::teardown` in internal error). Returns how
+    /// many there were.
+    pub(super) fn release_pages_of_failed(&mut self) -> usize {
+        if !self.fatal.is_set() {
+            return 0;
+        }
+        let n = self.pages.len();
+        self.pages.clear();
+        n
+    }
+
     /// The offset of DMA address `addr` in the command memory (bounds
     /// are checked by [`Buf`]).
     fn cmd_offset(&self, addr: u64) -> Result<usize, DmaError> {
@@ -176,6 +208,14 @@ impl Bus for CxBus<'_> {
             }
             None => false,
         }
+    }
+
+    fn fatal(&mut self) -> bool {
+        self.fatal.is_set()
+    }
+
+    fn lost_command(&mut self, opcode: u16) {
+        self.fatal.note_lost(opcode);
     }
 
     fn now_ns(&mut self) -> u64 {

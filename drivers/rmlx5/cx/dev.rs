@@ -43,12 +43,13 @@ use kernel::{
     device,
     ffi::c_void,
     mm::virt::VmaNew,
-    new_mutex, new_spinlock_irq, pci,
+    new_mutex, new_spinlock, new_spinlock_irq, pci,
     prelude::*,
     sync::{
         aref::ARef,
         Arc,
         Mutex,
+        SpinLock,
         SpinLockIrq, //
     },
 };
@@ -140,6 +141,12 @@ use crate::mlx5_prm::{
         ACCESS_MODE_MTT,
         ACCESS_MODE_PA, //
     },
+    cmd_vport::{
+        QueryHcaVportContext,
+        QueryHcaVportContextIn,
+        QueryHcaVportGid,
+        QueryHcaVportGidIn, //
+    },
     command::Command,
     doorbell::{
         bf_half_offset,
@@ -186,15 +193,25 @@ extern "C" {
 /// The page size of queue buffers and MTTs.
 const PAGE: usize = 4096;
 
-/// The port's LID. The emulated ConnectX's port has LID 1 (its model is
-/// fabric instance 0); reading a real port's LID needs
-/// QUERY_HCA_VPORT_CONTEXT, which the driver does not issue yet.
-const PORT_LID: u16 = 1;
+/// The port's identity as the firmware reports it (QUERY_HCA_VPORT_CONTEXT
+/// and QUERY_HCA_VPORT_GID of port 1), read at attach and again whenever
+/// the port is queried (after a port change event ib_core does).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct PortId {
+    pub(super) lid: u16,
+    pub(super) sm_lid: u16,
+    /// `PORT_STATE_*`: 1 down, 2 init, 3 armed, 4 active.
+    pub(super) state: u8,
+    pub(super) node_guid: u64,
+    pub(super) port_guid: u64,
+    pub(super) subnet_prefix: u64,
+}
 
 /// The asynchronous events the device's async EQ (position 0) asks for:
 /// CQ errors and the QP events, which the core delivers to the ULP's
 /// handler or the object's own.
-const ASYNC_EVENTS: [EventType; 8] = [
+const ASYNC_EVENTS: [EventType; 9] = [
+    EventType::PortChange,
     EventType::CqError,
     EventType::PathMig,
     EventType::CommEst,
@@ -277,11 +294,22 @@ pub(crate) struct CxBackend {
     vectors: u16,
     /// The function's device, for DMA mappings (also after unbind).
     dev: ARef<device::Device>,
+    /// Port 1 as last read from the firmware ([`CxBackend::query_port`]).
+    #[pin]
+    port: SpinLock<PortId>,
+    /// Set when the function failed (its health check, `cx/health.rs`).
+    fatal: Arc<super::health::Fatal>,
 }
 
 /// Logs a command interface error and turns it into an errno.
 fn cmd_err(pdev: &pci::Device<device::Bound>, e: crate::mlx5_cmdif::error::Error) -> Error {
-    dev_err!(pdev, "{}\n", format_args!("{e}"));
+    // A failed function refuses every command; the failure itself was
+    // logged once.
+    if matches!(e, crate::mlx5_cmdif::error::Error::InternalError { .. }) {
+        dev_dbg!(pdev, "{}\n", format_args!("{e}"));
+    } else {
+        dev_err!(pdev, "{}\n", format_args!("{e}"));
+    }
     Error::from_errno(-e.errno())
 }
 
@@ -409,6 +437,7 @@ impl CxBackend {
         bar: &CxBar,
         uar: u32,
         vectors: u16,
+        fatal: Arc<super::health::Fatal>,
     ) -> Result<Arc<Self>> {
         let bar_phys = pdev.resource_start(0)?;
         let bar_len = pdev.resource_len(0)?;
@@ -433,6 +462,8 @@ impl CxBackend {
                 bar_len,
                 vectors,
                 dev: dev.into(),
+                port <- new_spinlock!(PortId::default(), "rmlx5_cx_port"),
+                fatal,
             }),
             GFP_KERNEL,
         )
@@ -495,6 +526,43 @@ impl CxBackend {
         f(&mut ctl, &mut st)
     }
 
+    /// Reads port 1's identity from the firmware (QUERY_HCA_VPORT_CONTEXT,
+    /// then QUERY_HCA_VPORT_GID for GID 0, whose upper half is the GID
+    /// prefix) and keeps it for [`Backend::port_lid`].
+    pub(super) fn query_port(&self) -> Result<PortId> {
+        let c = self
+            .exec::<QueryHcaVportContext>(
+                &QueryHcaVportContextIn {
+                    other_vport: false,
+                    port_num: 1,
+                    vport_number: 0,
+                },
+                &[],
+            )?
+            .context;
+        let g = self.exec::<QueryHcaVportGid>(
+            &QueryHcaVportGidIn {
+                other_vport: false,
+                port_num: 1,
+                vport_number: 0,
+                gid_index: 0,
+            },
+            &[],
+        )?;
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(g.gid.get(..8).ok_or(EIO)?);
+        let p = PortId {
+            lid: c.lid,
+            sm_lid: c.sm_lid,
+            state: c.port_state,
+            node_guid: c.node_guid,
+            port_guid: c.port_guid,
+            subnet_prefix: u64::from_be_bytes(prefix),
+        };
+        *self.port.lock() = p;
+        Ok(p)
+    }
+
     /// Runs command `C`; a refusal is logged with the command's name,
     /// status and syndrome.
     fn exec<C: Command>(&self, input: &C::In, pas: &[u64]) -> Result<C::Out> {
@@ -502,8 +570,14 @@ impl CxBackend {
     }
 
     /// Stores to BAR0 offset `off` of the UAR page: 8 bytes with one
-    /// 64-bit store, or 4 with one 32-bit store. Dropped once revoked.
+    /// 64-bit store, or 4 with one 32-bit store. Dropped once revoked,
+    /// and once the function failed: nothing is rung on a device in
+    /// internal error (what was posted completes in software, see
+    /// `Device::set_fatal`).
     fn doorbell(&self, reg: usize, bytes: &[u8]) -> Result {
+        if self.fatal.is_set() {
+            return Ok(());
+        }
         let off = uar_reg_offset(self.uar, reg).ok_or(EINVAL)?;
         let db = self.db.lock();
         let Some(link) = &*db else {
@@ -722,10 +796,27 @@ impl Backend for CxBackend {
                 // 4 KiB pages (a user CQ is pinned page by page).
                 max_cqe: pow(c.log_max_cq_sz).min(max_list_cqes()),
                 max_qp_rd_atom: pow(c.log_max_ra_res_qp),
-                lid: PORT_LID,
+                lid: 0,
+                port_state: 0,
+                sm_lid: 0,
+                node_guid: 0,
+                subnet_prefix: 0,
                 // No UMR yet (`create_fast_mr`).
                 max_fast_reg_pages: 0,
                 part_id: u32::from(st.bus.pdev().device_id()),
+            })
+        })
+        .and_then(|i| {
+            // The port as the firmware has it now (the state and LID
+            // change with the fabric).
+            let p = self.query_port()?;
+            Ok(DeviceInfo {
+                lid: p.lid,
+                port_state: p.state,
+                sm_lid: p.sm_lid,
+                node_guid: p.node_guid,
+                subnet_prefix: p.subnet_prefix,
+                ..i
             })
         })
     }
@@ -781,7 +872,7 @@ impl Backend for CxBackend {
     }
 
     fn port_lid(&self) -> u16 {
-        PORT_LID
+        self.port.lock().lid
     }
 
     fn max_user_mr(&self) -> u64 {

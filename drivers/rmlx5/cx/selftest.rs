@@ -89,6 +89,10 @@ use crate::mlx5_prm::{
         Mkc,
         ACCESS_MODE_MTT, //
     },
+    cmd_vport::{
+        QueryHcaVportContext,
+        QueryHcaVportContextIn, //
+    },
     command::Command,
     doorbell::{
         uar_reg_offset,
@@ -149,10 +153,6 @@ const KEY_7_0: u8 = 0x5e;
 const MTT_PRESENT: u64 = 0x3;
 /// The packet sequence number both QPs start at.
 const PSN: u32 = 0x1234;
-/// The destination LID of both QPs: the port's own. The emulated
-/// ConnectX's port has LID 1 (the model gives fabric instance `i` LID
-/// `i + 1`); the driver has no QUERY_HCA_VPORT_CONTEXT yet to read it.
-const PORT_LID: u16 = 1;
 /// The port the QPs use.
 const PORT: u8 = 1;
 /// How long the device gets for the completions, the event and the
@@ -400,6 +400,19 @@ impl Ctx<'_, '_> {
     /// Takes QP `qpn` from RESET to RTS, connected to `peer` on the same
     /// port.
     fn connect(&mut self, qpn: u32, peer: u32) -> Result {
+        // The destination LID of both QPs: the port's own, as the
+        // firmware reports it.
+        let lid = self
+            .exec::<QueryHcaVportContext>(
+                &QueryHcaVportContextIn {
+                    other_vport: false,
+                    port_num: PORT,
+                    vport_number: 0,
+                },
+                &[],
+            )?
+            .context
+            .lid;
         let rc = Qpc {
             st: ST_RC,
             pm_state: PM_STATE_MIGRATED,
@@ -430,7 +443,7 @@ impl Ctx<'_, '_> {
                     next_rcv_psn: PSN,
                     min_rnr_nak: 12,
                     primary_address_path: Ads {
-                        rlid: PORT_LID,
+                        rlid: lid,
                         vhca_port_num: PORT,
                         ..Ads::default()
                     },

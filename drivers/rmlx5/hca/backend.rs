@@ -170,6 +170,11 @@ impl Backend for SoftDevice {
             // The fabric names instance `n` by its index in an address
             // vector (the ULP API's LID).
             lid: self.hca,
+            // Always up; the fabric has no SM, instance 0 stands for it.
+            port_state: 4,
+            sm_lid: 1,
+            node_guid: 0,
+            subnet_prefix: 0xfe80_0000_0000_0000,
             max_fast_reg_pages: crate::ib::mr::MAX_FAST_PAGES,
             part_id: 0,
         })

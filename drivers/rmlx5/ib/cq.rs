@@ -475,6 +475,49 @@ impl Cq {
             dma_mb(Write);
             let _ = self.dbr.write_word(CQ_DBR_SET_CI_OFFSET, set_ci_word(p.ci));
         }
+        if n < wc.len() && self.dev.is_fatal() {
+            n += self.flush_software(wc.get_mut(n..).unwrap_or(&mut []));
+        }
+        n
+    }
+
+    /// On a failed device, which writes no CQE any more: completes the
+    /// outstanding work requests of the kernel QPs on this CQ with flush
+    /// errors, oldest first, as mlx5_ib's poll does for a device in
+    /// internal error, so that ULPs draining their QPs see them finish.
+    /// Under the poll lock, like the CQEs it stands for.
+    fn flush_software(&self, wc: &mut [Wc]) -> usize {
+        let (slots, qpn_base) = {
+            let t = self.dev.events.lock();
+            (t.qp_slots(), t.qpn_base())
+        };
+        let mut n = 0;
+        for slot in 0..slots {
+            if n == wc.len() {
+                break;
+            }
+            let Some(q) = self.dev.events.lock().qp_at(slot) else {
+                continue;
+            };
+            let q = PolledQp(ManuallyDrop::new(q));
+            while let Some(out) = wc.get_mut(n) {
+                let Some((wr_id, recv, recorded)) = q.flush_one(self.cqn) else {
+                    break;
+                };
+                *out = Wc {
+                    wr_id,
+                    status: WC_WR_FLUSH_ERR,
+                    opcode: match (recv, recorded) {
+                        (true, _) => WC_RECV,
+                        (false, Some(op)) => op,
+                        (false, None) => WC_SEND,
+                    },
+                    qp_num: qpn_base.wrapping_add(slot as u32),
+                    ..Wc::default()
+                };
+                n += 1;
+            }
+        }
         n
     }
 

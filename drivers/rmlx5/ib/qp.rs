@@ -877,7 +877,20 @@ impl Qp {
         }
         drop(sq);
         self.dev.be.run();
+        if last.is_some() {
+            self.after_fatal_post(&self.send_cq);
+        }
         err.map_or(Ok(()), Err)
+    }
+
+    /// On a failed device the WQEs just posted complete in software, as
+    /// flushes ([`Cq::poll`]); a consumer waiting for an event (ib_drain's
+    /// completion) gets one, as mlx5_ib calls the handler of a drain on a
+    /// device in internal error.
+    fn after_fatal_post(&self, cq: &Cq) {
+        if self.dev.is_fatal() && self.dev.events.lock().queue_cq(cq.cqn) {
+            self.dev.kick_dispatch();
+        }
     }
 
     fn ring_send(&self, ctrl: &[u8; 16], half: u8) -> Result {
@@ -935,6 +948,9 @@ impl Qp {
         }
         drop(rq);
         self.dev.be.run();
+        if posted {
+            self.after_fatal_post(&self.recv_cq);
+        }
         err.map_or(Ok(()), Err)
     }
 
@@ -960,6 +976,27 @@ impl Qp {
 impl WrIds for Qp {
     fn complete_send(&self, wqe_counter: u16) -> (u64, Option<u32>) {
         Qp::complete_send(self, wqe_counter)
+    }
+
+    fn flush_one(&self, cqn: u32) -> Option<(u64, bool, Option<u32>)> {
+        if self.send_cq.cqn == cqn {
+            let mut sq = self.sq.lock();
+            if sq.tail != sq.pi {
+                let idx = usize::from(sq.tail) & (self.sq_wqebbs as usize - 1);
+                let (wr_id, n, wc) = sq.wrid.get(idx).copied().unwrap_or((0, 1, WC_FROM_CQE));
+                sq.tail = sq.tail.wrapping_add(u16::from(n.max(1)));
+                return Some((wr_id, false, (wc != WC_FROM_CQE).then_some(u32::from(wc))));
+            }
+        }
+        if self.recv_cq.cqn == cqn {
+            let mut rq = self.rq.lock();
+            if rq.tail != rq.head {
+                let idx = (u32::from(rq.tail) & (self.rq_wqes - 1)) as usize;
+                rq.tail = rq.tail.wrapping_add(1);
+                return Some((rq.wrid.get(idx).copied().unwrap_or(0), true, None));
+            }
+        }
+        None
     }
 
     fn complete_recv(&self, wqe_counter: u16) -> u64 {

@@ -92,7 +92,11 @@ fn query_device(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let idx = u64::from(ctx.hca_index);
     let info = ctx.dev.be.info()?;
     a.fw_ver = (1 << 32) | (6 << 16);
-    a.node_guid = 0x0002_c903_0000_0000 | idx;
+    // A function's GUID is its firmware's.
+    a.node_guid = match info.node_guid {
+        0 => 0x0002_c903_0000_0000 | idx,
+        g => g,
+    };
     a.sys_image_guid = a.node_guid;
     let l = &ctx.limits;
     a.max_mr_size = l.max_mr_size;
@@ -136,11 +140,18 @@ fn objects(device: u32) -> u32 {
 fn query_port(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let mut a: QueryPort = arg.read()?;
     a.check().map_err(invalid)?;
-    a.state = PORT_ACTIVE;
+    // The port as the device has it (a function's from its firmware).
+    let info = ctx.dev.be.info()?;
+    a.state = match u32::from(info.port_state) {
+        s @ 1..=PORT_ACTIVE => s,
+        _ => 1,
+    };
     a.max_mtu = MTU_4096;
     a.active_mtu = MTU_4096;
+    // User space's LID (the software HCAs' differ from their ULP API
+    // index, `info.lid`).
     a.lid = u32::from(ctx.dev.be.port_lid());
-    a.sm_lid = 1;
+    a.sm_lid = u32::from(info.sm_lid);
     a.gid_tbl_len = 1;
     // IBV_WIDTH_4X, IBV_SPEED_EDR.
     a.active_width = 2;

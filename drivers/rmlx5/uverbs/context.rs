@@ -35,6 +35,7 @@ use kernel::{
 use super::{
     event::{
         EventQueue,
+        EventSlot,
         QueueKind, //
     },
     node::UserRef,
@@ -49,6 +50,7 @@ use super::{
 use crate::backend::UserUar;
 use crate::mlx5_core::device::Device;
 use crate::rmlx5_abi::check::Limits;
+use crate::rmlx5_abi::uapi::EVENT_DEVICE_FATAL;
 
 /// The limits of `dev`: its caps and its real number of completion EQs.
 fn limits_of(dev: &Device) -> Result<Limits> {
@@ -98,6 +100,8 @@ pub(crate) struct Ucontext {
     pub(crate) uar: KBox<dyn UserUar>,
     /// The async-event queue; its file is handed out once.
     pub(crate) async_queue: Arc<EventQueue>,
+    /// The context's own slot on `async_queue`, for device events.
+    device_slot: Arc<EventSlot>,
     /// `GET_ASYNC_FD` has been answered.
     pub(crate) async_fd_taken: AtomicBool,
     #[pin]
@@ -114,6 +118,8 @@ impl Ucontext {
         let limits = limits_of(&dev)?;
         let uar = dev.be.clone().alloc_uar()?;
         let async_queue = EventQueue::new(QueueKind::Async)?;
+        let device_slot = EventSlot::new(0)?;
+        async_queue.attach()?;
         KBox::try_pin_init(
             try_pin_init!(Self {
                 dev,
@@ -121,6 +127,7 @@ impl Ucontext {
                 limits,
                 uar,
                 async_queue,
+                device_slot,
                 async_fd_taken: AtomicBool::new(false),
                 objects <- new_mutex!(Objects {
                     pds: Table::new(MAX_OBJECTS),
@@ -133,6 +140,18 @@ impl Ucontext {
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// The device failed ([`super::node::Users::device_fatal`]): the
+    /// process is told on its async-event file, and its completion
+    /// channels are closed (readers get `EIO`, pollers `EPOLLERR`). Its
+    /// objects stay until it closes the context.
+    pub(crate) fn device_fatal(&self) {
+        self.async_queue.post(&self.device_slot, EVENT_DEVICE_FATAL);
+        let channels = self.objects.lock();
+        for ch in channels.channels.iter() {
+            ch.close();
+        }
     }
 
     /// The address CQs and QPs name the context's UAR page by.
@@ -218,6 +237,7 @@ impl Ucontext {
 #[pinned_drop]
 impl PinnedDrop for Ucontext {
     fn drop(self: Pin<&mut Self>) {
+        self._user.users().unwatch(&self);
         self.teardown();
     }
 }

@@ -52,7 +52,18 @@ pub(crate) struct Users {
     count: Mutex<usize>,
     #[pin]
     idle: CondVar,
+    /// The open contexts, for [`Users::device_fatal`]: each is entered by
+    /// [`Users::watch`] once pinned and leaves in its drop, before any of
+    /// its fields goes.
+    #[pin]
+    open: Mutex<KVec<*const Ucontext>>,
 }
+
+// SAFETY: The raw pointers name pinned contexts that remove themselves
+// before they are freed, under the same mutex (see `open`).
+unsafe impl Send for Users {}
+// SAFETY: As above.
+unsafe impl Sync for Users {}
 
 impl Users {
     fn new() -> Result<Arc<Self>> {
@@ -60,9 +71,37 @@ impl Users {
             pin_init!(Self {
                 count <- new_mutex!(0, "rmlx5_uverbs_users"),
                 idle <- new_condvar!("rmlx5_uverbs_idle"),
+                open <- new_mutex!(KVec::new(), "rmlx5_uverbs_open"),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Enters a context for [`Users::device_fatal`].
+    pub(crate) fn watch(&self, ctx: Pin<&Ucontext>) -> Result {
+        self.open
+            .lock()
+            .push(core::ptr::from_ref(&*ctx), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Removes a context entered by [`Users::watch`] (its drop, first).
+    pub(crate) fn unwatch(&self, ctx: &Ucontext) {
+        let p = core::ptr::from_ref(ctx);
+        self.open.lock().retain(|c| *c != p);
+    }
+
+    /// The device failed: every open context gets `IBV_EVENT_DEVICE_FATAL`
+    /// on its async-event file, and its completion channels are closed,
+    /// so a process waiting for a completion wakes up with `EIO` instead
+    /// of waiting for one that cannot come. Process context.
+    pub(crate) fn device_fatal(&self) {
+        let open = self.open.lock();
+        for &ctx in open.iter() {
+            // SAFETY: A context leaves `open` under this lock before it is
+            // freed (its drop), so every entry is live while we hold it.
+            unsafe { &*ctx }.device_fatal();
+        }
     }
 
     /// Counts one more context until the returned value is dropped.
@@ -89,6 +128,19 @@ impl Users {
 
 /// One open context, counted in its node's [`Users`].
 pub(crate) struct UserRef(Arc<Users>);
+
+impl UserRef {
+    /// The node's users.
+    pub(crate) fn users(&self) -> &Arc<Users> {
+        &self.0
+    }
+}
+
+impl crate::mlx5_core::device::FatalListener for Users {
+    fn device_fatal(&self) {
+        Users::device_fatal(self);
+    }
+}
 
 impl Drop for UserRef {
     fn drop(&mut self) {

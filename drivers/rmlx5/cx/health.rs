@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The health poll of a ConnectX function, and what happens when it
+//! fails.
+//!
+//! Like mlx5_core's `poll_health`, a periodic work item (every
+//! `cx_health_ms`, 2 s by default) reads a few registers of the
+//! initialization segment, without the function's mutex (a command may
+//! hold it for a minute):
+//!
+//! - the firmware version: all ones means the device fell off the bus;
+//! - the health buffer's syndrome: non-zero after a firmware assert or a
+//!   fatal hardware error;
+//! - the health counter, which live firmware keeps moving: three polls in
+//!   a row with the same value mean the firmware hung
+//!   (`MAX_MISSES` in mlx5_core);
+//! - the command queue address and the NIC interface state: a function
+//!   reset behind the driver's back (an FLR through sysfs, a bus reset)
+//!   forgets the address, and a firmware that disabled the interface says
+//!   so there.
+//!
+//! On the first failure the function is *failed*, once:
+//!
+//! 1. bus mastering goes off, so the device can no longer write memory
+//!    the driver is about to free;
+//! 2. the shared [`Fatal`] flag is set: a command waiting for its
+//!    completion stops within a millisecond, and no command is posted any
+//!    more (`Bus::fatal`, the command interface's internal error);
+//! 3. the verbs device is marked failed (`Device::set_fatal`): ib_core's
+//!    clients get `IB_EVENT_DEVICE_FATAL`, the rmlx5 ULP API's handlers
+//!    `MLX5_EVENT_TYPE_INTERNAL_ERROR`, and kernel CQs flush what their
+//!    QPs have outstanding;
+//! 4. unless `cx_recover=0`, recovery is queued: the function is unbound
+//!    (the driver writes it off and frees its memory: nothing is sent to
+//!    the device), reset, and probed again, which brings it up from
+//!    scratch if the reset revived it.
+
+use core::sync::atomic::{
+    AtomicBool,
+    AtomicU32,
+    Ordering, //
+};
+use kernel::{device::Bound, ffi::c_void, pci, prelude::*, sync::Arc};
+
+use super::bar::CxBar;
+use super::AsyncIrq;
+use crate::mlx5_prm::init_seg::{
+    CmdqAddrLSz,
+    HealthBuffer,
+    CMDQ_ADDR_H_OFFSET,
+    CMDQ_ADDR_L_SZ_OFFSET,
+    FW_REV_OFFSET,
+    HEALTH_BUFFER_SIZE,
+    HEALTH_COUNTER_OFFSET,
+    HEALTH_OFFSET,
+    NIC_IFC_DISABLED,
+    NIC_IFC_SW_RESET, //
+};
+
+/// Polls with an unchanged health counter before the firmware is taken
+/// for hung (mlx5_core's `MAX_MISSES`).
+const MAX_MISSES: u32 = 3;
+
+extern "C" {
+    fn rmlx5_pci_clear_master(dev: *mut c_void);
+    fn rmlx5_poller_start(
+        f: unsafe extern "C" fn(*mut c_void),
+        ctx: *mut c_void,
+        ms: u32,
+    ) -> *mut c_void;
+    fn rmlx5_poller_stop(p: *mut c_void);
+    fn rmlx5_pci_recover(dev: *mut c_void, wq: *mut kernel::bindings::workqueue_struct) -> i32;
+}
+
+/// Whether a function failed: set once by the health poll, read by the
+/// command interface's waits ([`super::bus::CxBus`]) and by unbind.
+pub(crate) struct Fatal {
+    failed: AtomicBool,
+    /// One more than the opcode of a command that timed out, 0 if none:
+    /// the next poll fails the function for it.
+    lost: AtomicU32,
+}
+
+impl Fatal {
+    pub(super) fn new() -> Result<Arc<Self>> {
+        Ok(Arc::new(
+            Fatal {
+                failed: AtomicBool::new(false),
+                lost: AtomicU32::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// Whether the function failed.
+    pub(crate) fn is_set(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Marks the function failed; returns whether it was not already.
+    fn set(&self) -> bool {
+        !self.failed.swap(true, Ordering::AcqRel)
+    }
+
+    /// A command with `opcode` timed out (from the command interface).
+    pub(super) fn note_lost(&self, opcode: u16) {
+        let _ = self.lost.compare_exchange(
+            0,
+            u32::from(opcode) + 1,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The opcode of a command that timed out, if one did.
+    fn lost(&self) -> Option<u16> {
+        let v = self.lost.load(Ordering::Acquire);
+        v.checked_sub(1).and_then(|op| u16::try_from(op).ok())
+    }
+}
+
+/// Why the health check failed.
+#[derive(Clone, Copy, Debug)]
+enum Failure {
+    /// The registers read all ones.
+    Gone,
+    /// The firmware reported a fatal error.
+    Syndrome(HealthBuffer),
+    /// The health counter stayed at this value for [`MAX_MISSES`] polls.
+    Stalled(u32),
+    /// The command queue address reads back as this, not the driver's.
+    Reset(u64),
+    /// The NIC interface state reads this (disabled or in SW reset).
+    NicInterface(u8),
+    /// A command with this opcode timed out: its entry (and maybe the
+    /// mailboxes) stay with a device that no longer answers it.
+    LostCommand(u16),
+}
+
+impl core::fmt::Display for Failure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Failure::Gone => write!(f, "the device is gone (its registers read all ones)"),
+            Failure::Syndrome(h) => write!(
+                f,
+                "fatal syndrome {:#x} (ext {:#x}, irisc {}, severity {}, reset requested {}, assert var0 {:#x} exit {:#x} callra {:#x}, hw id {:#x})",
+                h.synd,
+                h.ext_synd,
+                h.irisc_index,
+                h.severity().map_or(-1, i16::from),
+                h.reset_requested(),
+                h.assert_var[0],
+                h.assert_exit_ptr,
+                h.assert_callra,
+                h.hw_id
+            ),
+            Failure::Stalled(c) => write!(
+                f,
+                "the firmware stopped: health counter stuck at {c:#x} for {MAX_MISSES} polls"
+            ),
+            Failure::Reset(a) => write!(
+                f,
+                "the function was reset behind the driver (command queue address reads {a:#x})"
+            ),
+            Failure::NicInterface(s) => write!(f, "the NIC interface state is {s:#x}"),
+            Failure::LostCommand(op) => write!(
+                f,
+                "command {} ({op:#x}) timed out: the firmware lost it",
+                crate::mlx5_prm::command::opcode_name(*op)
+            ),
+        }
+    }
+}
+
+/// What the health poll looks at and what it acts on (see the module
+/// documentation).
+///
+/// # Invariants
+///
+/// `irq` points at the function's asynchronous-interrupt handler, which
+/// outlives the [`Poller`] running this (the poller is stopped before any
+/// field of the driver data is dropped).
+pub(super) struct Monitor<'bound> {
+    pdev: &'bound pci::Device<Bound>,
+    bar: &'bound CxBar,
+    irq: *const AsyncIrq<'bound>,
+    fatal: Arc<Fatal>,
+    /// The bus address of the command queue, as the driver gave it.
+    cmdq: u64,
+    last_counter: AtomicU32,
+    misses: AtomicU32,
+}
+
+// SAFETY: `irq` is only dereferenced while the handler lives (type
+// invariant); the rest is `Sync` or atomics.
+unsafe impl Send for Monitor<'_> {}
+// SAFETY: As above.
+unsafe impl Sync for Monitor<'_> {}
+
+impl<'bound> Monitor<'bound> {
+    /// A monitor of `pdev`, whose command queue is at bus address `cmdq`.
+    ///
+    /// # Safety
+    ///
+    /// `irq` must outlive the [`Poller`] this monitor is given to.
+    pub(super) unsafe fn new(
+        pdev: &'bound pci::Device<Bound>,
+        bar: &'bound CxBar,
+        irq: &AsyncIrq<'bound>,
+        fatal: Arc<Fatal>,
+        cmdq: u64,
+    ) -> Self {
+        Self {
+            pdev,
+            bar,
+            // INVARIANT: guaranteed by the caller.
+            irq: core::ptr::from_ref(irq),
+            fatal,
+            cmdq,
+            last_counter: AtomicU32::new(0),
+            misses: AtomicU32::new(0),
+        }
+    }
+
+    fn read(&self, off: usize) -> u32 {
+        self.bar.try_read32(off).map_or(u32::MAX, u32::swap_bytes)
+    }
+
+    fn health_buffer(&self) -> HealthBuffer {
+        let mut b = [0u8; HEALTH_BUFFER_SIZE];
+        for (i, d) in b.chunks_exact_mut(4).enumerate() {
+            d.copy_from_slice(&self.read(HEALTH_OFFSET + 4 * i).to_be_bytes());
+        }
+        HealthBuffer::decode(&b)
+    }
+
+    /// One look at the function: why it failed, if it did.
+    fn diagnose(&self) -> Option<Failure> {
+        if let Some(op) = self.fatal.lost() {
+            return Some(Failure::LostCommand(op));
+        }
+        if self.read(FW_REV_OFFSET) == u32::MAX {
+            return Some(Failure::Gone);
+        }
+        let h = self.health_buffer();
+        if h.synd != 0 {
+            return Some(Failure::Syndrome(h));
+        }
+        let l = CmdqAddrLSz::decode(self.read(CMDQ_ADDR_L_SZ_OFFSET));
+        let addr = u64::from(self.read(CMDQ_ADDR_H_OFFSET)) << 32 | u64::from(l.addr_l);
+        if addr != self.cmdq {
+            return Some(Failure::Reset(addr));
+        }
+        if l.nic_interface == NIC_IFC_DISABLED || l.nic_interface == NIC_IFC_SW_RESET {
+            return Some(Failure::NicInterface(l.nic_interface));
+        }
+        let c = self.read(HEALTH_COUNTER_OFFSET);
+        if self.last_counter.swap(c, Ordering::Relaxed) == c {
+            if self.misses.fetch_add(1, Ordering::Relaxed) + 1 >= MAX_MISSES {
+                return Some(Failure::Stalled(c));
+            }
+        } else {
+            self.misses.store(0, Ordering::Relaxed);
+        }
+        None
+    }
+
+    /// The poll (process context, on the system workqueue).
+    fn check(&self) {
+        if self.fatal.is_set() {
+            return;
+        }
+        let Some(why) = self.diagnose() else {
+            return;
+        };
+        self.fail(format_args!("{why}"));
+    }
+
+    /// Fails the function (see the module documentation), once.
+    fn fail(&self, why: core::fmt::Arguments<'_>) {
+        if !self.fatal.set() {
+            return;
+        }
+        let raw = super::raw_bound(self.pdev);
+        // SAFETY: The function is bound while the poller runs.
+        unsafe { rmlx5_pci_clear_master(raw) };
+        dev_err!(self.pdev, "health: {}; function failed, DMA stopped\n", why);
+        // SAFETY: The handler outlives the poller (type invariant).
+        let irq = unsafe { &*self.irq };
+        let dev = irq.core.lock().as_ref().map(|(d, _)| d.clone());
+        if let Some(dev) = dev {
+            dev_err!(
+                self.pdev,
+                "rmlx5_{}: device fatal: outstanding work requests flushed\n",
+                dev.index
+            );
+            dev.set_fatal();
+        }
+        if !crate::module_parameters::cx_recover.value() {
+            dev_err!(
+                self.pdev,
+                "health: cx_recover=0, the function stays down until it is unbound\n"
+            );
+            return;
+        }
+        let wq = crate::work::reap_wq_raw();
+        if wq.is_null() {
+            return;
+        }
+        // SAFETY: `raw` is the bound function; the queue lives until the
+        // module's exit, which waits for it.
+        let r = unsafe { rmlx5_pci_recover(raw, wq) };
+        if r == 0 {
+            dev_info!(
+                self.pdev,
+                "health: recovery queued (unbind, reset, probe)\n"
+            );
+        } else {
+            dev_err!(self.pdev, "health: cannot queue recovery: error {}\n", r);
+        }
+    }
+}
+
+/// The poll's callback.
+///
+/// # Safety
+///
+/// `ctx` is the [`Monitor`] given to [`Poller::start`], alive until the
+/// poller stops.
+unsafe extern "C" fn poll(ctx: *mut c_void) {
+    // SAFETY: Guaranteed by the caller (the poller's contract).
+    let m = unsafe { &*ctx.cast::<Monitor<'_>>() };
+    m.check();
+}
+
+/// A running health poll; stopping it (or dropping it) waits for a poll
+/// in progress and frees the monitor.
+///
+/// # Invariants
+///
+/// `raw` is a running `rmlx5_poller` whose context is `monitor`, a box
+/// leaked by [`Poller::start`].
+pub(super) struct Poller<'bound> {
+    raw: *mut c_void,
+    monitor: *mut Monitor<'bound>,
+}
+
+// SAFETY: The poller is only started and stopped, from any thread.
+unsafe impl Send for Poller<'_> {}
+// SAFETY: `&Poller` offers nothing.
+unsafe impl Sync for Poller<'_> {}
+
+impl<'bound> Poller<'bound> {
+    /// Starts polling with `monitor` every `ms` milliseconds.
+    pub(super) fn start(monitor: Monitor<'bound>, ms: u32) -> Result<Self> {
+        let monitor = KBox::into_raw(KBox::new(monitor, GFP_KERNEL)?);
+        // SAFETY: `monitor` stays valid until `rmlx5_poller_stop` has
+        // returned (see `Drop`).
+        let raw = unsafe { rmlx5_poller_start(poll, monitor.cast(), ms) };
+        if raw.is_null() {
+            // SAFETY: Not handed to anyone.
+            drop(unsafe { KBox::from_raw(monitor) });
+            return Err(ENOMEM);
+        }
+        // INVARIANT: started just above with `monitor`.
+        Ok(Self { raw, monitor })
+    }
+}
+
+impl Drop for Poller<'_> {
+    fn drop(&mut self) {
+        // SAFETY: Running (type invariant); stopped once, here. The stop
+        // waits for a call in progress, so the monitor is free after it.
+        unsafe { rmlx5_poller_stop(self.raw) };
+        // SAFETY: Leaked by `start`, no longer used.
+        drop(unsafe { KBox::from_raw(self.monitor) });
+    }
+}
