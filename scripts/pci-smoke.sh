@@ -15,9 +15,17 @@
 #   CX_NEVER_READY=1          the emulator's firmware never leaves its
 #                             initialisation: probe must time out cleanly
 #                             (make check's second PCI run)
+#   CX_FAULTS=N               with DRIVER=1: N passes of four device faults
+#                             mid-traffic (fatal syndrome, hung firmware,
+#                             lost command, FLR), each survived by
+#                             recovery; make check's fault guest is N=1
+#                             (needs `make guest-programs` first)
 #   CX_MSIX=1                 the function has one MSI-X vector: the driver
 #                             and its self-test fall back to vector 0
 #                             (make check's third PCI run)
+#   CX_FUNCTIONS=2            the emulator serves two ConnectX-5 functions
+#                             on one fabric (two vfio-user-pci devices), so
+#                             RC traffic can run between them
 #   CX_USER=1                 with DRIVER=1: also the user-space suites
 #                             (provider, events, ABI, kernel path) on the
 #                             function, as make check's first PCI run
@@ -50,6 +58,9 @@ driver=()
 if [ "${DRIVER:-0}" = 1 ]; then
     log "building rmlx5.ko"
     make -s KDIR="$kdir" module
+    # The sample ULPs (build/ulp, build/ibtest), which the guest loads on
+    # the function.
+    make -s KDIR="$kdir" ulp
     driver=(--module "$top/build/module/rmlx5.ko" --kunit-filter none)
 fi
 if [ -n "${CX_FAIL:-}" ]; then
@@ -58,8 +69,21 @@ fi
 if [ "${CX_NEVER_READY:-0}" = 1 ]; then
     driver+=(--cx-emu-never-ready)
 fi
+if [ -n "${CX_FAULTS:-}" ]; then
+    # N passes of the four device faults (needs `make guest-programs`).
+    driver+=(--append "rmlx5.cxfaults=$CX_FAULTS")
+    for t in rmlx5-pingpong rmlx5-perf; do
+        driver+=(--tool "$top/target/guest/x86_64-unknown-linux-gnu/release/$t")
+    done
+fi
 if [ -n "${CX_MSIX:-}" ]; then
     driver+=(--cx-emu-msix "$CX_MSIX")
+fi
+if [ -n "${CX_FUNCTIONS:-}" ]; then
+    driver+=(--cx-emu-functions "$CX_FUNCTIONS")
+    for t in rmlx5-pingpong rmlx5-perf; do
+        driver+=(--tool "$top/target/guest/x86_64-unknown-linux-gnu/release/$t")
+    done
 fi
 if [ "${CX_USER:-0}" = 1 ]; then
     gbin=$top/target/guest/x86_64-unknown-linux-gnu/release

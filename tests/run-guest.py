@@ -172,14 +172,19 @@ def build_initramfs(args, workdir):
 
 
 class CxEmu:
-    """The emulated ConnectX-5: rmlx5-cx-emu serving one vfio-user socket."""
+    """The emulated ConnectX-5: rmlx5-cx-emu serving one vfio-user socket per
+    function (functions > 1: one process, one fabric, RC traffic between
+    the functions; function i on cx-emu.sock, or cx-emu.sock.i for i > 0)."""
 
     def __init__(self, binary, workdir, log_path, fail_opcode="", never_ready=False, msix=0,
-                 slow=""):
+                 slow="", functions=1):
         self.socket = os.path.join(workdir, "cx-emu.sock")
+        self.sockets = [self.socket] + [f"{self.socket}.{i}" for i in range(1, functions)]
         self.log_path = log_path
         self.log = open(log_path, "w")
         cmd = [binary, "--socket", self.socket]
+        if functions > 1:
+            cmd += ["--functions", str(functions)]
         if fail_opcode:
             cmd += ["--fail-opcode", fail_opcode]
         if never_ready:
@@ -195,11 +200,11 @@ class CxEmu:
         self.returncode = None
 
     def wait_listening(self, timeout=30):
-        """True once the socket exists (the emulator renames it into place
-        when it accepts connections)."""
+        """True once every socket exists (the emulator renames each into
+        place when it accepts connections)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if os.path.exists(self.socket):
+            if all(os.path.exists(s) for s in self.sockets):
                 return True
             if self.proc.poll() is not None:
                 return False
@@ -207,10 +212,13 @@ class CxEmu:
         return False
 
     def qemu_args(self, memory):
-        """Guest RAM the emulator can map (a shared memfd) and the device."""
-        device = {"driver": "vfio-user-pci", "socket": {"path": self.socket, "type": "unix"}}
-        return (["-object", f"memory-backend-memfd,id=mem,size={memory},share=on"],
-                ["-device", json.dumps(device)])
+        """Guest RAM the emulator can map (a shared memfd) and the devices,
+        one per function, in the functions' order."""
+        devices = []
+        for path in self.sockets:
+            device = {"driver": "vfio-user-pci", "socket": {"path": path, "type": "unix"}}
+            devices += ["-device", json.dumps(device)]
+        return (["-object", f"memory-backend-memfd,id=mem,size={memory},share=on"], devices)
 
     def stop(self, timeout=30):
         """Waits for the emulator to exit on its own (QEMU closed the
@@ -365,6 +373,9 @@ def main():
                          "told to the guest as rmlx5.cxmsix=N)")
     ap.add_argument("--cx-emu-slow", default="",
                     help="OP:MS: the emulator holds every command OP for MS ms (--slow-opcode)")
+    ap.add_argument("--cx-emu-functions", type=int, default=1,
+                    help="N: the emulator serves N ConnectX-5 functions on one fabric "
+                         "(--functions N; QEMU gets one vfio-user-pci device each)")
     ap.add_argument("--append", default="",
                     help="more kernel command line arguments (e.g. swiotlb=force)")
     ap.add_argument("--cpus", type=int, default=2)
@@ -384,7 +395,8 @@ def main():
     if args.cx_emu:
         cx_log = os.path.splitext(log_path)[0] + "-cx-emu.log"
         cx_emu = CxEmu(args.cx_emu, workdir, cx_log, args.cx_emu_fail,
-                       args.cx_emu_never_ready, args.cx_emu_msix, args.cx_emu_slow)
+                       args.cx_emu_never_ready, args.cx_emu_msix, args.cx_emu_slow,
+                       args.cx_emu_functions)
         if not cx_emu.wait_listening():
             cx_emu.stop(timeout=1)
             print(f"guest: FAIL cx_emu: the emulator did not start; its log ({cx_log}):")

@@ -7,7 +7,10 @@
 //! DMA address `uar_base + 4 KiB × i` (`FwConfig::uar_base`). Those pages
 //! live here, in the device, filled by the stores the guest makes to
 //! BAR0; [`UAR_BASE`] puts them far above any guest physical address, so
-//! a DMA address is either a UAR byte or guest memory, never both.
+//! a DMA address is either a UAR byte or guest memory, never both. Each
+//! function of a process has its own UAR window ([`uar_base`]), so that
+//! the engine, which runs the queues of every function of the fabric
+//! with one platform (`card.rs`), can tell whose UAR page an address is.
 
 use std::fs::File;
 use std::io::Write;
@@ -18,9 +21,19 @@ use mlx5_prm::doorbell::UAR_PAGE_SIZE;
 use crate::dma::{Fault, GuestMemory};
 use crate::log::{error, trace};
 
-/// The DMA address of UAR page 0: 2^60, beyond the 52-bit physical
-/// addresses x86-64 guests have.
+/// The DMA address of UAR page 0 of function 0: 2^60, beyond the 52-bit
+/// physical addresses x86-64 guests have.
 pub(crate) const UAR_BASE: u64 = 1 << 60;
+/// log2 of the distance between the UAR windows of two functions (far
+/// more than 128 pages of 4 KiB).
+const UAR_WINDOW_SHIFT: u32 = 48;
+
+/// The DMA address of UAR page 0 of function `index`: [`UAR_BASE`] for
+/// function 0, then a window of 2^48 bytes per function (function 255's
+/// still ends below 2^61).
+pub(crate) const fn uar_base(index: u16) -> u64 {
+    UAR_BASE + ((index as u64) << UAR_WINDOW_SHIFT)
+}
 
 /// Faults logged one by one before only the count goes on.
 const FAULTS_LOGGED: u64 = 32;
@@ -28,13 +41,16 @@ const FAULTS_LOGGED: u64 = 32;
 /// The UAR pages as the device holds them.
 #[derive(Debug)]
 pub(crate) struct UarPages {
+    /// The DMA address of page 0.
+    base: u64,
     bytes: Vec<u8>,
 }
 
 impl UarPages {
-    /// `uars` zeroed pages.
-    pub(crate) fn new(uars: u32) -> Self {
+    /// `uars` zeroed pages, page 0 at DMA address `base`.
+    pub(crate) fn new(base: u64, uars: u32) -> Self {
         UarPages {
+            base,
             bytes: vec![0; uars as usize * UAR_PAGE_SIZE],
         }
     }
@@ -58,8 +74,8 @@ impl UarPages {
     }
 
     /// The bytes at DMA address `addr` if the whole range is UAR bytes.
-    fn range(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
-        let off = usize::try_from(addr.checked_sub(UAR_BASE)?).ok()?;
+    pub(crate) fn range(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
+        let off = usize::try_from(addr.checked_sub(self.base)?).ok()?;
         let end = off.checked_add(len)?;
         self.bytes.get_mut(off..end)
     }
@@ -141,17 +157,19 @@ pub(crate) struct Bus {
 }
 
 impl Bus {
-    /// A bus with `uars` UAR pages and `vectors` MSI-X vectors, no memory.
-    pub(crate) fn new(uars: u32, vectors: u16) -> Self {
+    /// A bus with `uars` UAR pages from DMA address `uar_base` and
+    /// `vectors` MSI-X vectors, no memory.
+    pub(crate) fn new(uar_base: u64, uars: u32, vectors: u16) -> Self {
         Bus {
             mem: GuestMemory::default(),
-            uars: UarPages::new(uars),
+            uars: UarPages::new(uar_base, uars),
             vectors: Vectors::new(vectors),
             stats: BusStats::default(),
         }
     }
 
-    fn fault(&mut self, op: &str, addr: u64, len: usize, f: Fault) -> DmaFault {
+    /// Counts and logs a refused DMA access.
+    pub(crate) fn fault(&mut self, op: &str, addr: u64, len: usize, f: Fault) -> DmaFault {
         self.stats.dma_faults += 1;
         if self.stats.dma_faults <= FAULTS_LOGGED {
             error!(
@@ -212,7 +230,7 @@ mod tests {
 
     #[test]
     fn uar_pages_are_reached_at_uar_base() {
-        let mut bus = Bus::new(4, 2);
+        let mut bus = Bus::new(UAR_BASE, 4, 2);
         assert!(bus.uars.store(2, 0x20, &[1, 2, 3, 4, 5, 6, 7, 8]));
         let mut b = [0u8; 8];
         bus.read(UAR_BASE + 2 * 4096 + 0x20, &mut b).unwrap();
@@ -221,11 +239,18 @@ mod tests {
         assert!(bus.read(UAR_BASE + 4 * 4096, &mut b).is_err());
         assert!(!bus.uars.store(3, 4092, &[0; 8]));
         assert_eq!(bus.stats.dma_faults, 1);
+        // Function 1's window is its own.
+        let mut other = Bus::new(uar_base(1), 4, 2);
+        assert!(other.uars.store(2, 0x20, &[9; 8]));
+        assert!(other.read(UAR_BASE + 2 * 4096 + 0x20, &mut b).is_err());
+        other.read(uar_base(1) + 2 * 4096 + 0x20, &mut b).unwrap();
+        assert_eq!(b, [9; 8]);
+        const { assert!(uar_base(255) + (128 << 12) < 1 << 61) };
     }
 
     #[test]
     fn guest_addresses_without_memory_fault() {
-        let mut bus = Bus::new(4, 2);
+        let mut bus = Bus::new(UAR_BASE, 4, 2);
         assert_eq!(bus.write(0x1000, &[0; 64]), Err(DmaFault));
         assert_eq!(bus.read(0, &mut [0; 4]), Err(DmaFault));
         assert_eq!(bus.stats.dma_faults, 2);
@@ -233,7 +258,7 @@ mod tests {
 
     #[test]
     fn interrupts_signal_the_vector_eventfd() {
-        let mut bus = Bus::new(2, 4);
+        let mut bus = Bus::new(UAR_BASE, 2, 4);
         // SAFETY: plain syscall.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         assert!(fd >= 0);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The emulated ConnectX-5 function: hca-model's firmware in front of one
-//! HCA instance, reached through BAR0.
+//! HCA instance, reached through BAR0. The instance lives in the card's
+//! fabric (`card.rs`), which the function reaches through a [`Cx`] given to
+//! every call; with several functions, each has its own instance there.
 //!
 //! * Initialization-segment accesses go to `Firmware::read32`/`write32`
 //!   (big-endian registers: the bytes of a dword are the value as
@@ -12,7 +14,8 @@
 //!   doorbell they are: CQ arm, EQ arm or update, send (plain or
 //!   BlueFlame, told apart by `blueflame.rs`).
 //! * After every doorbell, and from the caller's timer while work is left
-//!   or a retry is due, `Fabric::run` executes the queues.
+//!   or a retry is due, `Fabric::run` executes the queues (of every
+//!   function of the card: see `card.rs`).
 //!
 //! Everything the guest does wrong is logged and counted: a command or
 //! doorbell the firmware or the model refused, a DMA outside guest memory,
@@ -28,7 +31,6 @@
 
 use std::time::{Duration, Instant};
 
-use hca_model::caps::Caps;
 use hca_model::doorbell::{DoorbellError, SendDoorbell};
 use hca_model::fabric::Fabric;
 use hca_model::fw::reject::Reject;
@@ -43,12 +45,11 @@ use mlx5_prm::ring;
 
 use crate::bar0::{decode_read, decode_write, uar_register, Target, UarReg};
 use crate::blueflame::{BfStore, BlueFlame, Ring};
-use crate::bus::{Bus, UAR_BASE};
+use crate::bus::{uar_base, Bus};
+use crate::card::{new_instance, Cx, Instances};
 use crate::log::{debug, error, info, trace};
 use crate::storage::VecStorage;
 use crate::testreg::Latch;
-
-mod faults;
 
 /// Pages the device can hold (boot + init + one per queue, with room;
 /// a page holding a translation table takes a second slot).
@@ -63,11 +64,7 @@ const PAGE_SLOTS: usize = 16384;
 /// at most one PAGE_REQUEST EQE per 128 table pages reaches its page EQ
 /// (64 entries in rmlx5), so a burst of registrations cannot overrun it.
 const MTT_RESERVE: u32 = 128;
-/// Budget of one engine run (WQEs, 4 KiB moved) between two messages.
-const RUN_BUDGET: u32 = 256;
-
 type PageSlots = [u64; PAGE_SLOTS];
-type Hcas = [Hca<VecStorage>; 1];
 
 /// How the function is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,10 +103,11 @@ impl Settings {
         slow: Duration::ZERO,
     };
 
-    fn fw_config(&self) -> FwConfig {
+    /// The firmware's configuration for function `index`.
+    fn fw_config(&self, index: u16) -> FwConfig {
         FwConfig {
             uars: self.uars,
-            uar_base: UAR_BASE,
+            uar_base: uar_base(index),
             msix_vectors: self.msix_vectors,
             mtt_reserve: MTT_RESERVE,
             fail_opcode: self.fail_opcode,
@@ -171,15 +169,19 @@ pub(crate) struct FnStats {
 
 /// One PCI function.
 pub(crate) struct Function {
+    /// Its number on the card, and its HCA instance's fabric index.
+    index: u16,
     settings: Settings,
     fw: Box<Firmware<PageSlots>>,
-    fabric: Box<Fabric<Hcas>>,
+    /// The function's HCA instance while it is out of the fabric (the
+    /// function is stopped, see `card.rs`); the fabric holds an empty
+    /// stand-in at its index meanwhile.
+    parked: Option<Box<Hca<VecStorage>>>,
     /// The model's view of the machine.
     pub(crate) bus: Bus,
     bf: BlueFlame,
+    /// The card's clock origin.
     start: Instant,
-    /// `Fabric::run` left work that can run now.
-    more: bool,
     /// When to look at the receive doorbell records of QPs in ERR next
     /// (`Function::tick`); armed after anything ran, disarmed when no QP
     /// is in ERR.
@@ -198,32 +200,50 @@ pub(crate) struct Function {
     /// space: without it nothing that reaches memory runs (commands,
     /// queues, interrupts), as on a real function.
     bus_master: bool,
+    /// The client is gone: the function runs nothing any more.
+    detached: bool,
     /// Counters.
     pub(crate) stats: FnStats,
 }
 
-fn new_model(s: &Settings) -> (Box<Firmware<PageSlots>>, Box<Fabric<Hcas>>) {
-    let fw = Box::new(Firmware::new(s.fw_config(), [0u64; PAGE_SLOTS]));
-    let fabric = Box::new(Fabric::new([Hca::new(
-        0,
-        Caps::DEFAULT,
-        VecStorage::new(crate::storage::SIZES),
-    )]));
-    (fw, fabric)
+fn new_firmware(s: &Settings, index: u16) -> Box<Firmware<PageSlots>> {
+    Box::new(Firmware::new(s.fw_config(index), [0u64; PAGE_SLOTS]))
 }
 
+/// The HCA instance of function `index`: `parked`, or the fabric's.
+fn instance<'a>(
+    parked: &'a mut Option<Box<Hca<VecStorage>>>,
+    fabric: &'a mut Fabric<Instances>,
+    index: u16,
+) -> Option<&'a mut Hca<VecStorage>> {
+    match parked {
+        Some(h) => Some(&mut **h),
+        None => fabric.hca(index),
+    }
+}
+
+/// `instance` of a function and a [`Cx`]: `hca!(self, cx)`.
+macro_rules! hca {
+    ($f:expr, $cx:expr) => {
+        instance(&mut $f.parked, &mut $cx.shared.fabric, $f.index)
+    };
+}
+
+// After the macro, which it uses.
+mod faults;
+
 impl Function {
-    /// A function fresh from reset.
-    pub(crate) fn new(settings: Settings) -> Self {
-        let (fw, fabric) = new_model(&settings);
+    /// Function `index` of a card, fresh from reset; `start` is the card's
+    /// clock origin. Its HCA instance is the fabric's instance `index`.
+    pub(crate) fn new(settings: Settings, index: u16, start: Instant) -> Self {
         Function {
+            index,
             settings,
-            fw,
-            fabric,
-            bus: Bus::new(settings.uars, settings.msix_vectors),
+            fw: new_firmware(&settings, index),
+            parked: None,
+            bus: Bus::new(uar_base(index), settings.uars, settings.msix_vectors),
             bf: BlueFlame::default(),
-            start: Instant::now(),
-            more: false,
+            start,
             err_watch_at: None,
             slow_until: None,
             fw_seen: 0,
@@ -231,14 +251,18 @@ impl Function {
             test_latch: Latch::default(),
             stale_uars: 0,
             bus_master: true,
+            detached: false,
             stats: FnStats::default(),
         }
     }
 
     /// Back to the state after power-on: a new firmware and HCA instance
     /// (every object and held page forgotten), clear UAR pages. DMA maps
-    /// and interrupt eventfds are the client's and stay.
-    pub(crate) fn reset(&mut self) {
+    /// and interrupt eventfds are the client's and stay. The new instance
+    /// takes the old one's place in the fabric (same index, same LID); the
+    /// other functions' instances are not touched, and their QPs that
+    /// talked to this one's find none.
+    pub(crate) fn reset(&mut self, cx: &mut Cx<'_>) {
         // What the old firmware left undone is counted before it goes.
         self.check_firmware();
         // Processes may still hold mappings of the UAR pages that were
@@ -246,22 +270,69 @@ impl Function {
         // allocated again (see `uar_write`).
         self.stale_uars |= self.fw.uars_in_use();
         self.stats.unanswered += self.fw.stats().unanswered;
-        let (fw, fabric) = new_model(&self.settings);
-        self.fw = fw;
-        self.fabric = fabric;
+        self.fw = new_firmware(&self.settings, self.index);
+        let fresh = new_instance(self.index);
+        match self.parked.as_mut() {
+            Some(h) => **h = fresh,
+            None => {
+                if let Some(h) = cx.shared.fabric.hca(self.index) {
+                    *h = fresh;
+                }
+            }
+        }
+        cx.shared.refresh_more();
         self.bus.uars.clear();
         self.bf.clear();
-        self.more = false;
         self.slow_until = None;
         self.fw_seen = 0;
         self.state = HcaState::Disabled;
         self.test_latch = Latch::default();
         self.stats.resets += 1;
+        self.sync_parking(cx);
+    }
+
+    /// Takes the instance out of the fabric while the function is stopped
+    /// and puts it back when it runs again (see `card.rs`).
+    pub(crate) fn sync_parking(&mut self, cx: &mut Cx<'_>) {
+        let stopped = self.stopped();
+        if stopped == self.parked.is_some() {
+            return;
+        }
+        let Some(h) = cx.shared.fabric.hca(self.index) else {
+            return;
+        };
+        match self.parked.take() {
+            Some(parked) => *h = *parked,
+            None => {
+                let standin = new_instance(self.index);
+                self.parked = Some(Box::new(std::mem::replace(h, standin)));
+            }
+        }
+        cx.shared.refresh_more();
+    }
+
+    /// The client is gone: whatever is held is rung and counted, then the
+    /// function stops for good and lets go of the client's memory and
+    /// eventfds.
+    pub(crate) fn detach(&mut self, cx: &mut Cx<'_>) {
+        self.finish(cx);
+        self.detached = true;
+        self.err_watch_at = None;
+        self.slow_until = None;
+        self.sync_parking(cx);
+        let _ = self.bus.mem.unmap(0, 0, true);
+        self.bus.vectors.clear();
+    }
+
+    /// The DMA address of UAR page `index` (the function's window).
+    #[cfg(test)]
+    pub(crate) fn uar_addr(&self, index: u32) -> u64 {
+        self.fw.uar_addr(index)
     }
 
     /// The guest set or cleared Bus Master Enable. Commands posted while it
     /// was off run once it is on again.
-    pub(crate) fn set_bus_master(&mut self, on: bool) {
+    pub(crate) fn set_bus_master(&mut self, cx: &mut Cx<'_>, on: bool) {
         if on == self.bus_master {
             return;
         }
@@ -274,21 +345,22 @@ impl Function {
             }
         );
         self.bus_master = on;
+        self.sync_parking(cx);
         if on && self.fw.has_pending() && !self.hold_slow_command() {
-            self.run_commands();
+            self.run_commands(cx);
             self.check_firmware();
         }
     }
 
     /// Whether the function may not run anything: a fault halted its
-    /// firmware, or its bus mastering is off.
-    fn stopped(&self) -> bool {
-        self.fw.halted() || !self.bus_master
+    /// firmware, its bus mastering is off, or its client is gone.
+    pub(crate) fn stopped(&self) -> bool {
+        self.fw.halted() || !self.bus_master || self.detached
     }
 
     /// A function-level reset the guest started: a reset, counted apart.
-    pub(crate) fn flr(&mut self) {
-        self.reset();
+    pub(crate) fn flr(&mut self, cx: &mut Cx<'_>) {
+        self.reset(cx);
         self.stats.flrs += 1;
     }
 
@@ -296,16 +368,16 @@ impl Function {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn sync_clock(&mut self) {
+    fn sync_clock(&mut self, cx: &mut Cx<'_>) {
         let now = self.now();
         self.fw.set_time(now);
-        self.fabric.set_time(now);
+        cx.shared.fabric.set_time(now);
     }
 
     /// A BAR0 read of `data.len()` bytes at `offset`.
-    pub(crate) fn bar0_read(&mut self, offset: u64, data: &mut [u8]) {
-        self.flush_blueflame();
-        self.sync_clock();
+    pub(crate) fn bar0_read(&mut self, cx: &mut Cx<'_>, offset: u64, data: &mut [u8]) {
+        self.flush_blueflame(cx);
+        self.sync_clock(cx);
         data.fill(0);
         match decode_read(offset, self.settings.uars) {
             Target::InitSeg(o) => {
@@ -324,7 +396,7 @@ impl Function {
             Target::Uar { index, offset } => {
                 debug!("read of UAR {index} at {offset:#x} (UAR pages are write-only): 0");
             }
-            Target::Test(o) => self.test_read(o, data),
+            Target::Test(o) => self.test_read(cx, o, data),
             Target::Msix | Target::Unbacked => {
                 info!(
                     "BAR0 read of {} bytes at {offset:#x}: nothing there, 0",
@@ -336,26 +408,26 @@ impl Function {
     }
 
     /// A BAR0 write of `data` at `offset`.
-    pub(crate) fn bar0_write(&mut self, offset: u64, data: &[u8]) {
+    pub(crate) fn bar0_write(&mut self, cx: &mut Cx<'_>, offset: u64, data: &[u8]) {
         trace!("BAR0 write {offset:#x} [{}] = {data:02x?}", data.len());
-        self.sync_clock();
+        self.sync_clock(cx);
         match decode_write(offset, self.settings.uars) {
             Target::InitSeg(o) => {
-                self.flush_blueflame();
-                self.init_seg_write(o, data);
+                self.flush_blueflame(cx);
+                self.init_seg_write(cx, o, data);
             }
-            Target::Uar { index, offset: o } => self.uar_write(index, o, data),
+            Target::Uar { index, offset: o } => self.uar_write(cx, index, o, data),
             Target::Test(o) => {
-                self.flush_blueflame();
-                self.test_write(o, data);
+                self.flush_blueflame(cx);
+                self.test_write(cx, o, data);
             }
             Target::Msix | Target::Unbacked => {
-                self.flush_blueflame();
+                self.flush_blueflame(cx);
                 self.stray(offset, data, "no register there");
             }
         }
-        if self.more {
-            self.run_fabric();
+        if cx.shared.more {
+            self.run_fabric(cx);
         }
     }
 
@@ -367,7 +439,7 @@ impl Function {
         );
     }
 
-    fn init_seg_write(&mut self, o: usize, data: &[u8]) {
+    fn init_seg_write(&mut self, cx: &mut Cx<'_>, o: usize, data: &[u8]) {
         // Registers are written a dword at a time (iowrite32be); a 64-bit
         // store is two of them, the lower address first.
         if !o.is_multiple_of(4) || !(data.len() == 4 || data.len() == 8) {
@@ -383,14 +455,14 @@ impl Function {
             self.fw.write32(o + 4 * i, v);
         }
         if self.fw.has_pending() && self.bus_master && !self.hold_slow_command() {
-            self.run_commands();
+            self.run_commands(cx);
         }
         self.check_firmware();
     }
 
     /// Runs the pending commands.
-    fn run_commands(&mut self) {
-        let Some(hca) = self.fabric.hca(0) else {
+    fn run_commands(&mut self, cx: &mut Cx<'_>) {
+        let Some(hca) = hca!(self, cx) else {
             return;
         };
         let done = self.fw.process(&mut self.bus, hca);
@@ -399,7 +471,7 @@ impl Function {
             "command doorbell: {done} entries handed back ({} commands, {} failed so far)",
             s.commands, s.failed
         );
-        self.run_fabric();
+        self.run_fabric(cx);
     }
 
     /// Whether the pending command waits (`Settings::slow_opcode`): the
@@ -425,7 +497,7 @@ impl Function {
         true
     }
 
-    fn uar_write(&mut self, index: u32, o: usize, data: &[u8]) {
+    fn uar_write(&mut self, cx: &mut Cx<'_>, index: u32, o: usize, data: &[u8]) {
         let bit = 1u128.checked_shl(index).unwrap_or(0);
         if self.stale_uars & bit != 0 {
             if self.fw.uar_in_use(index) {
@@ -447,7 +519,7 @@ impl Function {
             return;
         }
         if o + data.len() > UAR_PAGE_SIZE || !self.bus.uars.store(index, o, data) {
-            self.flush_blueflame();
+            self.flush_blueflame(cx);
             self.stray(
                 u64::from(index) * UAR_PAGE_SIZE as u64 + o as u64,
                 data,
@@ -468,26 +540,26 @@ impl Function {
                 };
                 let rings = self.bf.store(store, data, now);
                 for r in [rings.earlier, rings.this].into_iter().flatten() {
-                    self.ring_send(r);
+                    self.ring_send(cx, r);
                 }
             }
             UarReg::CqDoorbell => {
-                self.flush_blueflame();
+                self.flush_blueflame(cx);
                 if end == UAR_CQ_DOORBELL_OFFSET + 8 {
-                    let Some(hca) = self.fabric.hca(0) else {
+                    let Some(hca) = hca!(self, cx) else {
                         return;
                     };
                     let r = hca.cq_doorbell(&mut self.bus, uar_addr);
-                    if r == Err(DoorbellError::ArmMismatch) && self.arm_overtaken(uar_addr) {
+                    if r == Err(DoorbellError::ArmMismatch) && self.arm_overtaken(cx, uar_addr) {
                         self.stats.overtaken += 1;
                         debug!("CQ arm overtaken by the next arm: the next doorbell arms the CQ");
                         return;
                     }
-                    self.count_doorbell("CQ arm", index, r);
+                    self.count_doorbell(cx, "CQ arm", index, r);
                 }
             }
             UarReg::EqArm | UarReg::EqUpdate => {
-                self.flush_blueflame();
+                self.flush_blueflame(cx);
                 let arm = matches!(uar_register(o, data.len()), UarReg::EqArm);
                 let last = if arm {
                     UAR_EQ_ARM_OFFSET
@@ -495,15 +567,15 @@ impl Function {
                     UAR_EQ_UPDATE_OFFSET
                 } + 4;
                 if end == last {
-                    let Some(hca) = self.fabric.hca(0) else {
+                    let Some(hca) = hca!(self, cx) else {
                         return;
                     };
                     let r = hca.eq_doorbell(&mut self.bus, uar_addr, arm);
-                    self.count_doorbell(if arm { "EQ arm" } else { "EQ update" }, index, r);
+                    self.count_doorbell(cx, if arm { "EQ arm" } else { "EQ update" }, index, r);
                 }
             }
             UarReg::None => {
-                self.flush_blueflame();
+                self.flush_blueflame(cx);
                 self.stray(
                     u64::from(index) * UAR_PAGE_SIZE as u64 + o as u64,
                     data,
@@ -513,7 +585,7 @@ impl Function {
         }
     }
 
-    fn ring_send(&mut self, r: Ring) {
+    fn ring_send(&mut self, cx: &mut Cx<'_>, r: Ring) {
         if self.stopped() {
             self.stats.halted_doorbells += 1;
             return;
@@ -530,22 +602,22 @@ impl Function {
         }
         // A BlueFlame copy is a posted write too: overtaken, its WQE is in
         // the SQ like the others, and the record is walked for it.
-        if let Some(take) = self.overtaken(&r) {
+        if let Some(take) = self.overtaken(cx, &r) {
             self.stats.overtaken += 1;
             debug!(
                 "send doorbell of QP {:#x} overtaken by the next post: the record is walked",
                 r.qpn
             );
             if take {
-                let Some(hca) = self.fabric.hca(0) else {
+                let Some(hca) = hca!(self, cx) else {
                     return;
                 };
                 let res = hca.send_doorbell_record(&mut self.bus, r.qpn).map(drop);
-                self.count_doorbell("send (record)", r.uar, res);
+                self.count_doorbell(cx, "send (record)", r.uar, res);
             }
             return;
         }
-        let Some(hca) = self.fabric.hca(0) else {
+        let Some(hca) = hca!(self, cx) else {
             return;
         };
         let db = SendDoorbell {
@@ -557,13 +629,13 @@ impl Function {
         // of their UAR page's registers.
         let res = hca.send_doorbell_at(&mut self.bus, &db, r.reg);
         if res.is_err() {
-            self.describe_refused(&r);
+            self.describe_refused(cx, &r);
         }
-        self.count_doorbell("send", r.uar, res);
+        self.count_doorbell(cx, "send", r.uar, res);
     }
 
     /// Logs what a refused send doorbell named against what the QP has.
-    fn describe_refused(&mut self, r: &Ring) {
+    fn describe_refused(&mut self, cx: &mut Cx<'_>, r: &Ring) {
         let Ok(reg) = bf_half_offset(usize::from(r.reg), r.half) else {
             return;
         };
@@ -573,7 +645,7 @@ impl Function {
             return;
         }
         let word = SendDoorbellWord::decode(&bytes);
-        let Some(hca) = self.fabric.hca(0) else {
+        let Some(hca) = hca!(self, cx) else {
             return;
         };
         let Some(info) = hca.query_qp(r.qpn) else {
@@ -625,7 +697,7 @@ impl Function {
     /// took its WQE); a ConnectX ignores it as well. `None`: it names the
     /// last WQE the record announces (a plain ring), or is malformed: the
     /// model checks it.
-    fn overtaken(&mut self, r: &Ring) -> Option<bool> {
+    fn overtaken(&mut self, cx: &mut Cx<'_>, r: &Ring) -> Option<bool> {
         let reg = bf_half_offset(usize::from(r.reg), r.half).ok()?;
         let addr = self.fw.uar_addr(r.uar).checked_add(reg as u64)?;
         let mut bytes = [0u8; 8];
@@ -637,7 +709,7 @@ impl Function {
         let end = word
             .wqe_index
             .wrapping_add(u16::from(ring::wqebb_count(word.ds)));
-        let hca = self.fabric.hca(0)?;
+        let hca = hca!(self, cx)?;
         let info = hca.query_qp(r.qpn)?;
         let posted = hca.send_posted(&mut self.bus, r.qpn)?;
         let counter = info.sq_pi.wrapping_add(posted);
@@ -663,7 +735,7 @@ impl Function {
     /// overtaken: its CQ's doorbell record already holds another arm,
     /// written by the driver after this doorbell's store, which as a posted
     /// write reached the device late. The later arm's own doorbell follows.
-    fn arm_overtaken(&mut self, uar_addr: u64) -> bool {
+    fn arm_overtaken(&mut self, cx: &mut Cx<'_>, uar_addr: u64) -> bool {
         let mut db = [0u8; 8];
         let at = uar_addr + UAR_CQ_DOORBELL_OFFSET as u64;
         if hca_model::mem::DmaMemory::read(&mut self.bus, at, &mut db).is_err() {
@@ -672,7 +744,7 @@ impl Function {
         let Ok(db) = UarCqDoorbell::decode(&db) else {
             return false;
         };
-        let Some(info) = self.fabric.hca(0).and_then(|h| h.query_cq(db.cqn)) else {
+        let Some(info) = hca!(self, cx).and_then(|h| h.query_cq(db.cqn)) else {
             return false;
         };
         let mut rec = [0u8; CQ_DBR_SIZE];
@@ -689,12 +761,18 @@ impl Function {
         rec.arm != db.arm
     }
 
-    fn count_doorbell<E: std::fmt::Debug>(&mut self, what: &str, uar: u32, r: Result<(), E>) {
+    fn count_doorbell<E: std::fmt::Debug>(
+        &mut self,
+        cx: &mut Cx<'_>,
+        what: &str,
+        uar: u32,
+        r: Result<(), E>,
+    ) {
         match r {
             Ok(()) => {
                 self.stats.doorbells += 1;
                 trace!("{what} doorbell on UAR {uar} accepted");
-                self.run_fabric();
+                self.run_fabric(cx);
             }
             Err(e) => {
                 self.stats.doorbell_errors += 1;
@@ -703,26 +781,28 @@ impl Function {
         }
     }
 
-    fn flush_blueflame(&mut self) {
+    fn flush_blueflame(&mut self, cx: &mut Cx<'_>) {
         if let Some(r) = self.bf.flush() {
-            self.ring_send(r);
+            self.ring_send(cx, r);
         }
     }
 
-    fn run_fabric(&mut self) {
+    /// Executes the queues of the fabric (this function's and the others'
+    /// that are not stopped).
+    pub(crate) fn run_fabric(&mut self, cx: &mut Cx<'_>) {
         if self.stopped() {
-            // The HCA executes nothing more (see `Firmware::halted`).
-            self.more = false;
+            // The HCA executes nothing more (see `Firmware::halted`); its
+            // instance is out of the fabric, whose work is the others'.
+            cx.shared.refresh_more();
             return;
         }
-        self.sync_clock();
-        let r = self.fabric.run(&mut self.bus, RUN_BUDGET);
-        self.more = r.more;
+        self.sync_clock(cx);
+        cx.run(self.index, &mut self.bus);
         self.arm_err_watch();
     }
 
     /// Arms the watch of QPs in ERR (a QP may have entered ERR).
-    fn arm_err_watch(&mut self) {
+    pub(crate) fn arm_err_watch(&mut self) {
         if self.err_watch_at.is_none() {
             self.err_watch_at = Some(self.now().saturating_add(ERR_WATCH_NS));
         }
@@ -786,18 +866,22 @@ impl Function {
 
     /// Timer work: rings a held doorbell whose time is up and runs the
     /// queues while work is left or a retry is due.
-    pub(crate) fn tick(&mut self) {
+    pub(crate) fn tick(&mut self, cx: &mut Cx<'_>) {
+        if self.detached {
+            return;
+        }
         let now = self.now();
         if self.slow_until.is_some_and(|d| d <= now) {
             self.slow_until = None;
-            self.run_commands();
+            self.run_commands(cx);
             self.check_firmware();
         }
         if self.stopped() {
             // Nothing runs on a halted function; its queues wait for a
-            // reset (or for bus mastering).
+            // reset (or for bus mastering). The fabric's other work is
+            // the other functions'.
             self.err_watch_at = None;
-            self.more = false;
+            cx.shared.refresh_more();
             return;
         }
         if self
@@ -805,21 +889,21 @@ impl Function {
             .deadline(self.bf_idle_ns())
             .is_some_and(|d| d <= now)
         {
-            self.flush_blueflame();
+            self.flush_blueflame(cx);
         }
-        let due = self.fabric.next_deadline().is_some_and(|d| d <= now);
+        let due = cx.shared.fabric.next_deadline().is_some_and(|d| d <= now);
         let mut in_err = 0;
         if self.err_watch_at.is_some_and(|d| d <= now) {
             // A ConnectX flushes receives posted to a QP in ERR without a
             // doorbell (mlx5 has no receive doorbell register): look at
             // the records of QPs in ERR, every ERR_WATCH while there are.
-            in_err = self.fabric.hca(0).map_or(0, |h| h.watch_err_receives());
+            in_err = hca!(self, cx).map_or(0, |h| h.watch_err_receives());
             self.err_watch_at = (in_err != 0).then(|| now.saturating_add(ERR_WATCH_NS));
         }
         // A watch that found no QP in ERR runs nothing (and so does not arm
         // itself again): an idle function does not wake.
-        if self.more || due || in_err != 0 {
-            self.run_fabric();
+        if cx.shared.more || due || in_err != 0 {
+            self.run_fabric(cx);
         }
     }
 
@@ -829,8 +913,11 @@ impl Function {
 
     /// How long the caller may wait for the next message before calling
     /// [`Function::tick`] (`None`: no timer work pending).
-    pub(crate) fn next_timeout(&mut self) -> Option<Duration> {
-        if self.more {
+    pub(crate) fn next_timeout(&mut self, cx: &mut Cx<'_>) -> Option<Duration> {
+        if self.detached {
+            return None;
+        }
+        if cx.shared.more {
             return Some(Duration::ZERO);
         }
         let now = self.now();
@@ -839,7 +926,7 @@ impl Function {
             return Some(Duration::from_nanos(at.saturating_sub(now)));
         }
         let bf = self.bf.deadline(self.bf_idle_ns());
-        let retry = self.fabric.next_deadline();
+        let retry = cx.shared.fabric.next_deadline();
         let at = [bf, retry, self.err_watch_at, self.slow_until]
             .into_iter()
             .flatten()
@@ -849,35 +936,35 @@ impl Function {
 
     /// Rings what is still held and runs what is left (the client is
     /// gone, but the counts should be final).
-    pub(crate) fn finish(&mut self) {
-        self.flush_blueflame();
+    pub(crate) fn finish(&mut self, cx: &mut Cx<'_>) {
+        self.flush_blueflame(cx);
         self.check_firmware();
     }
 
     /// Whether anything the guest did was refused (see the module
     /// documentation).
-    pub(crate) fn failed(&mut self) -> bool {
+    pub(crate) fn failed(&mut self, cx: &mut Cx<'_>) -> bool {
         self.stats.doorbell_errors != 0
             || self.stats.fw_errors != 0
             || self.stats.stray_writes != 0
             || self.bus.stats.dma_faults != 0
-            || self.events_dropped() != 0
+            || self.events_dropped(cx) != 0
     }
 
     /// EQEs the device could not write: an EQ overrun (the driver left
     /// more events unconsumed than the EQ holds), which a ConnectX treats
     /// as fatal, or an event with no EQ to go to.
-    fn events_dropped(&mut self) -> u64 {
-        self.fabric.hca(0).map_or(0, |h| h.stats().events_dropped)
+    fn events_dropped(&mut self, cx: &mut Cx<'_>) -> u64 {
+        hca!(self, cx).map_or(0, |h| h.stats().events_dropped)
     }
 
     /// One line per area: what the function did.
-    pub(crate) fn summary(&mut self) -> Vec<String> {
+    pub(crate) fn summary(&mut self, cx: &mut Cx<'_>) -> Vec<String> {
         let fw = self.fw.stats();
         let p = self.fw.page_counts();
         let s = self.stats;
         let b = self.bus.stats;
-        let h = self.fabric.hca(0).map(|h| *h.stats()).unwrap_or_default();
+        let h = hca!(self, cx).map(|h| *h.stats()).unwrap_or_default();
         vec![
             format!(
                 "firmware: state {:?}, {} commands ({} failed, {} delivery errors, {} ignored \
@@ -922,13 +1009,66 @@ impl Function {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::bus::UAR_BASE;
+    use crate::card::Card;
     use mlx5_prm::init_seg::{CMDIF_REV, CMD_DBELL_OFFSET, FW_REV_OFFSET, INITIALIZING_OFFSET};
 
-    fn read32(f: &mut Function, offset: u64) -> u32 {
+    /// One function on its own card, as the tests drive it.
+    pub(crate) struct One(pub(crate) Card);
+
+    impl One {
+        pub(crate) fn new(s: Settings) -> One {
+            One(Card::new(s, 1))
+        }
+
+        pub(crate) fn read(&mut self, offset: u64, data: &mut [u8]) {
+            self.0.bar0_read(0, offset, data);
+        }
+
+        pub(crate) fn write(&mut self, offset: u64, data: &[u8]) {
+            self.0.bar0_write(0, offset, data);
+        }
+
+        /// The function itself.
+        pub(crate) fn f(&mut self) -> &mut Function {
+            // PANIC: host test harness: the card has function 0.
+            self.0.function(0).unwrap()
+        }
+
+        pub(crate) fn failed(&mut self) -> bool {
+            self.0.failed(0)
+        }
+
+        pub(crate) fn next_timeout(&mut self) -> Option<Duration> {
+            self.0.next_timeout()
+        }
+
+        pub(crate) fn tick(&mut self) {
+            self.0.tick();
+        }
+
+        pub(crate) fn reset(&mut self) {
+            self.0.reset(0);
+        }
+
+        pub(crate) fn flr(&mut self) {
+            self.0.flr(0);
+        }
+
+        pub(crate) fn summary(&mut self) -> Vec<String> {
+            self.0.summary(0)
+        }
+
+        pub(crate) fn run_fabric(&mut self) {
+            self.0.on(0, |f, cx| f.run_fabric(cx));
+        }
+    }
+
+    fn read32(f: &mut One, offset: u64) -> u32 {
         let mut b = [0u8; 4];
-        f.bar0_read(offset, &mut b);
+        f.read(offset, &mut b);
         u32::from_be_bytes(b)
     }
 
@@ -936,8 +1076,8 @@ mod tests {
     /// pages: 64 one-page tables (user MRs of up to 1 MiB) fit it alone.
     #[test]
     fn table_pages_are_reserved() {
-        let f = Function::new(Settings::DEFAULT);
-        let cfg = f.fw.config();
+        let mut f = One::new(Settings::DEFAULT);
+        let cfg = f.f().fw.config();
         assert_eq!(cfg.mtt_reserve, MTT_RESERVE);
         assert!(cfg.mtt_reserve >= 64);
         assert!(PAGE_SLOTS as u32 > 2 * (cfg.boot_pages + cfg.init_pages + cfg.mtt_reserve));
@@ -945,14 +1085,14 @@ mod tests {
 
     #[test]
     fn the_init_segment_reads_big_endian() {
-        let mut f = Function::new(Settings::DEFAULT);
+        let mut f = One::new(Settings::DEFAULT);
         // fw_rev: minor 35 in the upper half, major 16 in the lower.
         assert_eq!(read32(&mut f, FW_REV_OFFSET as u64), 35 << 16 | 16);
         assert_eq!(read32(&mut f, 4) >> 16, u32::from(CMDIF_REV));
         assert_eq!(read32(&mut f, 4) & 0xffff, 1012);
         // A byte read takes the register's bytes in memory order.
         let mut b = [0u8; 1];
-        f.bar0_read(3, &mut b);
+        f.read(3, &mut b);
         assert_eq!(b[0], 16);
         // Ready at once (the default readiness).
         assert_eq!(read32(&mut f, INITIALIZING_OFFSET as u64) >> 31, 0);
@@ -961,53 +1101,54 @@ mod tests {
 
     #[test]
     fn a_doorbell_before_the_queue_is_set_up_is_a_protocol_error() {
-        let mut f = Function::new(Settings::DEFAULT);
-        f.bar0_write(CMD_DBELL_OFFSET as u64, &1u32.to_be_bytes());
-        assert_eq!(f.stats.fw_errors, 1);
+        let mut f = One::new(Settings::DEFAULT);
+        f.write(CMD_DBELL_OFFSET as u64, &1u32.to_be_bytes());
+        assert_eq!(f.f().stats.fw_errors, 1);
         assert!(f.failed());
     }
 
     #[test]
     fn stores_where_no_register_is_are_counted() {
-        let mut f = Function::new(Settings::DEFAULT);
-        f.bar0_write(2 * 4096 + 0x100, &[0; 4]);
-        f.bar0_write(crate::bar0::BAR0_SIZE - 8, &[0; 8]);
-        f.bar0_write(0x10, &[0; 2]);
-        assert_eq!(f.stats.stray_writes, 3);
+        let mut f = One::new(Settings::DEFAULT);
+        f.write(2 * 4096 + 0x100, &[0; 4]);
+        f.write(crate::bar0::BAR0_SIZE - 8, &[0; 8]);
+        f.write(0x10, &[0; 2]);
+        assert_eq!(f.f().stats.stray_writes, 3);
     }
 
     #[test]
     fn a_cq_doorbell_for_no_cq_is_refused() {
-        let mut f = Function::new(Settings::DEFAULT);
+        let mut f = One::new(Settings::DEFAULT);
         // CQN 5, ARM word 0: no such CQ on UAR 2.
-        f.bar0_write(2 * 4096 + 0x20, &[0, 0, 0, 0, 0, 0, 0, 5]);
-        assert_eq!(f.stats.doorbell_errors, 1);
+        f.write(2 * 4096 + 0x20, &[0, 0, 0, 0, 0, 0, 0, 5]);
+        assert_eq!(f.f().stats.doorbell_errors, 1);
         // The bytes landed in the device's copy of the page.
         let mut b = [0u8; 8];
-        hca_model::mem::DmaMemory::read(&mut f.bus, UAR_BASE + 2 * 4096 + 0x20, &mut b).unwrap();
+        hca_model::mem::DmaMemory::read(&mut f.f().bus, UAR_BASE + 2 * 4096 + 0x20, &mut b)
+            .unwrap();
         assert_eq!(b[7], 5);
     }
 
     #[test]
     fn a_lone_blueflame_store_is_rung_when_its_time_is_up() {
-        let mut f = Function::new(Settings {
+        let mut f = One::new(Settings {
             bf_idle: Duration::ZERO,
             ..Settings::DEFAULT
         });
         let mut ctrl = [0u8; 8];
         ctrl[4..].copy_from_slice(&(0x42u32 << 8 | 1).to_be_bytes());
-        f.bar0_write(3 * 4096 + 0x800, &ctrl);
-        assert_eq!(f.stats.doorbell_errors, 0, "held, not rung yet");
+        f.write(3 * 4096 + 0x800, &ctrl);
+        assert_eq!(f.f().stats.doorbell_errors, 0, "held, not rung yet");
         assert_eq!(f.next_timeout(), Some(Duration::ZERO));
         f.tick();
         // No QP 0x42: the model refuses it.
-        assert_eq!(f.stats.doorbell_errors, 1);
+        assert_eq!(f.f().stats.doorbell_errors, 1);
         assert_eq!(f.next_timeout(), None);
     }
 
     #[test]
     fn the_err_watch_stops_when_no_qp_is_in_err() {
-        let mut f = Function::new(Settings::DEFAULT);
+        let mut f = One::new(Settings::DEFAULT);
         f.run_fabric();
         let t = f
             .next_timeout()
@@ -1024,13 +1165,13 @@ mod tests {
 
     #[test]
     fn reset_starts_over() {
-        let mut f = Function::new(Settings::DEFAULT);
-        f.bar0_write(4096 + 0x800, &[1; 8]);
+        let mut f = One::new(Settings::DEFAULT);
+        f.write(4096 + 0x800, &[1; 8]);
         f.reset();
         assert_eq!(f.next_timeout(), None);
-        assert_eq!(f.stats.resets, 1);
+        assert_eq!(f.f().stats.resets, 1);
         let mut b = [0u8; 8];
-        hca_model::mem::DmaMemory::read(&mut f.bus, UAR_BASE + 4096 + 0x800, &mut b).unwrap();
+        hca_model::mem::DmaMemory::read(&mut f.f().bus, UAR_BASE + 4096 + 0x800, &mut b).unwrap();
         assert_eq!(b, [0; 8]);
     }
 }

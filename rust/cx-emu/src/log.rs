@@ -8,13 +8,20 @@
 //! the function does (connections, resets, life-cycle changes), 2 adds
 //! every DMA map, interrupt set-up and command doorbell, 3 every BAR
 //! access.
+//!
+//! A process that serves several functions (`--functions`) tags each line
+//! with the function it concerns (`fn1: `), see [`set_function`]; with one
+//! function the lines carry no tag.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
 static LEVEL: AtomicU8 = AtomicU8::new(1);
 static START: OnceLock<Instant> = OnceLock::new();
+/// The function the lines printed now concern ([`NO_FUNCTION`]: none).
+static FUNCTION: AtomicU16 = AtomicU16::new(NO_FUNCTION);
+const NO_FUNCTION: u16 = u16::MAX;
 
 /// Sets how much is printed (see the module documentation) and starts the
 /// clock of the timestamps.
@@ -28,10 +35,25 @@ pub(crate) fn enabled(level: u8) -> bool {
     LEVEL.load(Ordering::Relaxed) >= level
 }
 
+/// Tags the lines printed from now on with function `f` (`None`: no tag).
+/// Returns the tag it replaces, for the caller to put back.
+pub(crate) fn set_function(f: Option<usize>) -> Option<usize> {
+    let v = f.map_or(NO_FUNCTION, |f| u16::try_from(f).unwrap_or(NO_FUNCTION - 1));
+    let old = FUNCTION.swap(v, Ordering::Relaxed);
+    (old != NO_FUNCTION).then_some(usize::from(old))
+}
+
 /// Prints one log line.
 pub(crate) fn line(kind: &str, args: std::fmt::Arguments<'_>) {
     let ms = START.get_or_init(Instant::now).elapsed().as_millis();
-    eprintln!("cx-emu: [{:>5}.{:03}] {kind}{args}", ms / 1000, ms % 1000);
+    match FUNCTION.load(Ordering::Relaxed) {
+        NO_FUNCTION => eprintln!("cx-emu: [{:>5}.{:03}] {kind}{args}", ms / 1000, ms % 1000),
+        f => eprintln!(
+            "cx-emu: [{:>5}.{:03}] fn{f}: {kind}{args}",
+            ms / 1000,
+            ms % 1000
+        ),
+    }
 }
 
 /// Logs an error (always printed; the caller also counts it).

@@ -10,8 +10,14 @@
 //! interface and page management) in front of one HCA instance, in one
 //! fabric of one. Documentation/cx-emu.md describes the whole route.
 //!
+//! With `--functions N` (2 to 8) the process is a card of N functions on
+//! one fabric (`card.rs`): function `i` is served on its own socket, PATH
+//! for function 0 and PATH.i for the others (QEMU attaches one
+//! `vfio-user-pci` device to each), has its own firmware and HCA instance
+//! `i` (LID `i + 1`), and RC traffic runs between the functions' QPs.
+//!
 //! ```text
-//! rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]
+//! rmlx5-cx-emu --socket PATH [--functions N] [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]
 //!
 //! `--fail-opcode` makes the firmware fail the first `--fail-count`
 //! (default 1) commands with that opcode (a test of the driver's error
@@ -28,16 +34,19 @@
 //! (`testreg.rs`), and resets the function with an FLR (the Advanced
 //! Features capability, `pci.rs`); neither counts against the guest.
 //!
-//! The socket appears at PATH once it accepts a connection; the process
-//! serves one client and exits when it disconnects: 0 if the guest did
-//! nothing wrong, 1 if anything was refused (a command, a doorbell, a DMA
-//! outside guest memory, a store where no register is, a vfio-user
-//! message) or an EQE was dropped (an EQ overrun), 2 if it could not
-//! start. The log goes to stderr.
+//! The socket appears at PATH once it accepts a connection (with several
+//! functions, PATH appears last, once every socket does); the process
+//! serves one client per function and exits when they have disconnected:
+//! 0 if the guest did nothing wrong, 1 if anything was refused on any
+//! function (a command, a doorbell, a DMA outside guest memory, a store
+//! where no register is, a vfio-user message), an EQE was dropped (an EQ
+//! overrun) or a function never got its client, 2 if it could not start.
+//! The log goes to stderr.
 
 mod bar0;
 mod blueflame;
 mod bus;
+mod card;
 mod dma;
 mod function;
 mod log;
@@ -54,27 +63,47 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use function::{Function, Settings};
+use card::MAX_FUNCTIONS;
+use function::Settings;
 use log::{error, info};
-use server::Server;
-use vfio_user::socket::Connection;
+use server::{Endpoint, Server};
 
-const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]";
+const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--functions N] [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]";
 
 struct Args {
     socket: PathBuf,
+    functions: usize,
     settings: Settings,
     verbosity: u8,
 }
 
+/// The socket of function `i`: PATH for function 0, PATH.i for the others.
+fn socket_path(path: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        return path.to_path_buf();
+    }
+    let mut p = path.as_os_str().to_owned();
+    p.push(format!(".{i}"));
+    PathBuf::from(p)
+}
+
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut socket = None;
+    let mut functions = 1;
     let mut settings = Settings::DEFAULT;
     let mut verbosity = 1u8;
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
             "--socket" => socket = Some(PathBuf::from(value("--socket")?)),
+            "--functions" => {
+                functions = value("--functions")?
+                    .parse()
+                    .map_err(|e| format!("--functions: {e}"))?;
+                if functions == 0 || functions > MAX_FUNCTIONS {
+                    return Err(format!("--functions: 1 to {MAX_FUNCTIONS}"));
+                }
+            }
             "--msix" => {
                 let n: u16 = value("--msix")?
                     .parse()
@@ -128,6 +157,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     }
     Ok(Args {
         socket: socket.ok_or("--socket is required")?,
+        functions,
         settings,
         verbosity,
     })
@@ -164,46 +194,71 @@ fn main() -> ExitCode {
         }
     };
     log::init(args.verbosity);
-    let listener = match listen(&args.socket) {
-        Ok(l) => l,
-        Err(e) => {
-            error!("cannot listen on {}: {e}", args.socket.display());
-            return ExitCode::from(2);
+    let n = args.functions;
+    let tag = |i: usize| (n > 1).then_some(i);
+    // The last function's socket first, PATH last: PATH appears once
+    // every socket accepts connections.
+    let mut endpoints = Vec::new();
+    for i in (0..n).rev() {
+        let path = socket_path(&args.socket, i);
+        match listen(&path) {
+            Ok(l) => endpoints.push(Endpoint::Listen(l, path)),
+            Err(e) => {
+                log::set_function(tag(i));
+                error!("cannot listen on {}: {e}", path.display());
+                for j in i + 1..n {
+                    let _ = std::fs::remove_file(socket_path(&args.socket, j));
+                }
+                return ExitCode::from(2);
+            }
         }
-    };
+    }
+    endpoints.reverse();
     let s = &args.settings;
-    info!(
-        "ConnectX-5 15b3:1017 on {}: BAR0 32 MiB, {} UARs, {} MSI-X vectors, firmware 16.35.1012",
-        args.socket.display(),
-        s.uars,
-        s.msix_vectors
-    );
-    let accepted = listener.accept();
-    // The path is not needed once the client is in.
-    let _ = std::fs::remove_file(&args.socket);
-    let stream = match accepted {
-        Ok((stream, _)) => stream,
-        Err(e) => {
-            error!("accept: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let mut server = Server::new(Connection::new(stream), Function::new(args.settings));
+    if n > 1 {
+        info!(
+            "{n} functions sharing one fabric: HCA instances 0 to {}, port LIDs 1 to {n}",
+            n - 1
+        );
+    }
+    for i in 0..n {
+        log::set_function(tag(i));
+        info!(
+            "ConnectX-5 15b3:1017 on {}: BAR0 32 MiB, {} UARs, {} MSI-X vectors, firmware 16.35.1012",
+            socket_path(&args.socket, i).display(),
+            s.uars,
+            s.msix_vectors
+        );
+    }
+    log::set_function(None);
+    let mut server = Server::new(args.settings, endpoints);
     if let Err(e) = server.run() {
-        server.protocol_errors += 1;
-        error!("vfio-user connection: {e}");
+        error!("accept: {e}");
+        return ExitCode::from(2);
     }
-    server.function.finish();
-    info!("client disconnected");
-    for line in server.function.summary() {
-        log::line("summary: ", format_args!("{line}"));
+    let mut failed = false;
+    let mut protocol_errors = 0;
+    for i in 0..n {
+        log::set_function(tag(i));
+        for line in server.card.summary(i) {
+            log::line("summary: ", format_args!("{line}"));
+        }
+        let errors = server.protocol_errors(i);
+        if n > 1 {
+            log::line(
+                "summary: ",
+                format_args!("{errors} vfio-user protocol errors"),
+            );
+        }
+        failed |= server.card.failed(i) || errors != 0;
+        protocol_errors += errors;
     }
-    let failed = server.function.failed() || server.protocol_errors != 0;
+    log::set_function(None);
     log::line(
         "summary: ",
         format_args!(
             "{} vfio-user protocol errors; {}",
-            server.protocol_errors,
+            protocol_errors,
             if failed {
                 "FAILED: the guest did something the device refused (see the errors above)"
             } else {
@@ -230,6 +285,7 @@ mod tests {
     fn arguments() {
         let a = args(&["--socket", "/tmp/s", "--msix", "8", "-v", "-v"]).unwrap();
         assert_eq!(a.socket, PathBuf::from("/tmp/s"));
+        assert_eq!(a.functions, 1);
         assert_eq!(a.settings.msix_vectors, 8);
         assert_eq!(a.verbosity, 3);
         assert!(args(&["--msix", "8"]).is_err());
@@ -248,5 +304,16 @@ mod tests {
                 .never_ready
         );
         assert!(!args(&["--socket", "x"]).unwrap().settings.never_ready);
+    }
+
+    #[test]
+    fn several_functions_have_a_socket_each() {
+        let a = args(&["--socket", "/tmp/cx.sock", "--functions", "2"]).unwrap();
+        assert_eq!(a.functions, 2);
+        assert_eq!(socket_path(&a.socket, 0), PathBuf::from("/tmp/cx.sock"));
+        assert_eq!(socket_path(&a.socket, 1), PathBuf::from("/tmp/cx.sock.1"));
+        assert!(args(&["--socket", "x", "--functions", "0"]).is_err());
+        assert!(args(&["--socket", "x", "--functions", "9"]).is_err());
+        assert!(args(&["--socket", "x", "--functions"]).is_err());
     }
 }

@@ -1,24 +1,30 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The device process's loop: one client (QEMU), one function, one
-//! thread.
+//! The device process's loop: one thread, one client (QEMU's
+//! `vfio-user-pci`) per function of the card, each on its own socket.
 //!
-//! Each turn waits for the next message no longer than the function's
-//! timer asks (a held doorbell, a retry deadline, queue work left over),
-//! does the timer work, then answers the message. Messages are handled in
-//! the order they arrive, so the guest's BAR accesses reach the function
-//! in program order (QEMU sends them on this one socket). The loop ends
-//! when the client closes the connection.
+//! Each turn waits for the next message on any socket (or a client to
+//! accept) no longer than the card's timer asks (a held doorbell, a retry
+//! deadline, queue work left over), does the timer work, then answers one
+//! message of each socket that has one. A socket's messages are handled
+//! in the order they arrive, so the guest's BAR accesses reach its
+//! function in program order (QEMU sends them on that one socket). A
+//! client that closes its connection detaches its function (`card.rs`);
+//! the loop ends when no client is connected any more and at least one
+//! has been.
 
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
 
 use crate::bar0::BAR0_SIZE;
-use crate::function::Function;
-use crate::log::{debug, error, info};
+use crate::card::Card;
+use crate::function::{Function, Settings};
+use crate::log::{self, debug, error, info};
 use crate::pci::{ConfigEffect, ConfigSpace, CONFIG_SIZE};
-use crate::vfio_user::socket::{Connection, Message, MAX_MESSAGE};
+use crate::vfio_user::socket::{wait_readable, Connection, Message, MAX_MESSAGE};
 use crate::vfio_user::wire::{self, vfio, Request, SetIrqs};
 
 /// Largest region access the server announces and accepts.
@@ -27,53 +33,240 @@ const MAX_DATA_XFER: u32 = 1 << 20;
 /// can be), never across a 4 KiB page.
 const MAX_ACCESS: u64 = 8;
 
-/// The server: a connection and the function behind it.
-pub(crate) struct Server {
-    conn: Connection,
+/// Where a function's client comes from.
+pub(crate) enum Endpoint {
+    /// A socket to accept it on, at this path (removed once it is in).
+    Listen(UnixListener, PathBuf),
+    /// A client already connected (the tests' socket pairs).
+    #[cfg(test)]
+    Client(Connection),
+}
+
+/// Where a function's link stands.
+enum Peer {
+    Listening(UnixListener, PathBuf),
+    Connected(Connection),
+    /// The client came and went.
+    Gone,
+}
+
+/// One function's side of the server: its client and its configuration
+/// space.
+struct Link {
+    peer: Peer,
     config: ConfigSpace,
-    /// The function.
-    pub(crate) function: Function,
     /// vfio-user requests refused or not understood.
-    pub(crate) protocol_errors: u64,
+    protocol_errors: u64,
+}
+
+/// The server: the card and one link per function.
+pub(crate) struct Server {
+    /// The functions.
+    pub(crate) card: Card,
+    links: Vec<Link>,
+    /// The function whose message is being handled.
+    cur: usize,
 }
 
 type Reply = Result<Vec<u8>, i32>;
 
 impl Server {
-    /// Serves `function` on `conn`.
-    pub(crate) fn new(conn: Connection, function: Function) -> Self {
-        let vectors = function.bus.vectors.count() as u16;
+    /// Serves a card of one function per endpoint, built with `settings`:
+    /// function `i` on `endpoints[i]`.
+    pub(crate) fn new(settings: Settings, endpoints: Vec<Endpoint>) -> Self {
+        let mut card = Card::new(settings, endpoints.len());
+        let links = endpoints
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let vectors = card.function(i).map_or(0, |f| f.bus.vectors.count()) as u16;
+                Link {
+                    peer: match e {
+                        Endpoint::Listen(l, p) => Peer::Listening(l, p),
+                        #[cfg(test)]
+                        Endpoint::Client(c) => Peer::Connected(c),
+                    },
+                    config: ConfigSpace::connectx5(vectors),
+                    protocol_errors: 0,
+                }
+            })
+            .collect();
         Server {
-            conn,
-            config: ConfigSpace::connectx5(vectors),
-            function,
-            protocol_errors: 0,
+            card,
+            links,
+            cur: 0,
         }
     }
 
-    /// Serves until the client closes the connection.
+    /// vfio-user requests function `i`'s client sent that were refused or
+    /// not understood, and connection failures.
+    pub(crate) fn protocol_errors(&self, i: usize) -> u64 {
+        self.links.get(i).map_or(0, |l| l.protocol_errors)
+    }
+
+    /// Whether the loop is done: no client is connected and at least one
+    /// was (the clients of one QEMU connect one after the other at start
+    /// and leave together).
+    fn done(&self) -> bool {
+        let connected = self
+            .links
+            .iter()
+            .any(|l| matches!(l.peer, Peer::Connected(_)));
+        let gone = self.links.iter().any(|l| matches!(l.peer, Peer::Gone));
+        !connected && gone
+    }
+
+    /// Serves until no client is connected any more (see the module
+    /// documentation). A function that never got its client counts a
+    /// protocol error; so does a failure to wait for the sockets, which
+    /// ends every connection.
     ///
     /// # Errors
     ///
-    /// A socket error, or a message that breaks the stream's framing.
+    /// A client could not be accepted (the process could not start).
     pub(crate) fn run(&mut self) -> io::Result<()> {
-        loop {
-            let timeout = self.function.next_timeout();
-            let readable = self.conn.wait(timeout)?;
-            self.function.tick();
-            if !readable {
-                continue;
+        while !self.done() {
+            let timeout = self.card.next_timeout();
+            let ready = {
+                let fds: Vec<Option<BorrowedFd<'_>>> = self
+                    .links
+                    .iter()
+                    .map(|l| match &l.peer {
+                        Peer::Listening(s, _) => Some(s.as_fd()),
+                        Peer::Connected(c) => Some(c.as_fd()),
+                        Peer::Gone => None,
+                    })
+                    .collect();
+                let live: Vec<BorrowedFd<'_>> = fds.iter().flatten().copied().collect();
+                wait_readable(&live, timeout).map(|r| {
+                    let mut r = r.into_iter();
+                    fds.iter()
+                        .map(|fd| fd.is_some() && r.next().unwrap_or(false))
+                        .collect::<Vec<bool>>()
+                })
+            };
+            let ready = match ready {
+                Ok(r) => r,
+                Err(e) => {
+                    self.abort(&e);
+                    break;
+                }
+            };
+            self.card.tick();
+            for (i, r) in ready.into_iter().enumerate() {
+                if r {
+                    self.serve(i)?;
+                }
             }
-            match self.conn.recv()? {
-                None => return Ok(()),
-                Some(m) => self.handle(m)?,
+        }
+        for i in 0..self.links.len() {
+            if let Peer::Listening(_, path) = &self.links[i].peer {
+                let _ = std::fs::remove_file(path);
+                let path = path.display().to_string();
+                self.cur = i;
+                self.tagged(|s| {
+                    s.protocol_error(format_args!("no client connected on {path}"));
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every connection after the sockets could not be waited for.
+    fn abort(&mut self, e: &io::Error) {
+        for i in 0..self.links.len() {
+            if matches!(self.links[i].peer, Peer::Connected(_)) {
+                self.cur = i;
+                self.tagged(|s| {
+                    s.links[i].protocol_errors += 1;
+                    error!("vfio-user connection: {e}");
+                    s.disconnect(i);
+                });
             }
         }
     }
 
+    /// Runs `op` with the log lines tagged with the current function's
+    /// number (if the card has several).
+    fn tagged<R>(&mut self, op: impl FnOnce(&mut Self) -> R) -> R {
+        let tag = (self.links.len() > 1).then(|| log::set_function(Some(self.cur)));
+        let r = op(self);
+        if let Some(t) = tag {
+            log::set_function(t);
+        }
+        r
+    }
+
+    /// Serves what is waiting on link `i`: accepts its client, or handles
+    /// one message.
+    fn serve(&mut self, i: usize) -> io::Result<()> {
+        self.cur = i;
+        self.tagged(|s| s.serve_link(i))
+    }
+
+    fn serve_link(&mut self, i: usize) -> io::Result<()> {
+        let Some(link) = self.links.get_mut(i) else {
+            return Ok(());
+        };
+        match &mut link.peer {
+            Peer::Listening(listener, path) => {
+                let accepted = listener.accept();
+                // The path is not needed once the client is in.
+                let _ = std::fs::remove_file(&*path);
+                let (stream, _) = accepted?;
+                link.peer = Peer::Connected(Connection::new(stream));
+            }
+            Peer::Connected(conn) => {
+                let r = match conn.recv() {
+                    Ok(None) => Ok(false),
+                    Ok(Some(m)) => self.handle(m).map(|()| true),
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(true) => {}
+                    Ok(false) => self.disconnect(i),
+                    Err(e) => {
+                        self.links[i].protocol_errors += 1;
+                        error!("vfio-user connection: {e}");
+                        self.disconnect(i);
+                    }
+                }
+            }
+            Peer::Gone => {}
+        }
+        Ok(())
+    }
+
+    /// Link `i`'s client is gone: its function is detached.
+    fn disconnect(&mut self, i: usize) {
+        if let Some(l) = self.links.get_mut(i) {
+            l.peer = Peer::Gone;
+        }
+        self.card.detach(i);
+        info!("client disconnected");
+    }
+
     fn protocol_error(&mut self, what: std::fmt::Arguments<'_>) {
-        self.protocol_errors += 1;
+        if let Some(l) = self.links.get_mut(self.cur) {
+            l.protocol_errors += 1;
+        }
         error!("vfio-user: {what}");
+    }
+
+    fn config(&mut self) -> &mut ConfigSpace {
+        &mut self.links[self.cur].config
+    }
+
+    fn conn(&mut self) -> Option<&mut Connection> {
+        match &mut self.links.get_mut(self.cur)?.peer {
+            Peer::Connected(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The current function (there is one per link, see `Server::new`).
+    fn function(&mut self) -> Result<&mut Function, i32> {
+        self.card.function(self.cur).ok_or(libc::ENODEV)
     }
 
     fn handle(&mut self, m: Message) -> io::Result<()> {
@@ -96,7 +289,10 @@ impl Server {
             Ok(payload) => wire::reply(&h, &payload),
             Err(errno) => wire::error_reply(&h, errno),
         };
-        self.conn.send(&bytes)
+        match self.conn() {
+            Some(c) => c.send(&bytes),
+            None => Ok(()),
+        }
     }
 
     fn request(&mut self, req: Request, fds: Vec<OwnedFd>) -> Reply {
@@ -110,7 +306,7 @@ impl Server {
                     self.protocol_error(format_args!("DMA_MAP with {} descriptors", fds.len()));
                     return Err(libc::EINVAL);
                 }
-                let mem = &mut self.function.bus.mem;
+                let mem = &mut self.function()?.bus.mem;
                 match mem.map(d.addr, d.size, d.offset, d.flags, fds.first()) {
                     Ok(()) => {
                         let (n, bytes) = mem.extent();
@@ -144,7 +340,7 @@ impl Server {
             }
             Request::DmaUnmap(u) => {
                 let all = u.flags & vfio::DMA_UNMAP_ALL != 0;
-                match self.function.bus.mem.unmap(u.addr, u.size, all) {
+                match self.function()?.bus.mem.unmap(u.addr, u.size, all) {
                     Ok(n) => {
                         debug!("DMA unmap {:#x}+{:#x}: {n} ranges", u.addr, u.size);
                         Ok(wire::dma_unmap_payload(&u))
@@ -180,7 +376,7 @@ impl Server {
                 let (flags, count) = match index {
                     vfio::PCI_INTX_IRQ_INDEX => (vfio::IRQ_INFO_EVENTFD, 1),
                     vfio::PCI_MSIX_IRQ_INDEX => {
-                        (vfio::IRQ_INFO_EVENTFD, self.function.bus.vectors.count())
+                        (vfio::IRQ_INFO_EVENTFD, self.function()?.bus.vectors.count())
                     }
                     i if i < vfio::PCI_NUM_IRQS => (0, 0),
                     _ => {
@@ -215,8 +411,8 @@ impl Server {
             }
             Request::Reset => {
                 info!("function reset (DEVICE_RESET)");
-                self.config.reset();
-                self.function.reset();
+                self.config().reset();
+                self.card.reset(self.cur);
                 Ok(Vec::new())
             }
         }
@@ -244,13 +440,13 @@ impl Server {
     fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> Result<(), i32> {
         self.access("read", region, offset, data.len())?;
         if region == vfio::PCI_CONFIG_REGION_INDEX {
-            return self.config.read(offset, data).map_err(|_| libc::EINVAL);
+            return self.config().read(offset, data).map_err(|_| libc::EINVAL);
         }
         let mut done = 0;
         while done < data.len() {
             let at = offset + done as u64;
             let n = piece(at, data.len() - done);
-            self.function.bar0_read(at, &mut data[done..done + n]);
+            self.card.bar0_read(self.cur, at, &mut data[done..done + n]);
             done += n;
         }
         Ok(())
@@ -260,22 +456,26 @@ impl Server {
         self.access("write", region, offset, data.len())?;
         if region == vfio::PCI_CONFIG_REGION_INDEX {
             debug!("config write {offset:#x} = {data:02x?}");
-            let effect = self.config.write(offset, data).map_err(|_| libc::EINVAL)?;
+            let effect = self
+                .config()
+                .write(offset, data)
+                .map_err(|_| libc::EINVAL)?;
             if effect == ConfigEffect::FunctionLevelReset {
                 // Done before the write is answered: the guest finds the
                 // function reset when its write returns.
                 info!("function-level reset (Initiate FLR in the Advanced Features capability)");
-                self.config.reset();
-                self.function.flr();
+                self.config().reset();
+                self.card.flr(self.cur);
             }
-            self.function.set_bus_master(self.config.bus_master());
+            let on = self.config().bus_master();
+            self.card.set_bus_master(self.cur, on);
             return Ok(());
         }
         let mut done = 0;
         while done < data.len() {
             let at = offset + done as u64;
             let n = piece(at, data.len() - done);
-            self.function.bar0_write(at, &data[done..done + n]);
+            self.card.bar0_write(self.cur, at, &data[done..done + n]);
             done += n;
         }
         Ok(())
@@ -298,7 +498,7 @@ impl Server {
         );
         let available = match s.index {
             vfio::PCI_INTX_IRQ_INDEX => 1,
-            vfio::PCI_MSIX_IRQ_INDEX => self.function.bus.vectors.count(),
+            vfio::PCI_MSIX_IRQ_INDEX => self.function()?.bus.vectors.count(),
             _ => 0,
         };
         let end = s.start.checked_add(s.count);
@@ -314,7 +514,7 @@ impl Server {
         if action != vfio::IRQ_SET_ACTION_TRIGGER || s.index != vfio::PCI_MSIX_IRQ_INDEX {
             return Ok(Vec::new());
         }
-        let vectors = &mut self.function.bus.vectors;
+        let vectors = &mut self.function()?.bus.vectors;
         match data_type {
             vfio::IRQ_SET_DATA_EVENTFD if fds.len() == s.count as usize => {
                 for (i, fd) in fds.into_iter().enumerate() {

@@ -8,7 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::mem::size_of;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -51,28 +51,9 @@ impl Connection {
     /// # Errors
     ///
     /// The `poll` error (not `EINTR`, which reports "not readable").
+    #[cfg(test)]
     pub(crate) fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        let ms = match timeout {
-            None => -1,
-            Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
-        };
-        let mut pfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one valid, writable `pollfd` and the count says
-        // one; the descriptor stays open for the call (owned by `stream`).
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(n > 0)
+        Ok(wait_readable(&[self.stream.as_fd()], timeout)?[0])
     }
 
     /// Reads the next whole message. `Ok(None)`: the client closed the
@@ -125,6 +106,51 @@ impl Connection {
     pub(crate) fn send(&mut self, message: &[u8]) -> io::Result<()> {
         self.stream.write_all(message)
     }
+}
+
+impl AsFd for Connection {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+/// Waits until one of `fds` can be read (a message, a connection to
+/// accept, or the peer's close) or `timeout` passes (`None`: without
+/// limit). Returns which are readable.
+///
+/// # Errors
+///
+/// The `poll` error (not `EINTR`, which reports none readable).
+pub(crate) fn wait_readable(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+) -> io::Result<Vec<bool>> {
+    let ms = match timeout {
+        None => -1,
+        Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
+    };
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let count = libc::nfds_t::try_from(pfds.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many descriptors"))?;
+    // SAFETY: `pfds` holds `count` valid, writable `pollfd`s; the
+    // descriptors stay open for the call (borrowed for its length).
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), count, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(vec![false; fds.len()])
+        } else {
+            Err(e)
+        };
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
 }
 
 /// One `recvmsg` into `buf`, appending the descriptors that came with it
@@ -231,6 +257,22 @@ mod tests {
             (cmd::DEVICE_RESET, 0, 0)
         );
         assert!(conn.recv().unwrap().is_none());
+    }
+
+    #[test]
+    fn waiting_on_several_sockets_says_which_is_readable() {
+        let (a0, b0) = UnixStream::pair().unwrap();
+        let (a1, b1) = UnixStream::pair().unwrap();
+        let fds = [b0.as_fd(), b1.as_fd()];
+        let none = wait_readable(&fds, Some(Duration::from_millis(1))).unwrap();
+        assert_eq!(none, [false, false]);
+        (&a1).write_all(&[1]).unwrap();
+        let one = wait_readable(&fds, Some(Duration::ZERO)).unwrap();
+        assert_eq!(one, [false, true]);
+        // A closed peer reads as readable too (the end of the stream).
+        drop(a0);
+        let both = wait_readable(&fds, None).unwrap();
+        assert_eq!(both, [true, true]);
     }
 
     #[test]
