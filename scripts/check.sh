@@ -189,6 +189,13 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 pci_guest "guest with an emulated ConnectX that fails and recovers" \
                     "PCI guest, faults" pci-faults-console.log --append rmlx5.cxfaults=1 \
                     "${guest_tools[@]}"
+                # And two functions of one emulated card sharing one
+                # fabric: RC traffic between two ConnectX verbs devices
+                # (kernel ULPs and user space), each port's LID from its
+                # firmware.
+                pci_guest "guest with two emulated ConnectX functions on one fabric" \
+                    "PCI guest, two functions" pci-two-functions-console.log \
+                    --cx-emu-functions 2 "${guest_tools[@]}"
                 # And behind SWIOTLB bounce buffers (swiotlb=force): kernel
                 # MRs, which would need DMA syncs, are refused.
                 pci_guest "guest with an emulated ConnectX and every DMA mapping bounced" \

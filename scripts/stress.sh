@@ -6,7 +6,9 @@
 #   3. 10^7 completions with no completion event lost, then again with
 #      kmalloc fault injection on rmlx5's call stacks;
 #   4. the CVE regression tests (rmlx5-cve-tests) in a loop;
-# then rmmod and a kmemleak scan. Prints a table and writes it to
+# then rmmod and a kmemleak scan; then, in a second guest with the
+# emulated ConnectX, a loop of device faults mid-traffic (PCIFAULTS
+# passes of four, default 10). Prints a table and writes it to
 # results/stress-<UTC time>/summary.txt (results/ is not committed), next
 # to the console log. Exits non-zero on any failed part, kernel splat,
 # leak, lost event or unexpected errno, printing the seed and the console
@@ -48,10 +50,36 @@ python3 "$top/tests/run-guest.py" --mode stress --kernel "$kdir/arch/x86/boot/bz
     --timeout "${STRESS_TIMEOUT:-4200}" --log "$consolelog" | tee "$out/guest-run.txt"
 guest_rc=${PIPESTATUS[0]}
 
+# The emulated ConnectX's fault loop: PCIFAULTS passes (default 10, divided
+# by STRESS's scale) of the four faults tests/guest/pci-smoke.sh injects
+# mid-traffic (fatal syndrome, hung firmware, lost command, FLR behind the
+# driver), each to be survived by failing, writing off and recovering the
+# function.
+scale=$(echo "${STRESS:-}" | tr ' ,' '\n\n' | sed -n 's/^scale=//p' | tail -n1)
+passes=$(( ${PCIFAULTS:-10} / ${scale:-1} ))
+[ "$passes" -lt 1 ] && passes=1
+pcilog=$out/pci-faults-console.log
+pci_rc=1
+if qemu=$(bash "$here/qemu.sh") && cargo build --quiet --release -p cx-emu --bins &&
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
+        --target x86_64-unknown-linux-gnu --target-dir "$top/target/guest" -p cx-emu --bins &&
+    make -s KDIR="$kdir" ulp; then
+    log "booting the PCI guest: $passes pass(es) of four device faults"
+    python3 "$top/tests/run-guest.py" --mode pci-smoke --kernel "$kdir/arch/x86/boot/bzImage" \
+        --ksrc "$KSRC" --qemu "$qemu" --cx-emu "$top/target/release/rmlx5-cx-emu" \
+        --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
+        "${guest_tools[@]}" --module "$top/build/module/rmlx5.ko" --kunit-filter none \
+        --append "rmlx5.cxfaults=$passes" --timeout $(( 300 + passes * 120 )) \
+        --log "$pcilog" | tee "$out/pci-guest-run.txt"
+    pci_rc=${PIPESTATUS[0]}
+fi
+[ -f "$out/pci-guest-run.txt" ] || echo "guest: FAIL pci_faults: the PCI guest did not run" > "$out/pci-guest-run.txt"
+
 # The table: one row per part, from the @@STRESS lines of the console.
 fig() { grep -a "@@STRESS $1 " "$consolelog" | sed "s/.*@@STRESS $1 //" | sed -n "${2:-1}p"; }
 secs() { grep -a "@@STRESS-TIME part=$1 " "$consolelog" | sed 's/.*secs=//' | head -n1; }
-problems=$(grep -c '^guest: FAIL' "$out/guest-run.txt")
+problems=$(( $(grep -c '^guest: FAIL' "$out/guest-run.txt") + $(grep -c '^guest: FAIL' "$out/pci-guest-run.txt") ))
+pcifig() { grep -a "@@STRESS pcifaults " "$pcilog" 2>/dev/null | sed 's/.*@@STRESS pcifaults //' | head -n1; }
 {
     echo "rmlx5 make stress, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "machine: $(nproc) cores, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo);" \
@@ -66,12 +94,13 @@ problems=$(grep -c '^guest: FAIL' "$out/guest-run.txt")
         "$(fig events 2), during traffic: $(fig failslab_traffic), control: $(fig failslab_control), in all: $(fig failslab)"
     printf '%-28s %8s  %s\n' "CVE regressions, looped" "" "$(fig cve)"
     printf '%-28s %8s  %s\n' "mlx5_ib driver data fuzzed" "$(secs mlx5fuzz)" "$(fig mlx5fuzz), left: $(fig mlx5left)"
+    printf '%-28s %8s  %s\n' "ConnectX faults mid-traffic" "" "$(pcifig) (emulated function; PCI guest kernel reports: $(grep -c 'guest: FAIL kernel_log' "$out/pci-guest-run.txt"))"
     printf '%-28s %8s  %s\n' "kernel" "" \
         "splats=$(grep -c 'guest: FAIL kernel_log' "$out/guest-run.txt") kmemleak=$(grep -q '^guest: PASS kmemleak' "$out/guest-run.txt" && echo clean || echo REPORTED) unload=$(grep -q '^guest: PASS module_unload' "$out/guest-run.txt" && echo ok || echo FAILED)"
     echo
     grep -a 'seed=' "$consolelog" | grep -a '@@STRESS' | sed 's/.*\(seed=[0-9a-fx]*\).*/fuzzer \1 (replay: STRESS="\1 ...")/' | head -n1
-    echo "$(grep -c '^guest: PASS' "$out/guest-run.txt") passed, $problems failed"
+    echo "$(( $(grep -c '^guest: PASS' "$out/guest-run.txt") + $(grep -c '^guest: PASS' "$out/pci-guest-run.txt") )) passed, $problems failed"
 } | tee "$out/summary.txt"
 ln -sfn "stress-$stamp" "$top/results/latest-stress"
 log "summary and console log: $out ($(( $(date +%s) - t0 )) s in all)"
-[ "$guest_rc" = 0 ] && [ "$problems" = 0 ]
+[ "$guest_rc" = 0 ] && [ "$pci_rc" = 0 ] && [ "$problems" = 0 ]

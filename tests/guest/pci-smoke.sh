@@ -22,10 +22,13 @@ echo "==== rmlx5 pci-smoke"
 # What lspci -nn would list (this busybox has no lspci).
 echo "--- PCI functions"
 dev=
+cxdevs=
 for d in /sys/bus/pci/devices/*; do
     echo "${d##*/} class $(cat $d/class) [$(cat $d/vendor | cut -c3-):$(cat $d/device | cut -c3-)]"
     if [ "$(cat $d/vendor)" = 0x15b3 ] && [ "$(cat $d/device)" = 0x1017 ]; then
-        dev=$d
+        # The first is the one the checks below are about.
+        [ -z "$dev" ] && dev=$d
+        cxdevs="$cxdevs $d"
     fi
 done
 if [ "$hw" = 1 ]; then
@@ -169,6 +172,72 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
         if [ -e $dev/driver ]; then echo "$bdf" > $dev/driver/unbind; fi
         echo "$bdf" > /sys/bus/pci/drivers_probe
     }
+    # run-guest.py --cx-emu-functions 2: two functions of one emulated
+    # card, sharing one fabric (Documentation/cx-emu.md, "Two functions,
+    # one fabric"). Both become verbs devices, each with the LID its
+    # firmware reports, and RC traffic runs from one to the other: the
+    # sample kernel ULP's suite, the ib_core test ULP, and a pingpong and
+    # an RDMA WRITE bandwidth run from user space.
+    set -- $cxdevs
+    if [ $# -ge 2 ] && [ "$hw" != 1 ]; then
+        for d in "$@"; do echo rmlx5_cx > $d/driver_override; done
+        if insmod "$root/lib/modules/rmlx5.ko"; then
+            dmesg | grep "rmlx5_cx "
+            vd=$(dmesg | sed -n 's/.*rmlx5_cx [0-9a-f:.]*: rmlx5_\([0-9]*\): verbs device.*/\1/p' | sort -n | tr '\n' ' ')
+            set -- $vd
+            a=${1:-}
+            b=${2:-}
+            if [ -n "$a" ] && [ -n "$b" ] &&
+                [ "$(dmesg | grep -c "rmlx5_cx [0-9a-f:.]*: ConnectX-5 up")" = 2 ]; then
+                pass cx_two_functions_up
+            else
+                fail cx_two_functions_up "verbs devices '$vd'"
+            fi
+            # Each port's LID from its firmware: instance i has LID i + 1.
+            if dmesg | grep -q "rmlx5_cx [0-9a-f:.]*: port 1: LID 1, " &&
+                dmesg | grep -q "rmlx5_cx [0-9a-f:.]*: port 1: LID 2, "; then
+                pass cx_two_functions_lids_from_firmware
+            else
+                fail cx_two_functions_lids_from_firmware "$(dmesg | grep 'port 1: LID')"
+            fi
+            if [ -n "$a" ] && [ -n "$b" ]; then
+                if insmod "$root/lib/modules/rmlx5_ulp.ko" dev0=$a dev1=$b prefix=cx2_ulp; then
+                    rmmod rmlx5_ulp || fail cx2_ulp_unload "rmmod rmlx5_ulp failed"
+                else
+                    fail cx2_ulp_load "insmod rmlx5_ulp exited $?"
+                fi
+                if [ -f "$root/lib/modules/rmlx5_ibtest.ko" ]; then
+                    if insmod "$root/lib/modules/rmlx5_ibtest.ko" dev0=rmlx5_$a dev1=rmlx5_$b prefix=cx2_ib; then
+                        rmmod rmlx5_ibtest || fail cx2_ib_unload "rmmod rmlx5_ibtest failed"
+                    else
+                        fail cx2_ib_load "insmod rmlx5_ibtest exited $?"
+                    fi
+                fi
+                if out=$(rmlx5-pingpong --events --size 4096 --iters 1000 --device $a --peer-device $b 2>&1); then
+                    echo "$out" | tail -n 3
+                    pass cx2_pingpong_across_functions
+                else
+                    fail cx2_pingpong_across_functions "$out"
+                fi
+                if out=$(rmlx5-perf --test write_bw --size 65536 --iters 2000 --device $a --peer-device $b 2>&1); then
+                    echo "$out" | tail -n 4
+                    pass cx2_write_bw_across_functions
+                else
+                    fail cx2_write_bw_across_functions "$out"
+                fi
+            fi
+            if rmmod rmlx5 &&
+                [ "$(dmesg | grep -c "rmlx5_cx [0-9a-f:.]*: ConnectX-5 down, every page returned")" = 2 ]; then
+                pass cx_two_functions_unload
+            else
+                fail cx_two_functions_unload "rmmod, or not both functions down with every page back"
+            fi
+        else
+            fail cx_two_functions_load "insmod exited $?"
+        fi
+        echo "==== end of pci-smoke"
+        exit 0
+    fi
     msix=$(sed -n 's/.*rmlx5.cxmsix=\([0-9]*\).*/\1/p' /proc/cmdline)
     if [ "$msix" = 1 ]; then
         # A function with one MSI-X vector: the driver comes up with the
@@ -260,8 +329,10 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
         echo "==== end of pci-smoke"
         exit 0
     fi
-    faults=$(sed -n 's/.*rmlx5.cxfaults=\([01]\).*/\1/p' /proc/cmdline)
-    if [ "$faults" = 1 ]; then
+    # rmlx5.cxfaults=N: N passes of the four faults (1 in make check, more
+    # in make stress's fault loop).
+    faults=$(sed -n 's/.*rmlx5.cxfaults=\([0-9]*\).*/\1/p' /proc/cmdline)
+    if [ -n "$faults" ] && [ "$faults" -ge 1 ]; then
         # run-guest.py --append rmlx5.cxfaults=1 (make check's fault
         # guest): what a card does that a driver must survive. Each fault
         # is injected through the emulator's fault register (BAR0
@@ -301,6 +372,18 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             else
                 fail cx_port_identity_from_firmware "no port line with LID 1 from the firmware: $(dmesg | grep "rmlx5_cx $bdf: port 1")"
             fi
+            # What creating QPs costs: 1,000 RC QPs made and destroyed on
+            # the function (one CREATE_QP and one DESTROY_QP command each,
+            # polled) and on software HCA rmlx5_0, for the table in
+            # Documentation/pci-backend.md. Figures only, no limit.
+            for d in $n 0; do
+                if out=$(rmlx5-perf --test qp_create --iters 1000 --device $d 2>&1); then
+                    echo "$out"
+                    pass cx_qp_create_1000_rmlx5_$d
+                else
+                    fail cx_qp_create_1000_rmlx5_$d "$out"
+                fi
+            done
             # The port follows the firmware: down, up, a new LID (the
             # emulator's port commands, each with its PORT_CHANGE event),
             # as ib_core's sysfs reads them through query_port.
@@ -323,14 +406,25 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             insmod "$root/lib/modules/rmlx5_ibtest.ko" hold=1 ||
                 fail cx_faults_ibtest_load "insmod rmlx5_ibtest hold=1 exited $?"
             round=0
-            for fault in fatal silent stuck flr; do
+            survived=0
+            list=
+            k=0
+            while [ $k -lt "$faults" ]; do
+                list="$list fatal silent stuck flr"
+                k=$((k + 1))
+            done
+            tf0=$(cut -d. -f1 /proc/uptime)
+            for fault in $list; do
                 round=$((round + 1))
+                # One name per fault in make check, one per round in a loop.
+                case=$fault
+                [ "$faults" -gt 1 ] && case=${fault}_$round
                 f0=$(fatals); o0=$(offs); u0=$(ups); r0=$(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n")
                 rmlx5-pingpong --events --size 64 --iters 1000000 --device $n --peer-device $n > /tmp/pp-fault.log 2>&1 &
                 pp=$!
                 sleep 2
                 if ! kill -0 $pp 2>/dev/null; then
-                    fail cx_fault_${fault}_traffic "the pingpong ended before the fault: $(tail -n 2 /tmp/pp-fault.log)"
+                    fail cx_fault_${case}_traffic "the pingpong ended before the fault: $(tail -n 2 /tmp/pp-fault.log)"
                 fi
                 case $fault in
                 fatal) rmlx5-pci-peek $dev/resource0 0x1f00000=0x101 ;;
@@ -362,23 +456,25 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                         [ "$rc" != hung ] && [ "$rc" != 0 ] &&
                         [ "$(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n")" = $((r0 + 1)) ] &&
                         ! dmesg | grep -q "rmlx5_cx $bdf: keeping"; then
-                        pass cx_fault_${fault}_survived
+                        pass cx_fault_${case}_survived
+                        survived=$((survived + 1))
                     else
-                        fail cx_fault_${fault}_survived "$(( $(fatals) - f0 )) failure(s), $(( $(offs) - o0 )) write-off(s), pingpong exit $rc ($(tail -n 1 /tmp/pp-fault.log)), $(( $(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n") - r0 )) ULP remove(s), or pages kept"
+                        fail cx_fault_${case}_survived "$(( $(fatals) - f0 )) failure(s), $(( $(offs) - o0 )) write-off(s), pingpong exit $rc ($(tail -n 1 /tmp/pp-fault.log)), $(( $(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n") - r0 )) ULP remove(s), or pages kept"
                     fi
                     echo "fault $fault: recovered in $((t1 - t0)) s; the pingpong said: $(tail -n 1 /tmp/pp-fault.log)"
                     n=$(cxdev)
                     if rmlx5-pingpong --events --size 4096 --iters 200 --device $n --peer-device $n > /tmp/pp-after.log 2>&1; then
-                        pass cx_fault_${fault}_traffic_after_recovery
+                        pass cx_fault_${case}_traffic_after_recovery
                     else
-                        fail cx_fault_${fault}_traffic_after_recovery "$(tail -n 2 /tmp/pp-after.log)"
+                        fail cx_fault_${case}_traffic_after_recovery "$(tail -n 2 /tmp/pp-after.log)"
                     fi
                 else
                     dmesg | grep "rmlx5_cx $bdf" | tail -n 20
-                    fail cx_fault_${fault}_survived "the function did not come back within 40 s: $(( $(fatals) - f0 )) failure(s), $(( $(ups) - u0 )) bring-up(s), pingpong exit $rc"
+                    fail cx_fault_${case}_survived "the function did not come back within 40 s: $(( $(fatals) - f0 )) failure(s), $(( $(ups) - u0 )) bring-up(s), pingpong exit $rc"
                     break
                 fi
             done
+            echo "@@STRESS pcifaults faults=$round survived=$survived secs=$(( $(cut -d. -f1 /proc/uptime) - tf0 ))"
             rmmod rmlx5_ibtest || fail cx_faults_ibtest_unload "rmmod rmlx5_ibtest exited $?"
             if rmmod rmlx5 && [ "$(downs)" -ge 1 ] && ! dmesg | grep -q "rmlx5_cx $bdf: keeping"; then
                 pass cx_faults_unload

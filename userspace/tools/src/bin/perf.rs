@@ -9,6 +9,10 @@
 //! [--size 64] [--iters 1000] [--post-list 1] [--cq-mod 1] [--events]
 //! [--device 0] [--peer-device 1] [--model]`.
 //!
+//! `rmlx5-perf --test qp_create --iters N [--device 0]`: creates and
+//! destroys N RC QPs on one device and prints the time per QP and the
+//! rate (on a ConnectX function: one command each way per QP).
+//!
 //! Two-process mode, one side per process as perftest runs (see
 //! `rmlx5_tools::remote`):
 //! `rmlx5-perf --server [--port 18515] [--device 0] OPTIONS` and
@@ -23,7 +27,7 @@ use std::time::Instant;
 use rmlx5::{QpInit, RecvWr, SendFlags, SendOp, SendWr, Wc, WcOpcode};
 use rmlx5_tools::remote::{self, Params, Test};
 use rmlx5_tools::report::{self, LINE};
-use rmlx5_tools::{connect, end, pick, wait_one, Args, End};
+use rmlx5_tools::{connect, end, fixed3, pick, usec, wait_one, Args, End};
 
 struct Cfg {
     test: String,
@@ -323,6 +327,9 @@ fn run() -> Result<(), String> {
     };
     let devs = rmlx5_tools::devices(args.flag("model"))?;
     let da = pick(&devs, args.num("device", 0)?)?;
+    if c.test == "qp_create" {
+        return qp_create(&da, c.iters);
+    }
     let db = pick(
         &devs,
         args.num("peer-device", if devs.len() > 1 { 1 } else { 0 })?,
@@ -344,6 +351,65 @@ fn run() -> Result<(), String> {
         "write_bw" | "send_bw" => bandwidth(&c, &a, &b),
         t => Err(format!("unknown test {}", t)),
     }
+}
+
+/// QPs one context makes in `qp_create` (a context holds at most 1,024
+/// objects of a kind).
+const QPS_PER_CONTEXT: u64 = 1000;
+
+/// `--test qp_create --iters N`: how long creating and destroying `n` RC
+/// QPs takes on one device (through the kernel: one CREATE_QP and one
+/// DESTROY_QP command each on a ConnectX function), in contexts of
+/// [`QPS_PER_CONTEXT`], each with its PD and CQ, made before the clock
+/// starts.
+fn qp_create(dev: &rmlx5::Device, n: u64) -> Result<(), String> {
+    let init = QpInit {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        ..QpInit::default()
+    };
+    let contexts = n.div_ceil(QPS_PER_CONTEXT);
+    let mut sets = Vec::new();
+    for _ in 0..contexts {
+        let ctx = dev.open().map_err(err)?;
+        let pd = ctx.alloc_pd().map_err(err)?;
+        let cq = ctx.create_cq(64, None).map_err(err)?;
+        sets.push((ctx, pd, cq));
+    }
+    let mut qps = Vec::new();
+    let t0 = Instant::now();
+    for i in 0..n {
+        let (_, pd, cq) = &sets[(i / QPS_PER_CONTEXT) as usize];
+        qps.push(
+            pd.create_qp(cq, cq, &init)
+                .map_err(|e| format!("QP {} of {}: {}", i + 1, n, e))?,
+        );
+    }
+    let created = t0.elapsed();
+    let t1 = Instant::now();
+    drop(qps);
+    let destroyed = t1.elapsed();
+    let line = |what: &str, d: std::time::Duration| {
+        let ns = d.as_nanos();
+        println!(
+            "  {:<8}{:>12} ms in all {:>10} us per QP {:>10} per second",
+            what,
+            fixed3(ns, 1_000_000),
+            usec(ns / u128::from(n)),
+            (u128::from(n) * 1_000_000_000).checked_div(ns).unwrap_or(0)
+        );
+    };
+    println!(
+        "qp_create: {} RC QPs (16 send / 16 recv WRs) on {} in {} context(s)",
+        n,
+        dev.name(),
+        contexts
+    );
+    line("create", created);
+    line("destroy", destroyed);
+    Ok(())
 }
 
 fn main() {
