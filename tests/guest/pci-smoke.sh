@@ -747,8 +747,8 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         # The same device for ULPs of the generic ib_* API: an ib_core
         # device whose DMA device is the function, its DMA MR a PA key. The
         # ib_core test ULP runs as a loopback pair on it in the three poll
-        # contexts (cx_ib_*; no fast registration on a function yet, said
-        # and skipped). Then, with hold=1, it keeps objects on the function
+        # contexts (cx_ib_*, fast registration through UMR WQEs on the
+        # function included). Then, with hold=1, it keeps objects on the function
         # through the unbind below: ib_core's remove callback must destroy
         # them before the function goes.
         held=

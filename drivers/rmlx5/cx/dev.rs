@@ -159,6 +159,7 @@ use crate::mlx5_prm::{
         UAR_EQ_ARM_OFFSET,
         UAR_PAGE_SIZE, //
     },
+    hca_cap::HcaCap,
     ifc::Layout,
     opcode::EventType,
     qpc::{
@@ -563,6 +564,11 @@ impl CxBackend {
         Ok(p)
     }
 
+    /// Pages of a fast-registration MR ([`fast_pages_of`]).
+    fn fast_pages(&self) -> Result<u32> {
+        self.with_state(|_, st| Ok(fast_pages_of(st.function.caps())))
+    }
+
     /// Runs command `C`; a refusal is logged with the command's name,
     /// status and syndrome.
     fn exec<C: Command>(&self, input: &C::In, pas: &[u64]) -> Result<C::Out> {
@@ -774,6 +780,17 @@ impl CxBackend {
     }
 }
 
+/// Pages of a fast-registration MR on a function with capabilities `c`:
+/// what one UMR's translation list holds in the driver's page list (one
+/// 4 KiB page, 512 entries, as on the software HCA), at most what the
+/// device's KLM/MTT list size allows.
+fn fast_pages_of(c: &HcaCap) -> u32 {
+    let device = 1u32
+        .checked_shl(u32::from(c.log_max_klm_list_size))
+        .unwrap_or(u32::MAX);
+    device.min(crate::ib::mr::MAX_FAST_PAGES)
+}
+
 /// Runs command `C` on the function's state.
 fn exec_on<C: Command>(st: &mut State<'_>, input: &C::In, pas: &[u64]) -> Result<C::Out> {
     let State { bus, function, .. } = st;
@@ -801,8 +818,7 @@ impl Backend for CxBackend {
                 sm_lid: 0,
                 node_guid: 0,
                 subnet_prefix: 0,
-                // No UMR yet (`create_fast_mr`).
-                max_fast_reg_pages: 0,
+                max_fast_reg_pages: fast_pages_of(c),
                 part_id: u32::from(st.bus.pdev().device_id()),
             })
         })
@@ -841,9 +857,7 @@ impl Backend for CxBackend {
                 max_log_cq_size: c.log_max_cq_sz.min(d.max_log_cq_size),
                 max_log_eq_size: c.log_max_eq_sz.min(d.max_log_eq_size),
                 max_msg_size: pow(c.log_max_msg).min(d.max_msg_size),
-                // No UMR yet: the driver makes no fast MR on a function
-                // (`info`), whatever `log_max_klm_list_size` allows.
-                max_fast_reg_pages: 0,
+                max_fast_reg_pages: fast_pages_of(c),
             })
         })
     }
@@ -1008,14 +1022,77 @@ impl Backend for CxBackend {
         Ok(())
     }
 
-    fn create_fast_mr(&self, _pdn: u32, _max_pages: u32, _list: &DmaBuf) -> Result<FastKeys> {
-        // Fast registration needs UMR on a kernel QP and a free key made
-        // for it; not done for PCI functions yet.
-        Err(EOPNOTSUPP)
+    fn create_fast_mr(&self, pdn: u32, max_pages: u32, list: &DmaBuf) -> Result<FastKeys> {
+        if max_pages == 0 || max_pages > self.fast_pages()? {
+            return Err(EINVAL);
+        }
+        // The page list's own key: a PA key over the list buffer (coherent
+        // memory of the function, one contiguous bus range), local read
+        // only, which the registration WQE's data segment names as
+        // mlx5_ib names its descriptors under the PD's local DMA lkey.
+        let list_key = self.with_state(|ctl, st| {
+            ctl.next_key = ctl.next_key.wrapping_add(1);
+            let key_7_0 = ctl.next_key;
+            let mut mkc = Mkc {
+                lr: true,
+                qpn: 0xff_ffff,
+                mkey_7_0: key_7_0,
+                pd: pdn,
+                start_addr: list.dma_addr(),
+                len: list.len() as u64,
+                ..Mkc::default()
+            };
+            mkc.set_access_mode(ACCESS_MODE_PA);
+            let input = CreateMkeyIn {
+                pg_access: false,
+                memory_key_mkey_entry: mkc,
+                translations_octword_actual_size: 0,
+            };
+            exec_on::<CreateMkey>(st, &input, &[]).map(|o| mkey(o.mkey_index, key_7_0))
+        })?;
+        // The key itself, as mlx5_ib's alloc_mr makes it: free, UMR
+        // enabled, MTT mode with room for `max_pages` entries (two per
+        // octoword), no translation until a registration WQE writes one.
+        let key = self.with_state(|ctl, st| {
+            ctl.next_key = ctl.next_key.wrapping_add(1);
+            let key_7_0 = ctl.next_key;
+            let mut mkc = Mkc {
+                free: true,
+                umr_en: true,
+                qpn: 0xff_ffff,
+                mkey_7_0: key_7_0,
+                pd: pdn,
+                translations_octword_size: max_pages.div_ceil(2),
+                log_page_size: 12,
+                ..Mkc::default()
+            };
+            mkc.set_access_mode(ACCESS_MODE_MTT);
+            let input = CreateMkeyIn {
+                pg_access: false,
+                memory_key_mkey_entry: mkc,
+                translations_octword_actual_size: 0,
+            };
+            exec_on::<CreateMkey>(st, &input, &[]).map(|o| mkey(o.mkey_index, key_7_0))
+        });
+        match key {
+            Ok(key) => Ok(FastKeys { key, list_key }),
+            Err(e) => {
+                let _ = self.destroy_cmd::<DestroyMkey>(&DestroyMkeyIn {
+                    mkey_index: list_key >> 8,
+                });
+                Err(e)
+            }
+        }
     }
 
-    fn destroy_fast_mr(&self, _keys: FastKeys, _list: &DmaBuf) -> Result {
-        Err(EINVAL)
+    fn destroy_fast_mr(&self, keys: FastKeys, _list: &DmaBuf) -> Result {
+        // By index: a registration may have changed the key's last byte.
+        self.destroy_cmd::<DestroyMkey>(&DestroyMkeyIn {
+            mkey_index: keys.key >> 8,
+        })?;
+        self.destroy_cmd::<DestroyMkey>(&DestroyMkeyIn {
+            mkey_index: keys.list_key >> 8,
+        })
     }
 
     fn create_cq(&self, attr: &CqAttr, mem: [&DmaBuf; 2]) -> Result<u32> {

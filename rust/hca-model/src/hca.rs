@@ -271,6 +271,40 @@ impl<S: Storage> Hca<S> {
         Ok(key)
     }
 
+    /// As [`Hca::create_fast_mr`], the key ending in the byte `variant`
+    /// the caller chose (CREATE_MKEY's `mkey_7_0` of a free mkey with
+    /// `umr_en`, as mlx5_ib's `alloc_mr` creates it).
+    ///
+    /// # Errors
+    ///
+    /// As [`Hca::create_fast_mr`].
+    pub(super) fn create_fast_mr_with_variant(
+        &mut self,
+        pdn: u32,
+        max_pages: u32,
+        variant: u8,
+    ) -> Result<u32, Error> {
+        if max_pages == 0 || max_pages > self.caps.max_fast_reg_pages {
+            return Err(Error::Invalid);
+        }
+        let attr = MrAttr {
+            pdn,
+            iova: 0,
+            length: 0,
+            dma_addr: 0,
+            access: mr::Access::NONE,
+        };
+        let pages = mr::PageList {
+            max_pages,
+            valid: false,
+            mtt: 0,
+            log_page: 12,
+            umr: true,
+            indirect: false,
+        };
+        self.create_mr_with_variant(&attr, variant, Some(pages))
+    }
+
     /// Registers a memory region whose key ends in the byte `variant`
     /// chosen by the caller, as CREATE_MKEY's `mkey_7_0` is, and returns
     /// the key (`index << 8 | variant`). Slots whose key would be 0 or

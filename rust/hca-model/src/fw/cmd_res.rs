@@ -278,12 +278,43 @@ pub(super) fn free_table<B: PageStore, S: Storage, P: Platform>(
     cx.fw.pages.release(list.mtt);
 }
 
+/// CREATE_MKEY of a free key for fast registration, as mlx5_ib's
+/// `alloc_mr` makes it: `free` and `umr_en`, MTT access mode, room for
+/// `translations_octword_size` octowords of MTT entries (two each), no
+/// translation yet. No key reaches it until a UMR WQE of a QP in its PD
+/// registers pages into it (the engine's fast registration).
+fn create_free_mkey<B: PageStore, S: Storage, P: Platform>(
+    cx: &mut Cx<'_, B, S, P>,
+    i: &CreateMkeyIn,
+) -> R {
+    let m = i.memory_key_mkey_entry;
+    if !m.umr_en || m.access_mode() != ACCESS_MODE_MTT || i.translations_octword_actual_size != 0 {
+        return Err(Reject::UnsupportedMkey);
+    }
+    let max_pages = m.translations_octword_size.saturating_mul(2);
+    cx.need_out(CreateMkeyOut::SIZE)?;
+    let key = cx
+        .hca
+        .create_fast_mr_with_variant(m.pd, max_pages, m.mkey_7_0)
+        .map_err(|e| match e {
+            Error::NotFound => Reject::BadPd,
+            Error::NoSpace => Reject::TableFull,
+            _ => Reject::UnsupportedMkey,
+        })?;
+    cx.reply(&CreateMkeyOut {
+        mkey_index: key >> 8,
+    })
+}
+
 pub(super) fn create_mkey<B: PageStore, S: Storage, P: Platform>(cx: &mut Cx<'_, B, S, P>) -> R {
     cx.no_op_mod()?;
     let i: CreateMkeyIn = cx.read_in()?;
     let m = i.memory_key_mkey_entry;
-    if m.free || m.qpn != 0xff_ffff || i.pg_access {
+    if m.qpn != 0xff_ffff || i.pg_access {
         return Err(Reject::UnsupportedMkey);
+    }
+    if m.free {
+        return create_free_mkey(cx, &i);
     }
     let (iova, length, map) = match m.access_mode() {
         ACCESS_MODE_PA if m.length64 => (

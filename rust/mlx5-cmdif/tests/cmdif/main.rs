@@ -6,6 +6,7 @@
 
 mod bringup;
 mod errors;
+mod mkey;
 mod pages;
 mod rig;
 mod vport;
