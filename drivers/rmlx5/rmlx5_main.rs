@@ -178,6 +178,10 @@ module! {
             default: true,
             description: "Reset and probe a ConnectX function again after its health check failed",
         },
+        cx_recover_grace_ms: u32 {
+            default: 60000,
+            description: "A ConnectX function that fails again within this many ms of its last recovery is left down (mlx5_core's health grace period: 60000)",
+        },
         cx_cmd_timeout_ms: u32 {
             default: 60000,
             description: "How long one command may take on a ConnectX function, in ms (mlx5_core: 60000)",

@@ -351,6 +351,54 @@ struct rmlx5_recovery {
 	struct device *dev;
 };
 
+/*
+ * When each recovered function came back (jiffies, 0 for never), so that
+ * one failing again within the grace period is left down instead of
+ * being reset and probed in a loop (mlx5_core's devlink health grace
+ * period does the same). A fixed table: a function it has no room for is
+ * recovered every time.
+ */
+#define RMLX5_RECENT 16
+static struct {
+	struct device *dev;
+	unsigned long up;
+} rmlx5_recent[RMLX5_RECENT];
+static DEFINE_SPINLOCK(rmlx5_recent_lock);
+
+static void rmlx5_recent_note(struct device *dev)
+{
+	int i, free = -1;
+
+	spin_lock(&rmlx5_recent_lock);
+	for (i = 0; i < RMLX5_RECENT; i++) {
+		if (rmlx5_recent[i].dev == dev)
+			break;
+		if (!rmlx5_recent[i].dev && free < 0)
+			free = i;
+	}
+	if (i == RMLX5_RECENT)
+		i = free;
+	if (i >= 0) {
+		rmlx5_recent[i].dev = dev;
+		rmlx5_recent[i].up = jiffies | 1;
+	}
+	spin_unlock(&rmlx5_recent_lock);
+}
+
+static bool rmlx5_recent_within(struct device *dev, unsigned int grace_ms)
+{
+	bool within = false;
+	int i;
+
+	spin_lock(&rmlx5_recent_lock);
+	for (i = 0; i < RMLX5_RECENT; i++)
+		if (rmlx5_recent[i].dev == dev && rmlx5_recent[i].up)
+			within = time_before(jiffies, rmlx5_recent[i].up +
+					     msecs_to_jiffies(grace_ms));
+	spin_unlock(&rmlx5_recent_lock);
+	return within;
+}
+
 static void rmlx5_recovery_fn(struct work_struct *work)
 {
 	struct rmlx5_recovery *r = container_of(work, struct rmlx5_recovery, work);
@@ -365,14 +413,20 @@ static void rmlx5_recovery_fn(struct work_struct *work)
 	err = device_attach(r->dev);
 	if (err <= 0)
 		dev_warn(r->dev, "recovery: the function was not bound again (%d)\n", err);
+	else
+		rmlx5_recent_note(r->dev);
 	put_device(r->dev);
 	kfree(r);
 }
 
-int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq)
+int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq,
+		      unsigned int grace_ms)
 {
-	struct rmlx5_recovery *r = kzalloc(sizeof(*r), GFP_KERNEL);
+	struct rmlx5_recovery *r;
 
+	if (rmlx5_recent_within(dev, grace_ms))
+		return -EBUSY;
+	r = kzalloc(sizeof(*r), GFP_KERNEL);
 	if (!r)
 		return -ENOMEM;
 	INIT_WORK(&r->work, rmlx5_recovery_fn);

@@ -25,7 +25,8 @@ struct rmlx5_poller;
 struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *), void *ctx,
 					 unsigned int ms);
 void rmlx5_poller_stop(struct rmlx5_poller *p);
-int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq);
+int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq,
+		      unsigned int grace_ms);
 struct workqueue_struct *rmlx5_reap_wq_alloc(void);
 void rmlx5_reap_wq_destroy(struct workqueue_struct *wq);
 /* The platform device of software HCA `hca` (parent of its ib_device). */

@@ -361,7 +361,8 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
         fn_up() { [ "$(ups)" -ge "$1" ] && bound && [ -n "$(cxdev)" ] &&
             [ -e /dev/rmlx5_uverbs$(cxdev) ]; }
         cxdev() { dmesg | sed -n "s/.*rmlx5_cx $bdf: rmlx5_\([0-9]*\): verbs device.*/\1/p" | tail -n 1; }
-        if insmod "$root/lib/modules/rmlx5.ko" cx_health_ms=200 cx_cmd_timeout_ms=2000 &&
+        if insmod "$root/lib/modules/rmlx5.ko" cx_health_ms=200 cx_cmd_timeout_ms=2000 \
+            cx_recover_grace_ms=4000 &&
             wait_for 20 fn_up 1; then
             pass cx_faults_function_up
             n=$(cxdev)
@@ -416,6 +417,9 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             tf0=$(cut -d. -f1 /proc/uptime)
             for fault in $list; do
                 round=$((round + 1))
+                # Past the recovery grace of the fault before (4 s with the
+                # 2 s below), so that each is recovered.
+                [ $round -gt 1 ] && sleep 3
                 # One name per fault in make check, one per round in a loop.
                 case=$fault
                 [ "$faults" -gt 1 ] && case=${fault}_$round
@@ -475,6 +479,34 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                 fi
             done
             echo "@@STRESS pcifaults faults=$round survived=$survived secs=$(( $(cut -d. -f1 /proc/uptime) - tf0 ))"
+            # A card that keeps failing is not reset in a loop: a fault
+            # within cx_recover_grace_ms (4 s here) of the last recovery
+            # leaves the function down, bound and failed; unbinding it,
+            # resetting it through sysfs and binding it brings it back.
+            if [ "$survived" = "$round" ]; then
+                f0=$(fatals)
+                u0=$(ups)
+                rmlx5-pci-peek $dev/resource0 0x1f00000=0x101 > /dev/null
+                if wait_for 10 sh -c "dmesg | grep -q 'rmlx5_cx $bdf: health: failed again within 4000 ms of its last recovery: left down'"; then
+                    sleep 2
+                    if [ "$(fatals)" = $((f0 + 1)) ] && [ "$(ups)" = "$u0" ] && bound; then
+                        pass cx_fault_again_within_grace_left_down
+                    else
+                        fail cx_fault_again_within_grace_left_down "$(( $(fatals) - f0 )) failure(s), $(( $(ups) - u0 )) bring-up(s), bound: $(driver_of)"
+                    fi
+                    echo "$bdf" > $dev/driver/unbind
+                    echo 1 > $dev/reset
+                    echo "$bdf" > $sysdrv/bind
+                    if wait_for 20 fn_up $((u0 + 1)) &&
+                        rmlx5-pingpong --events --size 4096 --iters 200 --device $(cxdev) --peer-device $(cxdev) > /tmp/pp-after.log 2>&1; then
+                        pass cx_fault_left_down_back_by_hand
+                    else
+                        fail cx_fault_left_down_back_by_hand "not up again after unbind, reset, bind: $(tail -n 2 /tmp/pp-after.log)"
+                    fi
+                else
+                    fail cx_fault_again_within_grace_left_down "no 'left down' line: $(dmesg | grep "rmlx5_cx $bdf: health" | tail -n 2)"
+                fi
+            fi
             rmmod rmlx5_ibtest || fail cx_faults_ibtest_unload "rmmod rmlx5_ibtest exited $?"
             if rmmod rmlx5 && [ "$(downs)" -ge 1 ] && ! dmesg | grep -q "rmlx5_cx $bdf: keeping"; then
                 pass cx_faults_unload

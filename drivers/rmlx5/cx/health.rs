@@ -33,7 +33,9 @@
 //! 4. unless `cx_recover=0`, recovery is queued: the function is unbound
 //!    (the driver writes it off and frees its memory: nothing is sent to
 //!    the device), reset, and probed again, which brings it up from
-//!    scratch if the reset revived it.
+//!    scratch if the reset revived it. A function that fails again within
+//!    `cx_recover_grace_ms` (60 s) of coming back is left down instead, so
+//!    that a card that keeps failing is not reset in a loop.
 
 use core::sync::atomic::{
     AtomicBool,
@@ -69,7 +71,11 @@ extern "C" {
         ms: u32,
     ) -> *mut c_void;
     fn rmlx5_poller_stop(p: *mut c_void);
-    fn rmlx5_pci_recover(dev: *mut c_void, wq: *mut kernel::bindings::workqueue_struct) -> i32;
+    fn rmlx5_pci_recover(
+        dev: *mut c_void,
+        wq: *mut kernel::bindings::workqueue_struct,
+        grace_ms: u32,
+    ) -> i32;
 }
 
 /// Whether a function failed: set once by the health poll, read by the
@@ -307,13 +313,20 @@ impl<'bound> Monitor<'bound> {
         if wq.is_null() {
             return;
         }
+        let grace = crate::module_parameters::cx_recover_grace_ms.value();
         // SAFETY: `raw` is the bound function; the queue lives until the
         // module's exit, which waits for it.
-        let r = unsafe { rmlx5_pci_recover(raw, wq) };
+        let r = unsafe { rmlx5_pci_recover(raw, wq, grace) };
         if r == 0 {
             dev_info!(
                 self.pdev,
                 "health: recovery queued (unbind, reset, probe)\n"
+            );
+        } else if r == EBUSY.to_errno() {
+            dev_err!(
+                self.pdev,
+                "health: failed again within {} ms of its last recovery: left down (to try again: unbind it, write 1 to its sysfs reset, bind it)\n",
+                grace
             );
         } else {
             dev_err!(self.pdev, "health: cannot queue recovery: error {}\n", r);

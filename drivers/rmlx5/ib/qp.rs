@@ -888,7 +888,15 @@ impl Qp {
     /// completion) gets one, as mlx5_ib calls the handler of a drain on a
     /// device in internal error.
     fn after_fatal_post(&self, cq: &Cq) {
-        if self.dev.is_fatal() && self.dev.events.lock().queue_cq(cq.cqn) {
+        if !self.dev.is_fatal() {
+            return;
+        }
+        // A polling-only CQ is not in the table: its consumer polls anyway.
+        let queued = {
+            let mut t = self.dev.events.lock();
+            t.cq(cq.cqn).is_some() && t.queue_cq(cq.cqn)
+        };
+        if queued {
             self.dev.kick_dispatch();
         }
     }
