@@ -480,6 +480,9 @@ impl pci::Driver for CxDriver {
                     );
                     return Err(ENODEV);
                 }
+                // A function written off after a failure is reset before
+                // it may reach memory again.
+                health::reset_if_written_off(pdev)?;
                 PciEnabled::new(pdev)?
             },
             model: match model_of(pdev) {
@@ -567,8 +570,14 @@ impl pci::Driver for CxDriver {
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        // The poll stops first: nothing it does may race the way down.
-        drop(this.health.lock().take());
+        // The poll stops first: nothing it does may race the way down,
+        // and a failure it finds meanwhile must not bind the function
+        // again.
+        let poller = this.health.lock().take();
+        if let Some(p) = &poller {
+            p.stop_recovery();
+        }
+        drop(poller);
         let backend = detach(pdev, &this.irq, &this.comp, &this.device);
         shut(pdev, this.model, &this.irq, backend.as_deref());
     }
@@ -914,6 +923,7 @@ fn self_test(
 fn take_down(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) {
     registry::forget(pdev);
     let State { bus, function, eq } = st;
+    health::at_take_down(pdev, bus.fatal_flag());
     if bus.is_fatal() {
         // The health poll failed the function and stopped its DMA:
         // nothing is sent to it, everything is written off and freed.

@@ -339,8 +339,8 @@ void rmlx5_poller_stop(struct rmlx5_poller *p)
 
 /*
  * Recovery of a failed PCI function, outside the driver's own context:
- * unbind (the driver writes the function off), reset the function (FLR
- * or whatever the PCI core has for it), and probe again. Holds a
+ * unbind (the driver writes the function off) and probe again, which
+ * resets the function first (FLR or whatever the PCI core has for it). Holds a
  * reference to the device meanwhile. Runs on @wq, the module's reap
  * workqueue, which module exit destroys (and so waits for) after the PCI
  * driver is unregistered: a recovery racing with rmmod finds no driver
@@ -349,40 +349,105 @@ void rmlx5_poller_stop(struct rmlx5_poller *p)
 struct rmlx5_recovery {
 	struct work_struct work;
 	struct device *dev;
+	/* The binding that failed: its driver and driver data. */
+	struct device_driver *drv;
+	void *data;
 };
 
 /*
  * When each recovered function came back (jiffies, 0 for never), so that
  * one failing again within the grace period is left down instead of
  * being reset and probed in a loop (mlx5_core's devlink health grace
- * period does the same). A fixed table: a function it has no room for is
- * recovered every time.
+ * period does the same), and which were written off and not reset since.
+ * A fixed table.
  */
-#define RMLX5_RECENT 16
+#define RMLX5_RECENT 64
 static struct {
 	struct device *dev;
 	unsigned long up;
+	/* Written off after a failure and not reset since. */
+	bool written_off;
 } rmlx5_recent[RMLX5_RECENT];
 static DEFINE_SPINLOCK(rmlx5_recent_lock);
 
-static void rmlx5_recent_note(struct device *dev)
+/* The entry of @dev, made if needed; -1 if the table is full. */
+static int rmlx5_recent_slot(struct device *dev)
 {
 	int i, free = -1;
 
-	spin_lock(&rmlx5_recent_lock);
 	for (i = 0; i < RMLX5_RECENT; i++) {
 		if (rmlx5_recent[i].dev == dev)
-			break;
+			return i;
 		if (!rmlx5_recent[i].dev && free < 0)
 			free = i;
 	}
-	if (i == RMLX5_RECENT)
-		i = free;
-	if (i >= 0) {
-		rmlx5_recent[i].dev = dev;
-		rmlx5_recent[i].up = jiffies | 1;
+	/* Full: an entry not written off gives way (its grace is lost). */
+	for (i = 0; free < 0 && i < RMLX5_RECENT; i++)
+		if (!rmlx5_recent[i].written_off)
+			free = i;
+	if (free >= 0) {
+		rmlx5_recent[free].dev = dev;
+		rmlx5_recent[free].up = 0;
+		rmlx5_recent[free].written_off = false;
 	}
+	return free;
+}
+
+static void rmlx5_recent_note(struct device *dev)
+{
+	int i;
+
+	spin_lock(&rmlx5_recent_lock);
+	i = rmlx5_recent_slot(dev);
+	if (i >= 0)
+		rmlx5_recent[i].up = jiffies | 1;
 	spin_unlock(&rmlx5_recent_lock);
+}
+
+/*
+ * A function written off after a failure: the memory it was lent is
+ * freed with its DMA off, but its firmware may still hold the addresses,
+ * so it is reset before it is given bus mastering again
+ * (rmlx5_pci_reset_if_written_off). Entries written off are never
+ * evicted; with 64 functions written off and not reset, a 65th is not
+ * recorded (and is not reset at its next probe).
+ */
+void rmlx5_pci_note_written_off(struct device *dev)
+{
+	int i;
+
+	spin_lock(&rmlx5_recent_lock);
+	i = rmlx5_recent_slot(dev);
+	if (i >= 0)
+		rmlx5_recent[i].written_off = true;
+	spin_unlock(&rmlx5_recent_lock);
+}
+
+/*
+ * In probe, the device lock held, before bus mastering: resets @dev if it
+ * was written off. 0 if not, 1 if reset, or the reset's error.
+ */
+int rmlx5_pci_reset_if_written_off(struct device *dev)
+{
+	bool off = false;
+	int i, err;
+
+	spin_lock(&rmlx5_recent_lock);
+	for (i = 0; i < RMLX5_RECENT; i++)
+		if (rmlx5_recent[i].dev == dev)
+			off = rmlx5_recent[i].written_off;
+	spin_unlock(&rmlx5_recent_lock);
+	if (!off)
+		return 0;
+	err = pci_reset_function_locked(to_pci_dev(dev));
+	if (err)
+		return err;
+	spin_lock(&rmlx5_recent_lock);
+	for (i = 0; i < RMLX5_RECENT; i++)
+		if (rmlx5_recent[i].dev == dev)
+			rmlx5_recent[i].written_off = false;
+	spin_unlock(&rmlx5_recent_lock);
+	return 1;
 }
 
 static bool rmlx5_recent_within(struct device *dev, unsigned int grace_ms)
@@ -402,19 +467,23 @@ static bool rmlx5_recent_within(struct device *dev, unsigned int grace_ms)
 static void rmlx5_recovery_fn(struct work_struct *work)
 {
 	struct rmlx5_recovery *r = container_of(work, struct rmlx5_recovery, work);
-	struct pci_dev *pdev = to_pci_dev(r->dev);
 	int err;
 
+	/* Not the binding that failed any more (unbound meanwhile, maybe
+	 * given to another driver): nothing to recover. */
+	if (READ_ONCE(r->dev->driver) != r->drv ||
+	    dev_get_drvdata(r->dev) != r->data) {
+		dev_info(r->dev, "recovery: unbound meanwhile, nothing to do\n");
+		goto out;
+	}
+	/* Unbind writes the function off; probe resets it (it is recorded
+	 * as written off) before giving it bus mastering, and brings it up. */
 	device_release_driver(r->dev);
-	err = pci_reset_function(pdev);
-	if (err)
-		dev_warn(r->dev, "recovery: function reset failed (%d), probing without it\n",
-			 err);
+	rmlx5_recent_note(r->dev);
 	err = device_attach(r->dev);
 	if (err <= 0)
 		dev_warn(r->dev, "recovery: the function was not bound again (%d)\n", err);
-	else
-		rmlx5_recent_note(r->dev);
+out:
 	put_device(r->dev);
 	kfree(r);
 }
@@ -431,6 +500,8 @@ int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq,
 		return -ENOMEM;
 	INIT_WORK(&r->work, rmlx5_recovery_fn);
 	r->dev = get_device(dev);
+	r->drv = dev->driver;
+	r->data = dev_get_drvdata(dev);
 	queue_work(wq, &r->work);
 	return 0;
 }

@@ -25,6 +25,8 @@ struct rmlx5_poller;
 struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *), void *ctx,
 					 unsigned int ms);
 void rmlx5_poller_stop(struct rmlx5_poller *p);
+void rmlx5_pci_note_written_off(struct device *dev);
+int rmlx5_pci_reset_if_written_off(struct device *dev);
 int rmlx5_pci_recover(struct device *dev, struct workqueue_struct *wq,
 		      unsigned int grace_ms);
 struct workqueue_struct *rmlx5_reap_wq_alloc(void);

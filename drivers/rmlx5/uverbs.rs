@@ -43,6 +43,10 @@ impl MiscDevice for Ucontext {
         pr_debug!("ucontext opened on rmlx5_{}\n", node.index());
         let ctx = Ucontext::new(node.index(), node.users().enter())?;
         node.users().watch(ctx.as_ref())?;
+        // Opened on a device that failed before: told at once.
+        if ctx.dev.is_fatal() {
+            ctx.device_fatal();
+        }
         Ok(ctx)
     }
 

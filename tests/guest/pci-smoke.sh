@@ -481,8 +481,9 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             echo "@@STRESS pcifaults faults=$round survived=$survived secs=$(( $(cut -d. -f1 /proc/uptime) - tf0 ))"
             # A card that keeps failing is not reset in a loop: a fault
             # within cx_recover_grace_ms (4 s here) of the last recovery
-            # leaves the function down, bound and failed; unbinding it,
-            # resetting it through sysfs and binding it brings it back.
+            # leaves the function down, bound and failed; unbinding and
+            # binding it brings it back (its probe resets it first: it was
+            # written off).
             if [ "$survived" = "$round" ]; then
                 f0=$(fatals)
                 u0=$(ups)
@@ -494,14 +495,15 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                     else
                         fail cx_fault_again_within_grace_left_down "$(( $(fatals) - f0 )) failure(s), $(( $(ups) - u0 )) bring-up(s), bound: $(driver_of)"
                     fi
+                    resets() { dmesg | grep -c "rmlx5_cx $bdf: reset: it was written off after a failure"; }
+                    w0=$(resets)
                     echo "$bdf" > $dev/driver/unbind
-                    echo 1 > $dev/reset
                     echo "$bdf" > $sysdrv/bind
-                    if wait_for 20 fn_up $((u0 + 1)) &&
+                    if wait_for 20 fn_up $((u0 + 1)) && [ "$(resets)" = $((w0 + 1)) ] &&
                         rmlx5-pingpong --events --size 4096 --iters 200 --device $(cxdev) --peer-device $(cxdev) > /tmp/pp-after.log 2>&1; then
                         pass cx_fault_left_down_back_by_hand
                     else
-                        fail cx_fault_left_down_back_by_hand "not up again after unbind, reset, bind: $(tail -n 2 /tmp/pp-after.log)"
+                        fail cx_fault_left_down_back_by_hand "not up again after unbind and bind: $(dmesg | grep "rmlx5_cx $bdf: reset: it was written off" | tail -n 1) $(tail -n 2 /tmp/pp-after.log)"
                     fi
                 else
                     fail cx_fault_again_within_grace_left_down "no 'left down' line: $(dmesg | grep "rmlx5_cx $bdf: health" | tail -n 2)"

@@ -40,9 +40,19 @@
 use core::sync::atomic::{
     AtomicBool,
     AtomicU32,
+    AtomicU8,
     Ordering, //
 };
-use kernel::{device::Bound, ffi::c_void, pci, prelude::*, sync::Arc};
+use kernel::{
+    device::{
+        Bound,
+        Core, //
+    },
+    ffi::c_void,
+    pci,
+    prelude::*,
+    sync::Arc,
+};
 
 use super::bar::CxBar;
 use super::AsyncIrq;
@@ -71,6 +81,8 @@ extern "C" {
         ms: u32,
     ) -> *mut c_void;
     fn rmlx5_poller_stop(p: *mut c_void);
+    fn rmlx5_pci_note_written_off(dev: *mut c_void);
+    fn rmlx5_pci_reset_if_written_off(dev: *mut c_void) -> i32;
     fn rmlx5_pci_recover(
         dev: *mut c_void,
         wq: *mut kernel::bindings::workqueue_struct,
@@ -81,7 +93,13 @@ extern "C" {
 /// Whether a function failed: set once by the health poll, read by the
 /// command interface's waits ([`super::bus::CxBus`]) and by unbind.
 pub(crate) struct Fatal {
+    /// Published once the function's DMA is off (see [`Fatal::claim`]).
     failed: AtomicBool,
+    /// Someone is failing the function (set before `failed`).
+    claimed: AtomicBool,
+    /// The function is being unbound: a failure found now is not
+    /// followed by a recovery (it would bind the function again).
+    no_recovery: AtomicBool,
     /// One more than the opcode of a command that timed out, 0 if none:
     /// the next poll fails the function for it.
     lost: AtomicU32,
@@ -92,20 +110,35 @@ impl Fatal {
         Ok(Arc::new(
             Fatal {
                 failed: AtomicBool::new(false),
+                claimed: AtomicBool::new(false),
+                no_recovery: AtomicBool::new(false),
                 lost: AtomicU32::new(0),
             },
             GFP_KERNEL,
         )?)
     }
 
-    /// Whether the function failed.
+    /// Whether the function failed (and its DMA is off).
     pub(crate) fn is_set(&self) -> bool {
         self.failed.load(Ordering::Acquire)
     }
 
-    /// Marks the function failed; returns whether it was not already.
-    fn set(&self) -> bool {
-        !self.failed.swap(true, Ordering::AcqRel)
+    /// Claims the failing of the function; returns whether this caller
+    /// is the first. The caller stops the DMA, then [`Fatal::publish`]es:
+    /// nothing may see the function failed (and free memory a command
+    /// had lent it) while the device can still write.
+    fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Publishes the failure (after the DMA was stopped).
+    fn publish(&self) {
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// The function is being unbound: no recovery from now on.
+    pub(super) fn stop_recovery(&self) {
+        self.no_recovery.store(true, Ordering::Release);
     }
 
     /// A command with `opcode` timed out (from the command interface).
@@ -195,6 +228,8 @@ pub(super) struct Monitor<'bound> {
     cmdq: u64,
     last_counter: AtomicU32,
     misses: AtomicU32,
+    /// The last syndrome reported without a reset request (logged once).
+    reported_synd: AtomicU8,
 }
 
 // SAFETY: `irq` is only dereferenced while the handler lives (type
@@ -225,6 +260,7 @@ impl<'bound> Monitor<'bound> {
             cmdq,
             last_counter: AtomicU32::new(0),
             misses: AtomicU32::new(0),
+            reported_synd: AtomicU8::new(0),
         }
     }
 
@@ -250,7 +286,19 @@ impl<'bound> Monitor<'bound> {
         }
         let h = self.health_buffer();
         if h.synd != 0 {
-            return Some(Failure::Syndrome(h));
+            // As mlx5_core's fatal sensor: a syndrome with the firmware's
+            // reset request. Without it the syndrome is only reported.
+            if h.reset_requested() {
+                return Some(Failure::Syndrome(h));
+            }
+            if self.reported_synd.swap(h.synd, Ordering::Relaxed) != h.synd {
+                dev_warn!(
+                    self.pdev,
+                    "health: syndrome {:#x} (ext {:#x}) reported without a reset request\n",
+                    h.synd,
+                    h.ext_synd
+                );
+            }
         }
         let l = CmdqAddrLSz::decode(self.read(CMDQ_ADDR_L_SZ_OFFSET));
         let addr = u64::from(self.read(CMDQ_ADDR_H_OFFSET)) << 32 | u64::from(l.addr_l);
@@ -284,12 +332,13 @@ impl<'bound> Monitor<'bound> {
 
     /// Fails the function (see the module documentation), once.
     fn fail(&self, why: core::fmt::Arguments<'_>) {
-        if !self.fatal.set() {
+        if !self.fatal.claim() {
             return;
         }
         let raw = super::raw_bound(self.pdev);
         // SAFETY: The function is bound while the poller runs.
         unsafe { rmlx5_pci_clear_master(raw) };
+        self.fatal.publish();
         dev_err!(self.pdev, "health: {}; function failed, DMA stopped\n", why);
         // SAFETY: The handler outlives the poller (type invariant).
         let irq = unsafe { &*self.irq };
@@ -301,6 +350,13 @@ impl<'bound> Monitor<'bound> {
                 dev.index
             );
             dev.set_fatal();
+        }
+        if self.fatal.no_recovery.load(Ordering::Acquire) {
+            dev_info!(
+                self.pdev,
+                "health: the function is being unbound: no recovery\n"
+            );
+            return;
         }
         if !crate::module_parameters::cx_recover.value() {
             dev_err!(
@@ -325,11 +381,68 @@ impl<'bound> Monitor<'bound> {
         } else if r == EBUSY.to_errno() {
             dev_err!(
                 self.pdev,
-                "health: failed again within {} ms of its last recovery: left down (to try again: unbind it, write 1 to its sysfs reset, bind it)\n",
+                "health: failed again within {} ms of its last recovery: left down (unbind and bind it to try again: its probe resets it)\n",
                 grace
             );
         } else {
             dev_err!(self.pdev, "health: cannot queue recovery: error {}\n", r);
+        }
+    }
+}
+
+/// At a function's way down (unbind, or a probe that fails), with the
+/// poll stopped: a command that timed out since the last poll fails the
+/// function all the same (DMA off, written off), without recovery, and a
+/// function that failed is recorded as written off, so that its next
+/// probe resets it before turning bus mastering on (the firmware may
+/// still hold addresses of the memory the driver is about to free).
+pub(super) fn at_take_down(pdev: &pci::Device<Bound>, fatal: &Fatal) {
+    let raw = super::raw_bound(pdev);
+    if let Some(op) = fatal.lost() {
+        if fatal.claim() {
+            // SAFETY: `pdev` is bound (take_down runs before the driver
+            // data goes).
+            unsafe { rmlx5_pci_clear_master(raw) };
+            fatal.publish();
+            dev_err!(
+                pdev,
+                "command {} ({:#x}) timed out: the firmware lost it; function written off, DMA stopped\n",
+                crate::mlx5_prm::command::opcode_name(op),
+                op
+            );
+        }
+    }
+    if fatal.is_set() {
+        // SAFETY: As above.
+        unsafe { rmlx5_pci_note_written_off(raw) };
+    }
+}
+
+/// Before a probe turns bus mastering on: resets the function if it was
+/// written off after a failure since its last reset (see
+/// [`at_take_down`]).
+///
+/// # Errors
+///
+/// The PCI core's, if the reset fails: the probe must not go on.
+pub(super) fn reset_if_written_off(pdev: &pci::Device<Core<'_>>) -> Result {
+    let dev: &kernel::device::Device<Core<'_>> = pdev.as_ref();
+    let raw = core::ptr::from_ref(dev).cast::<c_void>().cast_mut();
+    // SAFETY: `raw` is the function being probed, its device lock held.
+    let r = unsafe { rmlx5_pci_reset_if_written_off(raw) };
+    match r {
+        0 => Ok(()),
+        1 => {
+            dev_info!(pdev.as_ref(), "reset: it was written off after a failure\n");
+            Ok(())
+        }
+        e => {
+            dev_err!(
+                pdev.as_ref(),
+                "written off after a failure and cannot be reset (error {}): left unbound\n",
+                e
+            );
+            Err(Error::from_errno(e))
         }
     }
 }
@@ -377,6 +490,15 @@ impl<'bound> Poller<'bound> {
         }
         // INVARIANT: started just above with `monitor`.
         Ok(Self { raw, monitor })
+    }
+}
+
+impl Poller<'_> {
+    /// The function is being unbound: a failure the poll finds from now
+    /// on queues no recovery.
+    pub(super) fn stop_recovery(&self) {
+        // SAFETY: Valid while `self` lives (type invariant).
+        unsafe { &*self.monitor }.fatal.stop_recovery();
     }
 }
 
