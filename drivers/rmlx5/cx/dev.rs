@@ -616,14 +616,26 @@ impl CxBackend {
     /// address space, as mlx5_ib's, so that the addresses `ib_dma_map_*`
     /// give through the function are their own IOVAs.
     fn create_pa_mr(&self, attr: &MrAttr) -> Result<u32> {
+        self.create_mkey(
+            Mkc {
+                length64: true,
+                ..mkc_of(attr, 0)
+            },
+            ACCESS_MODE_PA,
+        )
+    }
+
+    /// CREATE_MKEY of `mkc` in access mode `mode`, with no translation
+    /// table in the command, the key's low byte the next of the driver's.
+    fn create_mkey(&self, mkc: Mkc, mode: u8) -> Result<u32> {
         self.with_state(|ctl, st| {
             ctl.next_key = ctl.next_key.wrapping_add(1);
             let key_7_0 = ctl.next_key;
             let mut mkc = Mkc {
-                length64: true,
-                ..mkc_of(attr, key_7_0)
+                mkey_7_0: key_7_0,
+                ..mkc
             };
-            mkc.set_access_mode(ACCESS_MODE_PA);
+            mkc.set_access_mode(mode);
             let input = CreateMkeyIn {
                 pg_access: false,
                 memory_key_mkey_entry: mkc,
@@ -1030,50 +1042,32 @@ impl Backend for CxBackend {
         // memory of the function, one contiguous bus range), local read
         // only, which the registration WQE's data segment names as
         // mlx5_ib names its descriptors under the PD's local DMA lkey.
-        let list_key = self.with_state(|ctl, st| {
-            ctl.next_key = ctl.next_key.wrapping_add(1);
-            let key_7_0 = ctl.next_key;
-            let mut mkc = Mkc {
+        let list_key = self.create_mkey(
+            Mkc {
                 lr: true,
                 qpn: 0xff_ffff,
-                mkey_7_0: key_7_0,
                 pd: pdn,
                 start_addr: list.dma_addr(),
                 len: list.len() as u64,
                 ..Mkc::default()
-            };
-            mkc.set_access_mode(ACCESS_MODE_PA);
-            let input = CreateMkeyIn {
-                pg_access: false,
-                memory_key_mkey_entry: mkc,
-                translations_octword_actual_size: 0,
-            };
-            exec_on::<CreateMkey>(st, &input, &[]).map(|o| mkey(o.mkey_index, key_7_0))
-        })?;
+            },
+            ACCESS_MODE_PA,
+        )?;
         // The key itself, as mlx5_ib's alloc_mr makes it: free, UMR
         // enabled, MTT mode with room for `max_pages` entries (two per
         // octoword), no translation until a registration WQE writes one.
-        let key = self.with_state(|ctl, st| {
-            ctl.next_key = ctl.next_key.wrapping_add(1);
-            let key_7_0 = ctl.next_key;
-            let mut mkc = Mkc {
+        let key = self.create_mkey(
+            Mkc {
                 free: true,
                 umr_en: true,
                 qpn: 0xff_ffff,
-                mkey_7_0: key_7_0,
                 pd: pdn,
                 translations_octword_size: max_pages.div_ceil(2),
                 log_page_size: 12,
                 ..Mkc::default()
-            };
-            mkc.set_access_mode(ACCESS_MODE_MTT);
-            let input = CreateMkeyIn {
-                pg_access: false,
-                memory_key_mkey_entry: mkc,
-                translations_octword_actual_size: 0,
-            };
-            exec_on::<CreateMkey>(st, &input, &[]).map(|o| mkey(o.mkey_index, key_7_0))
-        });
+            },
+            ACCESS_MODE_MTT,
+        );
         match key {
             Ok(key) => Ok(FastKeys { key, list_key }),
             Err(e) => {
