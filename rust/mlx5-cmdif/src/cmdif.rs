@@ -1,44 +1,56 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The command queue as the driver runs it: handing the queue to the
-//! device, and posting one command at a time through a real queue entry
-//! with mailbox chains, in poll mode.
+//! device, and posting commands through real queue entries with mailbox
+//! chains, one at a time through entry 0 or side by side on the lanes.
 //!
 //! # Memory
 //!
 //! The embedder gives [`CmdIf::init`] one region of its DMA-coherent memory
-//! ([`CmdMem`]): the command queue page and a pool of mailbox blocks each
-//! for inputs and outputs (see [`cmdmem`](super::cmdmem)). The crate keeps
-//! nothing else: commands are staged straight into the input pool
-//! ([`CmdIf::write_in`]) and outputs read from the output pool
-//! ([`CmdIf::read_out`]), so that a 4 KiB capability block never sits on
-//! the stack.
+//! ([`CmdMem`]): the command queue page, and mailbox pools for inputs and
+//! outputs, a large pair for entry 0 and a small pair for each lane (see
+//! [`cmdmem`](super::cmdmem)). The crate keeps nothing else: commands are
+//! staged straight into their entry's input pool and outputs read from its
+//! output pool, so that a 4 KiB capability block never sits on the stack.
 //!
-//! # Posting
+//! # Entry 0: one command at a time, polled
 //!
-//! [`CmdIf::post`] picks a free entry, writes the input mailbox headers
-//! (`next`, `block_num`, the command's token) and the empty output chain,
-//! fills the entry (type, lengths, pointers, the inline input, token,
-//! ownership), signs it as mlx5_core does (the entry always, the mailboxes
-//! too while command checksums are on), rings the doorbell and polls the
-//! ownership bit until the device clears it or the command timeout passes.
-//! It then checks the signatures (with checksums on), the delivery status
-//! and the output's status and syndrome. [`CmdIf::exec`] wraps that for a
-//! typed [`Command`].
+//! [`CmdIf::post`] (and [`CmdIf::exec`] for a typed [`Command`]) writes the
+//! input mailbox headers (`next`, `block_num`, the command's token) and the
+//! empty output chain, fills the entry (type, lengths, pointers, the inline
+//! input, token, ownership), signs it as mlx5_core does (the entry always,
+//! the mailboxes too while command checksums are on), rings the doorbell
+//! and polls the ownership bit until the device clears it or the command
+//! timeout passes. It then checks the signatures (with checksums on), the
+//! delivery status and the output's status and syndrome. Long messages
+//! (capabilities, page lists) go this way; [`CmdIf::write_in`] and
+//! [`CmdIf::read_out`] reach entry 0's messages byte by byte.
 //!
-//! This is poll mode only: the device is not told about a command EQ, and
-//! commands run one at a time (`&mut self`). Completion by command EQE
-//! comes with MSI-X.
+//! # Lanes: several commands in flight
+//!
+//! [`CmdIf::start`] stages a command in a free lane (entries 1 to
+//! [`LANES`], each with mailboxes of its own, messages up to
+//! [`LANE_MSG`] bytes), rings its doorbell and returns a [`Ticket`]
+//! without waiting. How to wait is the embedder's choice: the kernel
+//! drops its lock and sleeps until a command EQE names the entry (its
+//! [`Ticket::bit`]), looking at the ownership byte ([`Ticket::own_addr`])
+//! as the fallback, as mlx5_core does in event mode. [`CmdIf::finish`]
+//! then checks and decodes the output, or [`CmdIf::give_up`] leaves the
+//! entry to the device (timeout, failed function). Every call needs
+//! `&mut self`, so the embedder serialises posting and finishing, not
+//! the device's work.
 //!
 //! # Timeouts
 //!
-//! Every wait is bounded by the embedder's clock ([`Timeouts`]). A command
-//! that times out leaves its entry with the device; the entry (and, if the
-//! command used them, the mailbox pools) is not reused until the device
-//! hands it back, which [`CmdIf::post`] checks before each command.
+//! Every wait of the crate is bounded by the embedder's clock
+//! ([`Timeouts`]). A command that times out leaves its entry with the
+//! device; the entry (and its pools) is not reused until the device hands
+//! it back, which the crate checks before each command.
 
 use super::bus::{Bus, Wait};
-use super::cmdmem::{block_addr, place, Chain, CmdMem, Place, Pools, QUEUE_PAGE};
+use super::cmdmem::{
+    block_addr, place, Chain, CmdMem, EntryPools, Place, Pools, LANES, LANE_MSG, QUEUE_PAGE,
+};
 use super::error::{Error, ReadyWait};
 use super::prm::cmd_queue::{
     block_signature_ok, doorbell, entry_offset, layout_signature_ok, mailbox_count, owned_by_hw,
@@ -132,8 +144,9 @@ pub struct CmdIf {
     checksums: bool,
     /// Entries the device kept after a timeout, a bit per entry.
     stuck: u32,
-    /// The kept entry whose command uses the mailbox pools, if any.
-    pools_held_by: Option<usize>,
+    /// Lane entries taken by commands started with [`CmdIf::start`] and
+    /// not yet finished, a bit per entry.
+    busy: u32,
     /// The first 16 bytes of the next input.
     in_inline: [u8; INLINE_SIZE],
     /// The first 16 bytes of the last output.
@@ -222,7 +235,7 @@ impl CmdIf {
             token: 0,
             checksums: false,
             stuck: 0,
-            pools_held_by: None,
+            busy: 0,
             in_inline: [0; INLINE_SIZE],
             out_inline: [0; INLINE_SIZE],
             outlen: 0,
@@ -288,8 +301,30 @@ impl CmdIf {
         self.pools.max_msg_len()
     }
 
-    /// Runs command `C`: encodes `input` and its page list `pas`, posts it
-    /// ([`CmdIf::post`]) and decodes the output.
+    /// The lanes this queue has: entries 1 and up with pools of their own
+    /// ([`LANES`], fewer on a queue of fewer entries).
+    pub fn lanes(&self) -> usize {
+        LANES.min(self.entries().saturating_sub(1))
+    }
+
+    /// Lane entries whose commands were started and not yet finished, a
+    /// bit per entry.
+    pub fn busy_entries(&self) -> u32 {
+        self.busy
+    }
+
+    /// Whether command `C` with `pas` page-list entries fits a lane, so
+    /// that [`CmdIf::start`] can run it beside others; if not, it goes
+    /// through entry 0 with [`CmdIf::exec`].
+    pub fn lane_fits<C: Command>(&self, pas: usize) -> bool {
+        self.lanes() > 0
+            && check_exec::<C>(pas, LANE_MSG).is_ok()
+            && <C::Out as Layout>::SIZE <= LANE_MSG
+    }
+
+    /// Runs command `C` through entry 0 and waits for it, polling: encodes
+    /// `input` and its page list `pas`, posts it ([`CmdIf::post`]) and
+    /// decodes the output.
     ///
     /// # Errors
     ///
@@ -302,87 +337,199 @@ impl CmdIf {
         input: &C::In,
         pas: &[u64],
     ) -> Result<C::Out, Error> {
-        let in_size = <C::In as Layout>::SIZE;
-        let out_size = <C::Out as Layout>::SIZE;
-        let inlen = in_len::<C>(pas.len());
-        let too_long = |len, max| Error::TooLong {
-            command: C::NAME,
-            opcode: C::OPCODE,
-            len,
-            max,
-        };
-        if in_size > MAX_LAYOUT || out_size > MAX_LAYOUT {
-            return Err(too_long(in_size.max(out_size), MAX_LAYOUT));
+        let (_, out_size, inlen) = check_exec::<C>(pas.len(), self.max_msg_len())?;
+        if let Some(answered) = self.answer_if_failed::<C, B>(bus)? {
+            return Ok(answered);
         }
-        if !C::IN_PAS && !pas.is_empty() {
-            return Err(too_long(inlen, in_size));
-        }
-        if inlen > self.max_msg_len() {
-            return Err(too_long(inlen, self.max_msg_len()));
-        }
-        let mut buf = [0u8; MAX_LAYOUT];
-        if self.internal_error || bus.fatal() {
-            self.internal_error = true;
-            if !destroys_only(C::OPCODE) {
-                return Err(Error::InternalError {
-                    command: C::NAME,
-                    opcode: C::OPCODE,
-                });
-            }
-            // An all-zero output: status OK, nothing returned.
-            let out = buf.get(..out_size).ok_or(too_long(out_size, MAX_LAYOUT))?;
-            return C::Out::decode(out).map_err(|_| too_long(out_size, MAX_LAYOUT));
-        }
-        let fixed = buf
-            .get_mut(..in_size)
-            .ok_or(too_long(in_size, MAX_LAYOUT))?;
-        input
-            .encode(fixed)
-            .map_err(|_| too_long(in_size, MAX_LAYOUT))?;
-        self.write_in(bus, 0, fixed)?;
-        // The page list, eight entries per DMA write.
-        let mut chunk = [0u8; 8 * PAS_ENTRY_SIZE];
-        let mut k = 0;
-        while k < pas.len() {
-            let n = pas.len().saturating_sub(k).min(8);
-            let mut j = 0;
-            while j < n {
-                let at = j.saturating_mul(PAS_ENTRY_SIZE);
-                if let (Some(dst), Some(addr)) = (
-                    chunk.get_mut(at..at.saturating_add(PAS_ENTRY_SIZE)),
-                    pas.get(k.saturating_add(j)),
-                ) {
-                    dst.copy_from_slice(&addr.to_be_bytes());
-                }
-                j = j.saturating_add(1);
-            }
-            let at = in_size.saturating_add(k.saturating_mul(PAS_ENTRY_SIZE));
-            self.write_in(
-                bus,
-                at,
-                chunk.get(..n.saturating_mul(PAS_ENTRY_SIZE)).unwrap_or(&[]),
-            )?;
-            k = k.saturating_add(n.max(1));
-        }
+        stage::<C, B>(bus, self.pools.in_pool, &mut self.in_inline, input, pas)?;
         self.post(bus, C::OPCODE, inlen, out_size)?;
+        let mut buf = [0u8; MAX_LAYOUT];
         let out = buf
             .get_mut(..out_size)
-            .ok_or(too_long(out_size, MAX_LAYOUT))?;
-        out.fill(0);
+            .ok_or(too_long::<C>(out_size, MAX_LAYOUT))?;
         self.read_out(bus, 0, out)?;
-        C::Out::decode(out).map_err(|_| {
-            Error::Cmd(CmdError::ShortOutput {
+        decode::<C>(out)
+    }
+
+    /// On a function in internal error: the all-zero output (status OK)
+    /// for a command that only takes something down ([`destroys_only`]),
+    /// [`Error::InternalError`] for any other; `None` on a live function.
+    fn answer_if_failed<C: Command, B: Bus>(
+        &mut self,
+        bus: &mut B,
+    ) -> Result<Option<C::Out>, Error> {
+        if !self.internal_error && !bus.fatal() {
+            return Ok(None);
+        }
+        self.internal_error = true;
+        if !destroys_only(C::OPCODE) {
+            return Err(Error::InternalError {
                 command: C::NAME,
                 opcode: C::OPCODE,
-                len: out_size,
-                need: out_size,
-            })
-        })
+            });
+        }
+        let zeros = [0u8; MAX_LAYOUT];
+        let out_size = <C::Out as Layout>::SIZE;
+        let out = zeros
+            .get(..out_size)
+            .ok_or(too_long::<C>(out_size, MAX_LAYOUT))?;
+        decode::<C>(out).map(Some)
+    }
+
+    /// Starts command `C` on a free lane and returns at once, without
+    /// waiting: the input and its page list `pas` are staged in the lane's
+    /// own mailboxes and the entry's doorbell rung. The caller waits for
+    /// the device to hand the entry back (the ownership byte at
+    /// [`Ticket::own_addr`], or a command EQE with [`Ticket::bit`]), then
+    /// calls [`CmdIf::finish`], or [`CmdIf::give_up`]. Several commands
+    /// may be in flight so, one per lane, beside one of entry 0.
+    ///
+    /// On a function in internal error, a command that only takes
+    /// something down is answered at once ([`Started::Answered`]), as
+    /// [`CmdIf::exec`] answers it.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::TooLong`]: the command does not fit a lane
+    ///   ([`CmdIf::lane_fits`]);
+    /// - [`Error::QueueBusy`]: every lane is taken (or kept by the device
+    ///   after a timeout): wait for one to finish and try again;
+    /// - [`Error::InternalError`], [`Error::DeviceGone`], [`Error::Dma`].
+    pub fn start<C: Command, B: Bus>(
+        &mut self,
+        bus: &mut B,
+        input: &C::In,
+        pas: &[u64],
+    ) -> Result<Started<C::Out>, Error> {
+        let (_, out_size, inlen) = check_exec::<C>(pas.len(), LANE_MSG)?;
+        if out_size > LANE_MSG || self.lanes() == 0 {
+            return Err(too_long::<C>(out_size.max(inlen), LANE_MSG));
+        }
+        if let Some(answered) = self.answer_if_failed::<C, B>(bus)? {
+            return Ok(Started::Answered(answered));
+        }
+        let (command, opcode) = (C::NAME, C::OPCODE);
+        if self.gone || device_gone(bus) {
+            self.gone = true;
+            return Err(Error::DeviceGone { command, opcode });
+        }
+        self.reap_stuck(bus)?;
+        let lanes = u32::MAX
+            .checked_shr(32u32.saturating_sub(self.lanes() as u32))
+            .unwrap_or(0)
+            << 1;
+        let free = self.free_entries() & lanes;
+        if free == 0 {
+            return Err(Error::QueueBusy { command, opcode });
+        }
+        let slot = free.trailing_zeros() as usize;
+        let pools = self.pools.entry(slot).ok_or(Error::BadCmdMem)?;
+        let mut inline = [0u8; INLINE_SIZE];
+        stage::<C, B>(bus, pools.in_pool, &mut inline, input, pas)?;
+        let entry_addr = self.launch(bus, slot, pools, inline, inlen, out_size, opcode)?;
+        self.busy |= 1 << slot;
+        Ok(Started::Posted(Ticket {
+            entry: slot,
+            opcode,
+            command,
+            entry_addr,
+            outlen: out_size,
+        }))
+    }
+
+    /// Whether the device has handed the entry of `t` back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Dma`].
+    pub fn done<B: Bus>(&self, bus: &mut B, t: &Ticket) -> Result<bool, Error> {
+        Ok(!self.owned(bus, t.entry_addr)?)
+    }
+
+    /// Finishes the command of `t`, which the device has handed back:
+    /// checks the entry as [`CmdIf::post`] does and decodes the output
+    /// from the lane's mailboxes. The lane is free again, whatever the
+    /// outcome.
+    ///
+    /// # Errors
+    ///
+    /// As [`CmdIf::post`]; [`Error::Timeout`] if the device still owns the
+    /// entry (the caller did not wait: the entry is then kept, as after a
+    /// timeout); [`Error::State`] for a ticket this interface does not
+    /// hold (finished already).
+    pub fn finish<C: Command, B: Bus>(&mut self, bus: &mut B, t: Ticket) -> Result<C::Out, Error> {
+        let bit = 1u32 << t.entry;
+        if self.busy & bit == 0 || t.opcode != C::OPCODE {
+            return Err(Error::State {
+                what: "a command finished that was not started on this lane",
+            });
+        }
+        if self.owned(bus, t.entry_addr)? {
+            return Err(self.give_up(bus, t, Lost::Timeout));
+        }
+        self.busy &= !bit;
+        let pools = self.pools.entry(t.entry).ok_or(Error::BadCmdMem)?;
+        let out_inline = self.collect(
+            bus,
+            t.entry_addr,
+            pools.out_pool,
+            mailbox_count(t.outlen),
+            t.command,
+            t.opcode,
+        )?;
+        check_status(&out_inline, t.command, t.opcode)?;
+        let mut buf = [0u8; MAX_LAYOUT];
+        let out = buf
+            .get_mut(..t.outlen)
+            .ok_or(too_long::<C>(t.outlen, MAX_LAYOUT))?;
+        read_msg(bus, pools.out_pool, &out_inline, 0, out)?;
+        decode::<C>(out)
+    }
+
+    /// Gives up the command of `t` for `why`: its entry (and its lane's
+    /// mailboxes) stays with the device until the device hands it back,
+    /// as after a timeout of [`CmdIf::post`]. Returns the error to report:
+    /// [`Error::Timeout`] (and [`Bus::lost_command`] is told),
+    /// [`Error::InternalError`] or [`Error::DeviceGone`], each of which
+    /// also holds for later commands.
+    pub fn give_up<B: Bus>(&mut self, bus: &mut B, t: Ticket, why: Lost) -> Error {
+        self.busy &= !(1u32 << t.entry);
+        self.keep(bus, t.entry, why, t.command, t.opcode)
+    }
+
+    /// Marks entry `slot` as kept by the device and says why.
+    fn keep<B: Bus>(
+        &mut self,
+        bus: &mut B,
+        slot: usize,
+        why: Lost,
+        command: &'static str,
+        opcode: u16,
+    ) -> Error {
+        self.stuck |= 1u32.checked_shl(slot as u32).unwrap_or(0);
+        match why {
+            Lost::Fatal => {
+                self.internal_error = true;
+                Error::InternalError { command, opcode }
+            }
+            Lost::Gone => {
+                self.gone = true;
+                Error::DeviceGone { command, opcode }
+            }
+            Lost::Timeout => {
+                bus.lost_command(opcode);
+                Error::Timeout {
+                    command,
+                    opcode,
+                    ms: self.timeouts.cmd_ms,
+                }
+            }
+        }
     }
 
     /// Stages `bytes` at byte `offset` of the next command's input: the
     /// first 16 bytes go into the entry (kept here until
-    /// [`CmdIf::post`]), the rest straight into the input mailboxes.
+    /// [`CmdIf::post`]), the rest straight into entry 0's input mailboxes.
     ///
     /// # Errors
     ///
@@ -394,24 +541,8 @@ impl CmdIf {
         offset: usize,
         bytes: &[u8],
     ) -> Result<(), Error> {
-        self.check_range(offset, bytes.len(), self.max_msg_len())?;
-        let mut done = 0;
-        while done < bytes.len() {
-            let rest = bytes.get(done..).unwrap_or(&[]);
-            let (at, run) = place(self.pools.in_pool, offset.saturating_add(done));
-            let n = run.min(rest.len());
-            let src = rest.get(..n).unwrap_or(&[]);
-            match at {
-                Place::Inline(i) => {
-                    if let Some(dst) = self.in_inline.get_mut(i..i.saturating_add(n)) {
-                        dst.copy_from_slice(src);
-                    }
-                }
-                Place::Dma(addr) => bus.dma_write(addr, src).map_err(|_| Error::Dma { addr })?,
-            }
-            done = done.saturating_add(n.max(1));
-        }
-        Ok(())
+        check_range(offset, bytes.len(), self.max_msg_len())?;
+        write_msg(bus, self.pools.in_pool, &mut self.in_inline, offset, bytes)
     }
 
     /// Reads back bytes of the staged input (the page addresses of a
@@ -422,12 +553,12 @@ impl CmdIf {
     /// [`Error::OutOfRange`] beyond [`CmdIf::max_msg_len`],
     /// [`Error::Dma`].
     pub fn read_in<B: Bus>(&self, bus: &mut B, offset: usize, buf: &mut [u8]) -> Result<(), Error> {
-        self.check_range(offset, buf.len(), self.max_msg_len())?;
-        self.read_msg(bus, self.pools.in_pool, &self.in_inline, offset, buf)
+        check_range(offset, buf.len(), self.max_msg_len())?;
+        read_msg(bus, self.pools.in_pool, &self.in_inline, offset, buf)
     }
 
-    /// Reads bytes of the last command's output, `offset` counted from
-    /// the start of the output.
+    /// Reads bytes of the last output of [`CmdIf::post`], `offset` counted
+    /// from the start of the output.
     ///
     /// # Errors
     ///
@@ -440,56 +571,24 @@ impl CmdIf {
         offset: usize,
         buf: &mut [u8],
     ) -> Result<(), Error> {
-        self.check_range(offset, buf.len(), self.outlen)?;
-        self.read_msg(bus, self.pools.out_pool, &self.out_inline, offset, buf)
-    }
-
-    fn check_range(&self, offset: usize, len: usize, limit: usize) -> Result<(), Error> {
-        match offset.checked_add(len) {
-            Some(end) if end <= limit => Ok(()),
-            _ => Err(Error::OutOfRange { offset, len }),
-        }
-    }
-
-    fn read_msg<B: Bus>(
-        &self,
-        bus: &mut B,
-        pool: u64,
-        inline: &[u8; INLINE_SIZE],
-        offset: usize,
-        buf: &mut [u8],
-    ) -> Result<(), Error> {
-        let mut done = 0;
-        while done < buf.len() {
-            let (at, run) = place(pool, offset.saturating_add(done));
-            let n = run.min(buf.len().saturating_sub(done));
-            let dst = buf.get_mut(done..done.saturating_add(n)).unwrap_or(&mut []);
-            match at {
-                Place::Inline(i) => {
-                    if let Some(src) = inline.get(i..i.saturating_add(n)) {
-                        dst.copy_from_slice(src);
-                    }
-                }
-                Place::Dma(addr) => bus.dma_read(addr, dst).map_err(|_| Error::Dma { addr })?,
-            }
-            done = done.saturating_add(n.max(1));
-        }
-        Ok(())
+        check_range(offset, buf.len(), self.outlen)?;
+        read_msg(bus, self.pools.out_pool, &self.out_inline, offset, buf)
     }
 
     /// Posts the staged input of `inlen` bytes (written with
     /// [`CmdIf::write_in`], its header included) as the command `opcode`
     /// (which errors name, as `opcode_name` spells it) with room for
-    /// `outlen` bytes of output,
-    /// waits for the device to hand the entry back, and checks the
-    /// outcome. The output is then readable with [`CmdIf::read_out`].
+    /// `outlen` bytes of output, through entry 0 (or, for a command without
+    /// mailboxes, the first free entry), waits for the device to hand the
+    /// entry back, polling its ownership bit, and checks the outcome. The
+    /// output is then readable with [`CmdIf::read_out`].
     ///
     /// # Errors
     ///
     /// - [`Error::TooLong`]: `inlen` below 16, `outlen` below 8, or either
     ///   beyond [`CmdIf::max_msg_len`];
-    /// - [`Error::QueueBusy`]: no entry free, or the mailboxes held by a
-    ///   command that timed out;
+    /// - [`Error::QueueBusy`]: no entry free, or entry 0 kept by a command
+    ///   that timed out;
     /// - [`Error::Timeout`]: the device kept the entry past the command
     ///   timeout;
     /// - [`Error::Signature`]: with checksums on, a bad signature on the
@@ -527,56 +626,27 @@ impl CmdIf {
             self.gone = true;
             return Err(Error::DeviceGone { command, opcode });
         }
-        let n_in = mailbox_count(inlen);
         let n_out = mailbox_count(outlen);
-        let uses_pools = n_in != 0 || n_out != 0;
+        let uses_pools = mailbox_count(inlen) != 0 || n_out != 0;
         self.reap_stuck(bus)?;
         let busy = Error::QueueBusy { command, opcode };
-        if uses_pools && self.pools_held_by.is_some() {
-            return Err(busy);
-        }
-        // A bit for each entry of the queue (1 to 32 of them).
-        let unused = MAX_COMMANDS.saturating_sub(self.entries()) as u32;
-        let all = u32::MAX.checked_shr(unused).unwrap_or(1);
-        let free = all & !self.stuck;
-        if free == 0 {
-            return Err(busy);
-        }
-        let slot = free.trailing_zeros() as usize;
-        self.token = self.token.wrapping_add(1).max(1);
-        let chain = |pool, blocks, inlen| Chain {
-            pool,
-            blocks,
-            token: self.token,
-            sign: self.checksums,
-            inlen,
+        // Entry 0 carries the mailboxes. A command without any takes an
+        // entry without pools (past the lanes), else a lane, entry 0 last:
+        // were it kept by the device, entry 0's pools would go with it.
+        let free = self.free_entries();
+        let with_pools = u32::MAX
+            .checked_shr(31u32.saturating_sub(LANES as u32))
+            .unwrap_or(u32::MAX);
+        let slot = match (uses_pools, free) {
+            (_, 0) => return Err(busy),
+            (true, f) if f & 1 == 0 => return Err(busy),
+            (true, _) => 0,
+            (false, f) if f & !with_pools != 0 => (f & !with_pools).trailing_zeros() as usize,
+            (false, f) if f & !1 != 0 => (f & !1).trailing_zeros() as usize,
+            (false, _) => 0,
         };
-        chain(self.pools.in_pool, n_in, Some(inlen)).write(bus)?;
-        chain(self.pools.out_pool, n_out, None).write(bus)?;
-
-        let entry_addr = self.entry_addr(slot)?;
-        let layout = CmdLayout {
-            cmd_type: PCI_CMD_XPORT,
-            inlen: u32::try_from(inlen).unwrap_or(u32::MAX),
-            in_ptr: if n_in > 0 { self.pools.in_pool } else { 0 },
-            in_data: self.in_inline,
-            out_data: [0; INLINE_SIZE],
-            out_ptr: if n_out > 0 { self.pools.out_pool } else { 0 },
-            outlen: u32::try_from(outlen).unwrap_or(u32::MAX),
-            token: self.token,
-            sig: 0,
-            status: DeliveryStatus::Ok,
-            ownership: true,
-        };
-        let mut entry = [0u8; CMD_LAYOUT_SIZE];
-        layout.encode(&mut entry);
-        sign_layout(&mut entry);
-        bus.dma_write(entry_addr, &entry)
-            .map_err(|_| Error::Dma { addr: entry_addr })?;
-        bus.write32(
-            CMD_DBELL_OFFSET,
-            doorbell(slot).map_err(|_| Error::QueueBusy { command, opcode })?,
-        );
+        let pools = self.pools.entry(0).ok_or(Error::BadCmdMem)?;
+        let entry_addr = self.launch(bus, slot, pools, self.in_inline, inlen, outlen, opcode)?;
 
         // Poll the ownership bit; look at the device itself every
         // millisecond, in case it went away with the command.
@@ -592,37 +662,91 @@ impl CmdIf {
                 if bus.fatal() {
                     // The embedder's health check failed meanwhile: the
                     // entry stays the device's, as after a timeout.
-                    self.internal_error = true;
-                    self.stuck |= 1 << slot;
-                    if uses_pools {
-                        self.pools_held_by = Some(slot);
-                    }
-                    return Err(Error::InternalError { command, opcode });
+                    return Err(self.keep(bus, slot, Lost::Fatal, command, opcode));
                 }
                 if device_gone(bus) {
-                    self.gone = true;
-                    self.stuck |= 1 << slot;
-                    if uses_pools {
-                        self.pools_held_by = Some(slot);
-                    }
-                    return Err(Error::DeviceGone { command, opcode });
+                    return Err(self.keep(bus, slot, Lost::Gone, command, opcode));
                 }
             }
             if now.saturating_sub(start) >= ms_to_ns(self.timeouts.cmd_ms) {
-                self.stuck |= 1 << slot;
-                if uses_pools {
-                    self.pools_held_by = Some(slot);
-                }
-                bus.lost_command(opcode);
-                return Err(Error::Timeout {
-                    command,
-                    opcode,
-                    ms: self.timeouts.cmd_ms,
-                });
+                return Err(self.keep(bus, slot, Lost::Timeout, command, opcode));
             }
             bus.relax(Wait::Command);
         }
 
+        self.out_inline = self.collect(bus, entry_addr, pools.out_pool, n_out, command, opcode)?;
+        self.outlen = outlen;
+        check_status(&self.out_inline, command, opcode)
+    }
+
+    /// Writes the mailbox chains of entry `slot` (its `pools`), fills and
+    /// signs the entry, and rings its doorbell. Returns the entry's DMA
+    /// address.
+    #[allow(clippy::too_many_arguments)]
+    fn launch<B: Bus>(
+        &mut self,
+        bus: &mut B,
+        slot: usize,
+        pools: EntryPools,
+        in_inline: [u8; INLINE_SIZE],
+        inlen: usize,
+        outlen: usize,
+        opcode: u16,
+    ) -> Result<u64, Error> {
+        let n_in = mailbox_count(inlen);
+        let n_out = mailbox_count(outlen);
+        self.token = self.token.wrapping_add(1).max(1);
+        let chain = |pool, blocks, inlen| Chain {
+            pool,
+            blocks,
+            token: self.token,
+            sign: self.checksums,
+            inlen,
+        };
+        chain(pools.in_pool, n_in, Some(inlen)).write(bus)?;
+        chain(pools.out_pool, n_out, None).write(bus)?;
+
+        let entry_addr = self.entry_addr(slot)?;
+        let layout = CmdLayout {
+            cmd_type: PCI_CMD_XPORT,
+            inlen: u32::try_from(inlen).unwrap_or(u32::MAX),
+            in_ptr: if n_in > 0 { pools.in_pool } else { 0 },
+            in_data: in_inline,
+            out_data: [0; INLINE_SIZE],
+            out_ptr: if n_out > 0 { pools.out_pool } else { 0 },
+            outlen: u32::try_from(outlen).unwrap_or(u32::MAX),
+            token: self.token,
+            sig: 0,
+            status: DeliveryStatus::Ok,
+            ownership: true,
+        };
+        let mut entry = [0u8; CMD_LAYOUT_SIZE];
+        layout.encode(&mut entry);
+        sign_layout(&mut entry);
+        bus.dma_write(entry_addr, &entry)
+            .map_err(|_| Error::Dma { addr: entry_addr })?;
+        let command = opcode_name(opcode);
+        bus.write32(
+            CMD_DBELL_OFFSET,
+            doorbell(slot).map_err(|_| Error::QueueBusy { command, opcode })?,
+        );
+        Ok(entry_addr)
+    }
+
+    /// Reads back an entry the device handed back and checks it: its
+    /// signature and those of its `n_out` output mailboxes at `out_pool`
+    /// (checksums on), and its delivery status. Returns the output's first
+    /// 16 bytes.
+    fn collect<B: Bus>(
+        &self,
+        bus: &mut B,
+        entry_addr: u64,
+        out_pool: u64,
+        n_out: usize,
+        command: &'static str,
+        opcode: u16,
+    ) -> Result<[u8; INLINE_SIZE], Error> {
+        let mut entry = [0u8; CMD_LAYOUT_SIZE];
         bus.dma_read(entry_addr, &mut entry)
             .map_err(|_| Error::Dma { addr: entry_addr })?;
         let done = CmdLayout::decode(&entry);
@@ -640,7 +764,7 @@ impl CmdIf {
         if self.checksums {
             let mut blk = [0u8; MAILBOX_SIZE];
             for i in 0..n_out {
-                let addr = block_addr(self.pools.out_pool, i);
+                let addr = block_addr(out_pool, i);
                 bus.dma_read(addr, &mut blk)
                     .map_err(|_| Error::Dma { addr })?;
                 if !block_signature_ok(&blk) {
@@ -648,19 +772,15 @@ impl CmdIf {
                 }
             }
         }
-        self.out_inline = done.out_data;
-        self.outlen = outlen;
-        let [status, _, _, _, s0, s1, s2, s3, ..] = self.out_inline;
-        let status = CmdStatus::from_raw(status);
-        if status != CmdStatus::Ok {
-            return Err(Error::Cmd(CmdError::Failed {
-                command,
-                opcode,
-                status,
-                syndrome: u32::from_be_bytes([s0, s1, s2, s3]),
-            }));
-        }
-        Ok(())
+        Ok(done.out_data)
+    }
+
+    /// Entries neither kept by the device nor taken by a started
+    /// command, a bit per entry of the queue (1 to 32 of them).
+    fn free_entries(&self) -> u32 {
+        let unused = MAX_COMMANDS.saturating_sub(self.entries()) as u32;
+        let all = u32::MAX.checked_shr(unused).unwrap_or(1);
+        all & !self.stuck & !self.busy
     }
 
     /// The DMA address of queue entry `slot`.
@@ -679,19 +799,244 @@ impl CmdIf {
         Ok(owned_by_hw(own))
     }
 
-    /// Frees the entries (and the pools) the device has handed back since
-    /// their commands timed out.
+    /// Frees the entries (and their pools) the device has handed back
+    /// since their commands timed out.
     fn reap_stuck<B: Bus>(&mut self, bus: &mut B) -> Result<(), Error> {
         let mut slot = 0;
         while self.stuck != 0 && slot < MAX_COMMANDS {
             if self.stuck & (1 << slot) != 0 && !self.owned(bus, self.entry_addr(slot)?)? {
                 self.stuck &= !(1 << slot);
-                if self.pools_held_by == Some(slot) {
-                    self.pools_held_by = None;
-                }
             }
             slot += 1;
         }
         Ok(())
     }
+}
+
+/// Why a started command was given up ([`CmdIf::give_up`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The command timeout passed.
+    Timeout,
+    /// The embedder found the function failed ([`Bus::fatal`]).
+    Fatal,
+    /// The device reads all ones: it is gone.
+    Gone,
+}
+
+/// A command started on a lane ([`CmdIf::start`]) and not yet finished.
+/// It is not `Clone`: it is finished or given up once.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ticket {
+    entry: usize,
+    opcode: u16,
+    command: &'static str,
+    entry_addr: u64,
+    outlen: usize,
+}
+
+impl Ticket {
+    /// The queue entry the command runs in.
+    pub fn entry(&self) -> usize {
+        self.entry
+    }
+
+    /// The entry's bit in a command EQE's completion vector.
+    pub fn bit(&self) -> u32 {
+        1u32.checked_shl(self.entry as u32).unwrap_or(0)
+    }
+
+    /// The DMA address of the entry's `status_own` byte, whose ownership
+    /// bit the device clears when it hands the entry back
+    /// ([`owned_by_hw`]).
+    pub fn own_addr(&self) -> u64 {
+        self.entry_addr.saturating_add(STATUS_OWN_OFFSET as u64)
+    }
+
+    /// The command's opcode.
+    pub fn opcode(&self) -> u16 {
+        self.opcode
+    }
+
+    /// The command's name, as `opcode_name` spells it.
+    pub fn command(&self) -> &'static str {
+        self.command
+    }
+}
+
+/// What [`CmdIf::start`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Started<T> {
+    /// The command runs on a lane: wait, then [`CmdIf::finish`].
+    Posted(Ticket),
+    /// The function is in internal error and the command only takes
+    /// something down: here is its output, nothing was posted.
+    Answered(T),
+}
+
+/// The error of a message of `len` bytes where `max` fit, for command
+/// `C`.
+fn too_long<C: Command>(len: usize, max: usize) -> Error {
+    Error::TooLong {
+        command: C::NAME,
+        opcode: C::OPCODE,
+        len,
+        max,
+    }
+}
+
+/// Checks that command `C` with `pas` page-list entries can be encoded
+/// and fits messages of `max` bytes; returns its input layout's size, its
+/// output's and its message length.
+fn check_exec<C: Command>(pas: usize, max: usize) -> Result<(usize, usize, usize), Error> {
+    let in_size = <C::In as Layout>::SIZE;
+    let out_size = <C::Out as Layout>::SIZE;
+    let inlen = in_len::<C>(pas);
+    if in_size > MAX_LAYOUT || out_size > MAX_LAYOUT {
+        return Err(too_long::<C>(in_size.max(out_size), MAX_LAYOUT));
+    }
+    if !C::IN_PAS && pas != 0 {
+        return Err(too_long::<C>(inlen, in_size));
+    }
+    if inlen > max {
+        return Err(too_long::<C>(inlen, max));
+    }
+    Ok((in_size, out_size, inlen))
+}
+
+/// Decodes the output of command `C`.
+fn decode<C: Command>(out: &[u8]) -> Result<C::Out, Error> {
+    C::Out::decode(out).map_err(|_| {
+        Error::Cmd(CmdError::ShortOutput {
+            command: C::NAME,
+            opcode: C::OPCODE,
+            len: out.len(),
+            need: <C::Out as Layout>::SIZE,
+        })
+    })
+}
+
+/// The output's status and syndrome, from its first 16 bytes.
+fn check_status(out: &[u8; INLINE_SIZE], command: &'static str, opcode: u16) -> Result<(), Error> {
+    let [status, _, _, _, s0, s1, s2, s3, ..] = *out;
+    let status = CmdStatus::from_raw(status);
+    if status != CmdStatus::Ok {
+        return Err(Error::Cmd(CmdError::Failed {
+            command,
+            opcode,
+            status,
+            syndrome: u32::from_be_bytes([s0, s1, s2, s3]),
+        }));
+    }
+    Ok(())
+}
+
+fn check_range(offset: usize, len: usize, limit: usize) -> Result<(), Error> {
+    match offset.checked_add(len) {
+        Some(end) if end <= limit => Ok(()),
+        _ => Err(Error::OutOfRange { offset, len }),
+    }
+}
+
+/// Encodes `input` of command `C` and its page list `pas` into the input
+/// message whose first 16 bytes are `inline` and the rest the pool at
+/// `pool` (the caller checked the length, [`check_exec`]).
+fn stage<C: Command, B: Bus>(
+    bus: &mut B,
+    pool: u64,
+    inline: &mut [u8; INLINE_SIZE],
+    input: &C::In,
+    pas: &[u64],
+) -> Result<(), Error> {
+    let in_size = <C::In as Layout>::SIZE;
+    let mut buf = [0u8; MAX_LAYOUT];
+    let fixed = buf
+        .get_mut(..in_size)
+        .ok_or(too_long::<C>(in_size, MAX_LAYOUT))?;
+    input
+        .encode(fixed)
+        .map_err(|_| too_long::<C>(in_size, MAX_LAYOUT))?;
+    write_msg(bus, pool, inline, 0, fixed)?;
+    // The page list, eight entries per DMA write.
+    let mut chunk = [0u8; 8 * PAS_ENTRY_SIZE];
+    let mut k = 0;
+    while k < pas.len() {
+        let n = pas.len().saturating_sub(k).min(8);
+        let mut j = 0;
+        while j < n {
+            let at = j.saturating_mul(PAS_ENTRY_SIZE);
+            if let (Some(dst), Some(addr)) = (
+                chunk.get_mut(at..at.saturating_add(PAS_ENTRY_SIZE)),
+                pas.get(k.saturating_add(j)),
+            ) {
+                dst.copy_from_slice(&addr.to_be_bytes());
+            }
+            j = j.saturating_add(1);
+        }
+        let at = in_size.saturating_add(k.saturating_mul(PAS_ENTRY_SIZE));
+        write_msg(
+            bus,
+            pool,
+            inline,
+            at,
+            chunk.get(..n.saturating_mul(PAS_ENTRY_SIZE)).unwrap_or(&[]),
+        )?;
+        k = k.saturating_add(n.max(1));
+    }
+    Ok(())
+}
+
+/// Writes `bytes` at byte `offset` of the message whose first 16 bytes
+/// are `inline` and the rest the pool at `pool`.
+fn write_msg<B: Bus>(
+    bus: &mut B,
+    pool: u64,
+    inline: &mut [u8; INLINE_SIZE],
+    offset: usize,
+    bytes: &[u8],
+) -> Result<(), Error> {
+    let mut done = 0;
+    while done < bytes.len() {
+        let rest = bytes.get(done..).unwrap_or(&[]);
+        let (at, run) = place(pool, offset.saturating_add(done));
+        let n = run.min(rest.len());
+        let src = rest.get(..n).unwrap_or(&[]);
+        match at {
+            Place::Inline(i) => {
+                if let Some(dst) = inline.get_mut(i..i.saturating_add(n)) {
+                    dst.copy_from_slice(src);
+                }
+            }
+            Place::Dma(addr) => bus.dma_write(addr, src).map_err(|_| Error::Dma { addr })?,
+        }
+        done = done.saturating_add(n.max(1));
+    }
+    Ok(())
+}
+
+/// Reads bytes of the message whose first 16 bytes are `inline` and the
+/// rest the pool at `pool`.
+fn read_msg<B: Bus>(
+    bus: &mut B,
+    pool: u64,
+    inline: &[u8; INLINE_SIZE],
+    offset: usize,
+    buf: &mut [u8],
+) -> Result<(), Error> {
+    let mut done = 0;
+    while done < buf.len() {
+        let (at, run) = place(pool, offset.saturating_add(done));
+        let n = run.min(buf.len().saturating_sub(done));
+        let dst = buf.get_mut(done..done.saturating_add(n)).unwrap_or(&mut []);
+        match at {
+            Place::Inline(i) => {
+                if let Some(src) = inline.get(i..i.saturating_add(n)) {
+                    dst.copy_from_slice(src);
+                }
+            }
+            Place::Dma(addr) => bus.dma_read(addr, dst).map_err(|_| Error::Dma { addr })?,
+        }
+        done = done.saturating_add(n.max(1));
+    }
+    Ok(())
 }

@@ -1,22 +1,32 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The command interface's DMA memory: one region of the driver's
-//! coherent memory ([`CmdMem`]), split into the command queue page and two
-//! pools of mailbox blocks, and where each byte of a message lies in them.
+//! coherent memory ([`CmdMem`]), split into the command queue page, the
+//! small mailbox pools of the *lanes* and the two large pools of entry 0,
+//! and where each byte of a message lies in them.
 //!
 //! | bytes of the region | what |
 //! |---|---|
 //! | 0..4096 | the command queue (entries `1 << log_stride` apart) |
-//! | 4096 + 1024·i | input mailbox block `i`, for `i` below `blocks` |
-//! | 4096 + 1024·(blocks + i) | output mailbox block `i` |
+//! | 4096 + 8 KiB·(l − 1) | lane `l`'s input blocks (4), then its output blocks (4), for `l` in 1..=[`LANES`] |
+//! | 4096 + [`LANE_BYTES`] + 1024·i | entry 0's input block `i`, for `i` below `blocks` |
+//! | 4096 + [`LANE_BYTES`] + 1024·(blocks + i) | entry 0's output block `i` |
 //!
-//! `blocks` is what the region holds, between [`MIN_BLOCKS`] and
-//! [`MAX_BLOCKS`]. Blocks are 576 bytes at 1 KiB alignment, as mlx5_core
-//! allocates them. A message (input or output) is its first 16 bytes,
-//! carried in the queue entry, then 512 bytes per block of its pool:
-//! message byte `16 + 512·i + j` is byte `j` of block `i`. Each pool is one
-//! chain (block `i`'s `next` is block `i + 1`), so a command's input and
-//! output can be as long as a pool.
+//! Each pool belongs to one queue entry, so that commands in flight at
+//! the same time never share a mailbox, as in mlx5_core, where every
+//! command owns its chain. Entry 0 carries the long messages (capability
+//! blocks, page lists); it is the entry of the one-at-a-time path
+//! ([`CmdIf::post`](super::cmdif::CmdIf::post)). Entries 1 to [`LANES`]
+//! are the lanes, for commands of up to [`LANE_MSG`] bytes each way that
+//! run side by side ([`CmdIf::start`](super::cmdif::CmdIf::start)).
+//!
+//! `blocks` is what the rest of the region holds, between [`MIN_BLOCKS`]
+//! and [`MAX_BLOCKS`]. Blocks are 576 bytes at 1 KiB alignment, as
+//! mlx5_core allocates them. A message (input or output) is its first 16
+//! bytes, carried in the queue entry, then 512 bytes per block of its
+//! pool: message byte `16 + 512·i + j` is byte `j` of block `i`. Each pool
+//! is one chain (block `i`'s `next` is block `i + 1`), so a command's
+//! input and output can be as long as its pool.
 
 use super::bus::Bus;
 use super::error::Error;
@@ -31,15 +41,28 @@ pub const QUEUE_PAGE: usize = 4096;
 pub const MIN_BLOCKS: usize = 8;
 /// Mailbox blocks per pool at most (a 32 KiB message).
 pub const MAX_BLOCKS: usize = 64;
-/// The smallest [`CmdMem::len`]: the queue page and two pools of
-/// [`MIN_BLOCKS`] blocks.
-pub const CMD_MEM_MIN: usize = QUEUE_PAGE + 2 * MIN_BLOCKS * MAILBOX_ALIGN;
-/// A good [`CmdMem::len`]: 16 blocks per pool, so that one MANAGE_PAGES
-/// moves up to 1024 pages.
-pub const CMD_MEM_SIZE: usize = QUEUE_PAGE + 2 * 16 * MAILBOX_ALIGN;
-/// The largest useful [`CmdMem::len`]: two pools of [`MAX_BLOCKS`] blocks,
-/// for 32 KiB messages (a memory key's translation table of 4000 pages).
-pub const CMD_MEM_MAX: usize = QUEUE_PAGE + 2 * MAX_BLOCKS * MAILBOX_ALIGN;
+/// Lanes: entries 1 to `LANES`, each with pools of its own, for commands
+/// in flight side by side (mlx5_core lets all 32 entries run; eight
+/// outstanding commands keep a firmware busy).
+pub const LANES: usize = 7;
+/// Mailbox blocks per lane pool.
+pub const LANE_BLOCKS: usize = 4;
+/// The longest input or output of a lane command: 16 bytes inline and
+/// [`LANE_BLOCKS`] blocks (2064 bytes: a QP or CQ context with 224 pages,
+/// every destroy, query and transition).
+pub const LANE_MSG: usize = INLINE_SIZE + LANE_BLOCKS * MAILBOX_DATA_SIZE;
+/// The bytes of all lane pools.
+pub const LANE_BYTES: usize = LANES * 2 * LANE_BLOCKS * MAILBOX_ALIGN;
+/// The smallest [`CmdMem::len`]: the queue page, the lanes and entry 0's
+/// two pools of [`MIN_BLOCKS`] blocks.
+pub const CMD_MEM_MIN: usize = QUEUE_PAGE + LANE_BYTES + 2 * MIN_BLOCKS * MAILBOX_ALIGN;
+/// A good [`CmdMem::len`]: 16 blocks per pool of entry 0, so that one
+/// MANAGE_PAGES moves up to 1024 pages.
+pub const CMD_MEM_SIZE: usize = QUEUE_PAGE + LANE_BYTES + 2 * 16 * MAILBOX_ALIGN;
+/// The largest useful [`CmdMem::len`]: entry 0 with two pools of
+/// [`MAX_BLOCKS`] blocks, for 32 KiB messages (a memory key's translation
+/// table of 4000 pages).
+pub const CMD_MEM_MAX: usize = QUEUE_PAGE + LANE_BYTES + 2 * MAX_BLOCKS * MAILBOX_ALIGN;
 
 /// The region of the driver's DMA-coherent memory the command interface
 /// uses (see the module documentation). The embedder allocates it and
@@ -58,12 +81,31 @@ pub struct CmdMem {
 pub struct Pools {
     /// The command queue page.
     pub cmdq: u64,
-    /// Input mailbox block 0.
+    /// Entry 0's input mailbox block 0.
     pub in_pool: u64,
-    /// Output mailbox block 0.
+    /// Entry 0's output mailbox block 0.
+    pub out_pool: u64,
+    /// Blocks per pool of entry 0.
+    pub blocks: usize,
+}
+
+/// The mailbox pools of one queue entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryPools {
+    /// Input block 0.
+    pub in_pool: u64,
+    /// Output block 0.
     pub out_pool: u64,
     /// Blocks per pool.
     pub blocks: usize,
+}
+
+impl EntryPools {
+    /// The longest message a pool carries: 16 bytes inline and 512 per
+    /// block.
+    pub fn max_msg_len(&self) -> usize {
+        INLINE_SIZE.saturating_add(self.blocks.saturating_mul(MAILBOX_DATA_SIZE))
+    }
 }
 
 impl CmdMem {
@@ -81,8 +123,9 @@ impl CmdMem {
         self.addr
             .checked_add(self.len as u64)
             .ok_or(Error::BadCmdMem)?;
-        let blocks = (self.len.saturating_sub(QUEUE_PAGE) / (2 * MAILBOX_ALIGN)).min(MAX_BLOCKS);
-        let in_pool = self.addr.saturating_add(page);
+        let rest = self.len.saturating_sub(QUEUE_PAGE + LANE_BYTES);
+        let blocks = (rest / (2 * MAILBOX_ALIGN)).min(MAX_BLOCKS);
+        let in_pool = self.addr.saturating_add(page + LANE_BYTES as u64);
         Ok(Pools {
             cmdq: self.addr,
             in_pool,
@@ -93,10 +136,35 @@ impl CmdMem {
 }
 
 impl Pools {
-    /// The longest message a pool carries: 16 bytes inline and 512 per
-    /// block.
+    /// The longest message a pool of entry 0 carries: 16 bytes inline and
+    /// 512 per block.
     pub fn max_msg_len(&self) -> usize {
-        INLINE_SIZE.saturating_add(self.blocks.saturating_mul(MAILBOX_DATA_SIZE))
+        self.entry(0).map_or(0, |p| p.max_msg_len())
+    }
+
+    /// The pools of queue entry `entry`: entry 0's, a lane's, or `None`
+    /// for an entry without mailboxes (past the lanes).
+    pub fn entry(&self, entry: usize) -> Option<EntryPools> {
+        if entry == 0 {
+            return Some(EntryPools {
+                in_pool: self.in_pool,
+                out_pool: self.out_pool,
+                blocks: self.blocks,
+            });
+        }
+        if entry > LANES {
+            return None;
+        }
+        let lane = (entry - 1) as u64 * (2 * LANE_BLOCKS * MAILBOX_ALIGN) as u64;
+        let in_pool = self
+            .cmdq
+            .saturating_add(QUEUE_PAGE as u64)
+            .saturating_add(lane);
+        Some(EntryPools {
+            in_pool,
+            out_pool: block_addr(in_pool, LANE_BLOCKS),
+            blocks: LANE_BLOCKS,
+        })
     }
 }
 
@@ -199,10 +267,19 @@ mod tests {
         .pools()
         .unwrap();
         assert_eq!(p.cmdq, 0x10_0000);
-        assert_eq!(p.in_pool, 0x10_1000);
-        assert_eq!(p.out_pool, 0x10_1000 + 16 * 1024);
+        assert_eq!(p.in_pool, 0x10_1000 + LANE_BYTES as u64);
+        assert_eq!(p.out_pool, p.in_pool + 16 * 1024);
         assert_eq!(p.blocks, 16);
         assert_eq!(p.max_msg_len(), 16 + 16 * 512);
+        // The lanes lie between the queue page and entry 0's pools, one
+        // after the other, and never overlap.
+        let l1 = p.entry(1).unwrap();
+        assert_eq!(l1.in_pool, 0x10_1000);
+        assert_eq!(l1.out_pool, 0x10_1000 + 4 * 1024);
+        assert_eq!(l1.max_msg_len(), LANE_MSG);
+        let last = p.entry(LANES).unwrap();
+        assert_eq!(last.out_pool + 4 * 1024, p.in_pool);
+        assert_eq!(p.entry(LANES + 1), None);
         // The smallest region still carries a capability block.
         let min = CmdMem {
             addr: 0,

@@ -205,6 +205,27 @@ impl Rig {
         }
     }
 
+    /// Takes a page of the arena for the test's own use (an EQ ring): it
+    /// is never lent to the device.
+    pub(crate) fn take_page(&mut self) -> u64 {
+        self.free.remove(0)
+    }
+
+    /// Reads host memory as the test sees it (the command memory and the
+    /// arena).
+    pub(crate) fn peek(&mut self, addr: u64, buf: &mut [u8]) {
+        buf.copy_from_slice(self.mem.range(addr, buf.len()).expect("host memory"));
+    }
+
+    /// Writes host memory outside the command interface (an EQ ring's
+    /// owner bytes).
+    pub(crate) fn poke(&mut self, addr: u64, data: &[u8]) {
+        self.mem
+            .range(addr, data.len())
+            .expect("host memory")
+            .copy_from_slice(data);
+    }
+
     /// Lets the firmware run what is pending.
     pub(crate) fn process(&mut self) -> u32 {
         self.fw.process(&mut self.mem, &mut self.hca)
