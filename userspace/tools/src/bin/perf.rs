@@ -9,9 +9,17 @@
 //! [--size 64] [--iters 1000] [--post-list 1] [--cq-mod 1] [--events]
 //! [--device 0] [--peer-device 1] [--model]`.
 //!
-//! `rmlx5-perf --test qp_create --iters N [--device 0]`: creates and
-//! destroys N RC QPs on one device and prints the time per QP and the
-//! rate (on a ConnectX function: one command each way per QP).
+//! Command-interface throughput, on one device:
+//! `rmlx5-perf --test qp_create|query_port [--iters 1000] [--device 0]
+//! [--threads 1]`. `qp_create` creates N RC QPs and then destroys them;
+//! `query_port` queries port 1 N times. With `--threads T` (1 to 64) T
+//! threads, each with its own contexts made before the clock starts, do
+//! N/T each, started together; the times are wall times of a phase, from
+//! the start of the first thread to the end of the last. Both print the
+//! time per object and the rate, and the firmware commands that makes on
+//! a ConnectX function (qp_create: one CREATE_QP and one DESTROY_QP per
+//! QP; query_port: QUERY_HCA_VPORT_CONTEXT and QUERY_HCA_VPORT_GID per
+//! query) and their rate.
 //!
 //! Two-process mode, one side per process as perftest runs (see
 //! `rmlx5_tools::remote`):
@@ -20,9 +28,13 @@
 //! OPTIONS `--test send_lat|write_lat|send_bw|write_bw [--size 64]
 //! [--iters 1000] [--qps 1] [--post-list 1] [--cq-mod N] [--tx-depth N]
 //! [--events]`, the same on both sides.
+//!
+//! `rmlx5-perf --help` prints the usage.
 
 use std::net::TcpListener;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
 use rmlx5::{QpInit, RecvWr, SendFlags, SendOp, SendWr, Wc, WcOpcode};
 use rmlx5_tools::remote::{self, Params, Test};
@@ -307,8 +319,53 @@ fn two_process(args: &Args) -> Result<(), String> {
     }
 }
 
+/// What `--help` prints.
+const USAGE: &str = "\
+usage:
+  rmlx5-perf --test send_lat|write_lat|read_lat|write_bw|send_bw [--size 64]
+      [--iters 1000] [--post-list 1] [--cq-mod 1] [--events] [--device 0]
+      [--peer-device 1] [--model]
+  rmlx5-perf --test qp_create|query_port [--iters 1000] [--device 0]
+      [--threads 1] [--model]
+  rmlx5-perf --server [--port 18515] [--device 0] OPTIONS
+  rmlx5-perf --client HOST [--port 18515] [--device 1] OPTIONS
+      OPTIONS: --test send_lat|write_lat|send_bw|write_bw [--size 64]
+      [--iters 1000] [--qps 1] [--post-list 1] [--cq-mod N] [--tx-depth N]
+      [--events]
+  rmlx5-perf --help
+
+--threads T (1 to 64, qp_create and query_port only): T threads share the
+--iters N objects (or queries), each thread with its own contexts.";
+
+/// The most threads `--threads` takes.
+const MAX_THREADS: u64 = 64;
+
+/// `--threads T`: 1 if not given; only for the command-interface tests.
+fn threads(args: &Args) -> Result<usize, String> {
+    let t = args.num("threads", 1)?;
+    if !(1..=MAX_THREADS).contains(&t) {
+        return Err(format!(
+            "--threads: {} threads; give 1 to {}",
+            t, MAX_THREADS
+        ));
+    }
+    let test = args.str("test", "write_lat");
+    if args.flag("threads") && !matches!(test.as_str(), "qp_create" | "query_port") {
+        return Err(format!(
+            "--threads applies to --test qp_create and query_port only, not {}",
+            test
+        ));
+    }
+    usize::try_from(t).map_err(err)
+}
+
 fn run() -> Result<(), String> {
-    let args = Args::parse(&["events", "model", "server"])?;
+    let args = Args::parse(&["events", "model", "server", "help"])?;
+    if args.flag("help") {
+        println!("{}", USAGE);
+        return Ok(());
+    }
+    let nthreads = threads(&args)?;
     if args.flag("server") || args.flag("client") {
         return two_process(&args);
     }
@@ -327,8 +384,10 @@ fn run() -> Result<(), String> {
     };
     let devs = rmlx5_tools::devices(args.flag("model"))?;
     let da = pick(&devs, args.num("device", 0)?)?;
-    if c.test == "qp_create" {
-        return qp_create(&da, c.iters);
+    match c.test.as_str() {
+        "qp_create" => return qp_create(&da, c.iters, nthreads),
+        "query_port" => return query_port(&da, c.iters, nthreads),
+        _ => {}
     }
     let db = pick(
         &devs,
@@ -349,7 +408,7 @@ fn run() -> Result<(), String> {
     match c.test.as_str() {
         "send_lat" | "write_lat" | "read_lat" => latency(&c, &a, &b),
         "write_bw" | "send_bw" => bandwidth(&c, &a, &b),
-        t => Err(format!("unknown test {}", t)),
+        t => Err(format!("unknown test {} (see --help)", t)),
     }
 }
 
@@ -357,12 +416,140 @@ fn run() -> Result<(), String> {
 /// objects of a kind).
 const QPS_PER_CONTEXT: u64 = 1000;
 
-/// `--test qp_create --iters N`: how long creating and destroying `n` RC
-/// QPs takes on one device (through the kernel: one CREATE_QP and one
-/// DESTROY_QP command each on a ConnectX function), in contexts of
-/// [`QPS_PER_CONTEXT`], each with its PD and CQ, made before the clock
-/// starts.
-fn qp_create(dev: &rmlx5::Device, n: u64) -> Result<(), String> {
+/// What a thread returns that stopped because another one failed.
+const STOPPED: &str = "stopped: another thread failed";
+
+/// Thread `k`'s part of `n` when `t` threads split it as evenly as
+/// possible (the first `n % t` threads take one more).
+fn share(n: u64, t: u64, k: u64) -> u64 {
+    n / t + u64::from(k < n % t)
+}
+
+/// When one thread's part of a phase began and ended.
+#[derive(Clone, Copy)]
+struct Span {
+    start: Instant,
+    end: Instant,
+}
+
+/// The wall time of a phase: from the first thread's start (the barrier's
+/// release) to the last thread's end.
+fn wall(spans: impl IntoIterator<Item = Span>) -> Duration {
+    let mut it = spans.into_iter();
+    let Some(first) = it.next() else {
+        return Duration::ZERO;
+    };
+    let (start, end) = it.fold((first.start, first.end), |(s, e), x| {
+        (s.min(x.start), e.max(x.end))
+    });
+    end.saturating_duration_since(start)
+}
+
+/// One point where all threads of a test meet before the next phase. A
+/// thread that failed says so there, and all then stop at that point
+/// together (none is left waiting for it at a later one). One `Meet` per
+/// point: a flag used at two points could tell a slow thread of a failure
+/// after the first, which the others passed as good.
+struct Meet {
+    barrier: Barrier,
+    failed: AtomicBool,
+}
+
+impl Meet {
+    fn new(threads: usize) -> Meet {
+        Meet {
+            barrier: Barrier::new(threads),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Waits for all threads; whether none failed (`ok` is this one's).
+    fn all_ok(&self, ok: bool) -> bool {
+        if !ok {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        // Every store is made before its thread's wait, every load after
+        // the release, so all threads see the same answer.
+        self.barrier.wait();
+        !self.failed.load(Ordering::SeqCst)
+    }
+}
+
+/// Runs `work(k)` on threads k = 0..`t`, all together, and returns their
+/// results, or the first failure (one that was not just [`STOPPED`]).
+fn on_threads<R: Send>(
+    t: u64,
+    work: impl Fn(u64) -> Result<R, String> + Sync,
+) -> Result<Vec<R>, String> {
+    let results: Vec<Result<R, String>> = std::thread::scope(|s| {
+        let work = &work;
+        let handles: Vec<_> = (0..t).map(|k| s.spawn(move || work(k))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a thread panicked".to_string()))
+            })
+            .collect()
+    });
+    let mut ok = Vec::with_capacity(results.len());
+    let mut stopped = false;
+    for r in results {
+        match r {
+            Ok(v) => ok.push(v),
+            Err(e) if e == STOPPED => stopped = true,
+            Err(e) => return Err(e),
+        }
+    }
+    if stopped {
+        return Err(STOPPED.into());
+    }
+    Ok(ok)
+}
+
+/// `"thread K: "` when there are several threads, else nothing.
+fn who(t: u64, k: u64) -> String {
+    if t > 1 {
+        format!("thread {}: ", k)
+    } else {
+        String::new()
+    }
+}
+
+/// One result line: `what` took `d` for `n` of `unit`.
+fn phase_line(what: &str, unit: &str, n: u64, d: Duration) {
+    let ns = d.as_nanos();
+    println!(
+        "  {:<8}{:>12} ms in all {:>10} us per {} {:>10} per second",
+        what,
+        fixed3(ns, 1_000_000),
+        usec(ns / u128::from(n)),
+        unit,
+        (u128::from(n) * 1_000_000_000).checked_div(ns).unwrap_or(0)
+    );
+}
+
+/// The line of firmware commands: `cmds` of them in `d`.
+fn commands_line(cmds: u64, d: Duration) {
+    let ns = d.as_nanos();
+    println!(
+        "  commands: {} in {} s, {}/s",
+        cmds,
+        fixed3(ns, 1_000_000_000),
+        (u128::from(cmds) * 1_000_000_000)
+            .checked_div(ns)
+            .unwrap_or(0)
+    );
+}
+
+/// One thread of `qp_create`: opens its contexts, then with the others
+/// creates its part of the QPs and, after all have, destroys them.
+fn qp_thread(
+    dev: &rmlx5::Device,
+    (k, t, n): (u64, u64, u64),
+    ready: &Meet,
+    created: &Meet,
+) -> Result<(Span, Span), String> {
     let init = QpInit {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -370,45 +557,134 @@ fn qp_create(dev: &rmlx5::Device, n: u64) -> Result<(), String> {
         max_recv_sge: 1,
         ..QpInit::default()
     };
-    let contexts = n.div_ceil(QPS_PER_CONTEXT);
-    let mut sets = Vec::new();
-    for _ in 0..contexts {
-        let ctx = dev.open().map_err(err)?;
-        let pd = ctx.alloc_pd().map_err(err)?;
-        let cq = ctx.create_cq(64, None).map_err(err)?;
-        sets.push((ctx, pd, cq));
-    }
-    let mut qps = Vec::new();
-    let t0 = Instant::now();
-    for i in 0..n {
-        let (_, pd, cq) = &sets[(i / QPS_PER_CONTEXT) as usize];
-        qps.push(
-            pd.create_qp(cq, cq, &init)
-                .map_err(|e| format!("QP {} of {}: {}", i + 1, n, e))?,
-        );
-    }
-    let created = t0.elapsed();
-    let t1 = Instant::now();
-    drop(qps);
-    let destroyed = t1.elapsed();
-    let line = |what: &str, d: std::time::Duration| {
-        let ns = d.as_nanos();
-        println!(
-            "  {:<8}{:>12} ms in all {:>10} us per QP {:>10} per second",
-            what,
-            fixed3(ns, 1_000_000),
-            usec(ns / u128::from(n)),
-            (u128::from(n) * 1_000_000_000).checked_div(ns).unwrap_or(0)
-        );
+    let mine = share(n, t, k);
+    let who = who(t, k);
+    let open = || -> Result<_, String> {
+        let mut sets = Vec::new();
+        for _ in 0..mine.div_ceil(QPS_PER_CONTEXT) {
+            let e = |what: &str, x: rmlx5::Error| format!("{}{}: {}", who, what, x);
+            let ctx = dev.open().map_err(|x| e("open", x))?;
+            let pd = ctx.alloc_pd().map_err(|x| e("alloc_pd", x))?;
+            let cq = ctx.create_cq(64, None).map_err(|x| e("create_cq", x))?;
+            sets.push((ctx, pd, cq));
+        }
+        Ok(sets)
     };
+    let sets = open();
+    // (Nothing may return between `open` and the meeting.)
+    let mut qps = Vec::with_capacity(usize::try_from(mine).unwrap_or(0));
+    if !ready.all_ok(sets.is_ok()) {
+        sets?;
+        return Err(STOPPED.into());
+    }
+    let sets = sets?;
+    let mut res = Ok(());
+    let start = Instant::now();
+    for i in 0..mine {
+        let (_, pd, cq) = &sets[(i / QPS_PER_CONTEXT) as usize];
+        match pd.create_qp(cq, cq, &init) {
+            Ok(q) => qps.push(q),
+            Err(e) => {
+                res = Err(format!("{}QP {} of {}: {}", who, i + 1, mine, e));
+                break;
+            }
+        }
+    }
+    let create = Span {
+        start,
+        end: Instant::now(),
+    };
+    if !created.all_ok(res.is_ok()) {
+        res?;
+        return Err(STOPPED.into());
+    }
+    let start = Instant::now();
+    drop(qps);
+    let destroy = Span {
+        start,
+        end: Instant::now(),
+    };
+    Ok((create, destroy))
+}
+
+/// `--test qp_create --iters N [--threads T]`: how long creating and
+/// destroying `n` RC QPs takes on one device (through the kernel: one
+/// CREATE_QP and one DESTROY_QP command each on a ConnectX function).
+/// `threads` threads make their part of them each, in contexts of
+/// [`QPS_PER_CONTEXT`], each with its PD and CQ, opened before the clock
+/// starts; all start creating together, and destroying together once all
+/// have created theirs.
+fn qp_create(dev: &rmlx5::Device, n: u64, threads: usize) -> Result<(), String> {
+    let t = u64::try_from(threads).map_err(err)?;
+    let (ready, created) = (Meet::new(threads), Meet::new(threads));
+    let spans = on_threads(t, |k| qp_thread(dev, (k, t, n), &ready, &created))?;
+    let create = wall(spans.iter().map(|s| s.0));
+    let destroy = wall(spans.iter().map(|s| s.1));
+    let contexts: u64 = (0..t)
+        .map(|k| share(n, t, k).div_ceil(QPS_PER_CONTEXT))
+        .sum();
     println!(
-        "qp_create: {} RC QPs (16 send / 16 recv WRs) on {} in {} context(s)",
+        "qp_create: {} RC QPs (16 send / 16 recv WRs) on {} in {} context(s), {} thread(s)",
         n,
         dev.name(),
-        contexts
+        contexts,
+        t
     );
-    line("create", created);
-    line("destroy", destroyed);
+    phase_line("create", "QP", n, create);
+    phase_line("destroy", "QP", n, destroy);
+    // One CREATE_QP and one DESTROY_QP per QP, in the two phases' time.
+    commands_line(2 * n, create + destroy);
+    Ok(())
+}
+
+/// One thread of `query_port`: opens a context, then with the others
+/// queries port 1 its part of `n` times.
+fn query_thread(
+    dev: &rmlx5::Device,
+    (k, t, n): (u64, u64, u64),
+    ready: &Meet,
+) -> Result<Span, String> {
+    let mine = share(n, t, k);
+    let who = who(t, k);
+    let ctx = dev.open().map_err(|e| format!("{}open: {}", who, e));
+    if !ready.all_ok(ctx.is_ok()) {
+        ctx?;
+        return Err(STOPPED.into());
+    }
+    let ctx = ctx?;
+    let start = Instant::now();
+    for i in 0..mine {
+        ctx.query_port(1)
+            .map_err(|e| format!("{}query {} of {}: {}", who, i + 1, mine, e))?;
+    }
+    Ok(Span {
+        start,
+        end: Instant::now(),
+    })
+}
+
+/// `--test query_port --iters N [--threads T]`: how long querying port 1
+/// `n` times takes on one device, `threads` threads each with its own
+/// context (opened before the clock starts) making their part of the
+/// queries, all starting together.
+fn query_port(dev: &rmlx5::Device, n: u64, threads: usize) -> Result<(), String> {
+    let t = u64::try_from(threads).map_err(err)?;
+    let ready = Meet::new(threads);
+    let spans = on_threads(t, |k| query_thread(dev, (k, t, n), &ready))?;
+    let d = wall(spans);
+    println!(
+        "query_port: {} queries of port 1 on {} in {} context(s), {} thread(s)",
+        n,
+        dev.name(),
+        t,
+        t
+    );
+    phase_line("query", "query", n, d);
+    // On the ConnectX backend every port query is two firmware commands,
+    // QUERY_HCA_VPORT_CONTEXT and QUERY_HCA_VPORT_GID (`CxBackend::query_port`
+    // in drivers/rmlx5/cx/dev.rs, through `info`); this count assumes that
+    // (a software HCA runs none).
+    commands_line(2 * n, d);
     Ok(())
 }
 
