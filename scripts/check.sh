@@ -186,9 +186,11 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 # FLR behind the driver's back, each mid-traffic, each
                 # survived by failing, writing off and recovering the
                 # function (tests/guest/pci-smoke.sh, rmlx5.cxfaults=1).
+                # Its commands take 100 µs, as on a card, for the command
+                # modes it measures (cx/events.rs).
                 pci_guest "guest with an emulated ConnectX that fails and recovers" \
                     "PCI guest, faults" pci-faults-console.log --append rmlx5.cxfaults=1 \
-                    "${guest_tools[@]}"
+                    --cx-emu-cmd-latency-us 100 "${guest_tools[@]}"
                 # And two functions of one emulated card sharing one
                 # fabric: RC traffic between two ConnectX verbs devices
                 # (kernel ULPs and user space), each port's LID from its

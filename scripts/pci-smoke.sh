@@ -19,6 +19,8 @@
 #                             mid-traffic (fatal syndrome, hung firmware,
 #                             lost command, FLR), each survived by
 #                             recovery; make check's fault guest is N=1
+#                             (commands take CX_CMD_LATENCY_US, default
+#                             100 µs, as on a card)
 #                             (needs `make guest-programs` first)
 #   CX_MSIX=1                 the function has one MSI-X vector: the driver
 #                             and its self-test fall back to vector 0
@@ -71,7 +73,7 @@ if [ "${CX_NEVER_READY:-0}" = 1 ]; then
 fi
 if [ -n "${CX_FAULTS:-}" ]; then
     # N passes of the four device faults (needs `make guest-programs`).
-    driver+=(--append "rmlx5.cxfaults=$CX_FAULTS")
+    driver+=(--append "rmlx5.cxfaults=$CX_FAULTS" --cx-emu-cmd-latency-us "${CX_CMD_LATENCY_US:-100}")
     for t in rmlx5-pingpong rmlx5-perf; do
         driver+=(--tool "$top/target/guest/x86_64-unknown-linux-gnu/release/$t")
     done

@@ -69,7 +69,7 @@ if qemu=$(bash "$here/qemu.sh") && cargo build --quiet --release -p cx-emu --bin
         --ksrc "$KSRC" --qemu "$qemu" --cx-emu "$top/target/release/rmlx5-cx-emu" \
         --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
         "${guest_tools[@]}" --module "$top/build/module/rmlx5.ko" --kunit-filter none \
-        --append "rmlx5.cxfaults=$passes" --timeout $(( 300 + passes * 120 )) \
+        --append "rmlx5.cxfaults=$passes" --cx-emu-cmd-latency-us 100 --timeout $(( 300 + passes * 120 )) \
         --log "$pcilog" | tee "$out/pci-guest-run.txt"
     pci_rc=${PIPESTATUS[0]}
 fi

@@ -177,7 +177,7 @@ class CxEmu:
     the functions; function i on cx-emu.sock, or cx-emu.sock.i for i > 0)."""
 
     def __init__(self, binary, workdir, log_path, fail_opcode="", never_ready=False, msix=0,
-                 slow="", functions=1):
+                 slow="", functions=1, cmd_latency_us=0):
         self.socket = os.path.join(workdir, "cx-emu.sock")
         self.sockets = [self.socket] + [f"{self.socket}.{i}" for i in range(1, functions)]
         self.log_path = log_path
@@ -193,6 +193,8 @@ class CxEmu:
             cmd += ["--msix", str(msix)]
         if slow:
             cmd += ["--slow-opcode", slow]
+        if cmd_latency_us:
+            cmd += ["--cmd-latency-us", str(cmd_latency_us)]
         # Extra emulator arguments for debugging (e.g. -v -v for its trace).
         cmd += os.environ.get("RMLX5_CX_EMU_ARGS", "").split()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
@@ -373,6 +375,9 @@ def main():
                          "told to the guest as rmlx5.cxmsix=N)")
     ap.add_argument("--cx-emu-slow", default="",
                     help="OP:MS: the emulator holds every command OP for MS ms (--slow-opcode)")
+    ap.add_argument("--cx-emu-cmd-latency-us", type=int, default=0,
+                    help="N: every command takes N µs in the emulator (--cmd-latency-us), "
+                         "as a card's firmware; 0: done within the doorbell write")
     ap.add_argument("--cx-emu-functions", type=int, default=1,
                     help="N: the emulator serves N ConnectX-5 functions on one fabric "
                          "(--functions N; QEMU gets one vfio-user-pci device each)")
@@ -396,7 +401,7 @@ def main():
         cx_log = os.path.splitext(log_path)[0] + "-cx-emu.log"
         cx_emu = CxEmu(args.cx_emu, workdir, cx_log, args.cx_emu_fail,
                        args.cx_emu_never_ready, args.cx_emu_msix, args.cx_emu_slow,
-                       args.cx_emu_functions)
+                       args.cx_emu_functions, args.cx_emu_cmd_latency_us)
         if not cx_emu.wait_listening():
             cx_emu.stop(timeout=1)
             print(f"guest: FAIL cx_emu: the emulator did not start; its log ({cx_log}):")

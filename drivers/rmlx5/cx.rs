@@ -11,10 +11,11 @@
 //! host tests run against `hca-model`'s firmware); this file is only its
 //! [`Bus`]: BAR0 registers read and written big-endian, one coherent DMA
 //! region for the command queue and its mailboxes, and coherent pages lent
-//! to the device. Commands complete by polling. After bring-up the function
-//! gets its MSI-X vectors and an asynchronous EQ on vector 0
-//! ([`eq::PageEq`]) whose threaded interrupt handler answers the device's
-//! PAGE_REQUEST events. With `cx_selftest=1`, probe then runs a data-path
+//! to the device. Bring-up's commands complete by polling. After bring-up
+//! the function gets its MSI-X vectors and an asynchronous EQ on vector 0
+//! ([`eq::PageEq`]): its hard handler wakes the waiters of commands that
+//! completed (command EQEs, [`events`]), its threaded handler answers the
+//! device's PAGE_REQUEST events. With `cx_selftest=1`, probe then runs a data-path
 //! self-test ([`selftest`]: EQ, PD, memory key, CQ and two RC QPs by
 //! command, an RDMA WRITE and a SEND between them). Last, the function
 //! becomes a verbs device `rmlx5_<n>` ([`attach`]): a [`CxBackend`]
@@ -29,7 +30,9 @@
 //! command interface and the page EQ) is behind one mutex, which the
 //! threaded interrupt handler owns; probe fills it before the interrupt is
 //! requested, the handler, the backend's commands and unbind take it.
-//! Commands sleep while holding it (one command at a time per function).
+//! Commands through entry 0 sleep while holding it; the verbs backend's
+//! commands that fit a lane hold it only to post and to finish, and wait
+//! for the device without it, up to seven at once (`cx/events.rs`).
 //! BAR0 and the MSI-X vector allocation must outlive what borrows them in
 //! the same driver data (the bus, the interrupt registrations, the
 //! backend's doorbells): each lives in its own box ([`Owned`]), declared
@@ -45,6 +48,7 @@ mod bus;
 mod cmdif_tests;
 mod dev;
 mod eq;
+pub(crate) mod events;
 mod health;
 pub(crate) mod registry;
 mod selftest;
@@ -114,6 +118,7 @@ use bar::CxBar;
 use bus::CxBus;
 use dev::CxBackend;
 use eq::PageEq;
+use events::CmdEvents;
 use health::{
     Fatal,
     Monitor,
@@ -370,13 +375,15 @@ pub(crate) struct State<'bound> {
 
 /// The handler of vector 0: in hard-IRQ context the core's EQs on vector
 /// 0 (the device's async EQ, and the completion EQ when there is only one
-/// vector), in its thread the page-request EQ.
+/// vector) and the function's page EQ, whose command events wake their
+/// waiters there and then (`cx/events.rs`); in its thread, the page
+/// requests, answered with MANAGE_PAGES.
 ///
-/// The thread takes the function's mutex, which a command holds for as
-/// long as the device takes (up to the 60-second command timeout). So the
-/// hard handler wakes the thread only for work of its own: when the page
-/// EQ has an EQE waiting and the thread is not already woken. An interrupt
-/// whose EQEs the hard handler consumed is handled there and then; were it
+/// The thread takes the function's mutex, which a command through entry 0
+/// holds for as long as the device takes (up to the 60-second command
+/// timeout). So the hard handler consumes and re-arms the page EQ itself
+/// and wakes the thread only for page requests, once. An interrupt whose
+/// EQEs the hard handler consumed is handled there and then; were it
 /// passed to a thread stuck behind the mutex, the IRQ core would count it
 /// unhandled, and with one vector, where every completion arrives, 100,000
 /// of them would have the line disabled ("nobody cared").
@@ -387,31 +394,15 @@ struct AsyncIrq<'bound> {
     /// The verbs device and the positions of its EQs on vector 0.
     #[pin]
     core: SpinLockIrq<Option<(Arc<Device>, KVec<usize>)>>,
-    /// The hard handler consumed EQEs of the core's EQs.
+    /// The hard handler consumed EQEs for itself (the core's EQs, command
+    /// events).
     core_handled: AtomicBool,
-    /// The page EQ's ring and consumer index as the thread last left them
-    /// (`None` until the EQ exists and after it is gone: then the thread
-    /// is woken to look).
-    #[pin]
-    page_peek: SpinLockIrq<Option<(Arc<buf::Buf>, u32)>>,
+    /// The page EQ's consumer and the command events.
+    events: Arc<CmdEvents>,
+    /// BAR0, where the page EQ is re-armed.
+    bar: &'bound CxBar,
     /// The thread was woken and has not taken its work yet.
     thread_woken: AtomicBool,
-}
-
-impl AsyncIrq<'_> {
-    /// Records where the page EQ stands, for the hard handler (with the
-    /// function's mutex held, so `eq` cannot change meanwhile).
-    fn note_page_eq(&self, eq: Option<&PageEq>) {
-        *self.page_peek.lock() = eq.map(PageEq::peek);
-    }
-
-    /// Whether the page EQ may have an EQE for the thread.
-    fn page_work(&self) -> bool {
-        match &*self.page_peek.lock() {
-            Some((ring, ci)) => eq::eqe_waiting(ring, *ci),
-            None => true,
-        }
-    }
 }
 
 impl ThreadedHandler for AsyncIrq<'_> {
@@ -424,7 +415,9 @@ impl ThreadedHandler for AsyncIrq<'_> {
                 }
             }
         }
-        if self.page_work() && !self.thread_woken.swap(true, Ordering::AcqRel) {
+        let (consumed, requests) = self.events.consume(self.bar);
+        core |= consumed > 0;
+        if requests && !self.thread_woken.swap(true, Ordering::AcqRel) {
             if core {
                 self.core_handled.store(true, Ordering::Relaxed);
             }
@@ -439,16 +432,12 @@ impl ThreadedHandler for AsyncIrq<'_> {
 
     fn handle_threaded(&self) -> IrqReturn {
         let mut st = self.state.lock();
-        // From here an EQE the poll below does not see raises an interrupt
-        // (the poll re-arms the EQ), and that interrupt wakes the thread
-        // again.
+        // From here a request the answer below does not see wakes the
+        // thread again.
         self.thread_woken.store(false, Ordering::Release);
         let State { bus, function, eq } = &mut *st;
-        let consumed = eq.as_mut().map_or(0, |eq| eq.poll(bus, function));
-        self.note_page_eq(eq.as_ref());
-        // The interrupt was for the core's EQs if it had nothing for the
-        // page EQ: still handled (spurious-interrupt accounting).
-        if consumed > 0 || self.core_handled.swap(false, Ordering::Relaxed) {
+        let answered = eq.as_mut().map_or(0, |eq| eq.answer(bus, function));
+        if answered > 0 || self.core_handled.swap(false, Ordering::Relaxed) {
             IrqReturn::Handled
         } else {
             IrqReturn::None
@@ -508,8 +497,9 @@ impl pci::Driver for CxDriver {
                 // pin-init drops the fields set so far in reverse order.
                 let (reg, bar) = unsafe { (vectors.get(), bar.get()) };
                 let request = reg.index(0)?;
+                let events = CmdEvents::new()?;
                 let state = State {
-                    bus: CxBus::new(pdev, bar, Fatal::new()?)?,
+                    bus: CxBus::new(pdev, bar, Fatal::new()?, events.clone())?,
                     function: Function::new(
                         CmdMem {
                             addr: 0,
@@ -530,7 +520,8 @@ impl pci::Driver for CxDriver {
                             state <- new_mutex!(state, "rmlx5_cx_function"),
                             core <- new_spinlock_irq!(None, "rmlx5_cx_core"),
                             core_handled: AtomicBool::new(false),
-                            page_peek <- new_spinlock_irq!(None, "rmlx5_cx_page_peek"),
+                            events,
+                            bar,
                             thread_woken: AtomicBool::new(false),
                         }),
                     )
@@ -540,7 +531,6 @@ impl pci::Driver for CxDriver {
                 let uar = {
                     let mut st = irq.handler().state.lock();
                     let uar = bring_up(pdev, *model, &mut st)?;
-                    irq.handler().note_page_eq(st.eq.as_ref());
                     if crate::module_parameters::cx_selftest.value() {
                         // SAFETY: The borrow ends with the self-test, before
                         // this block does.
@@ -883,8 +873,17 @@ fn bring_up(pdev: &pci::Device<Bound>, model: Model, st: &mut State<'_>) -> Resu
     }
     match PageEq::create(bus, function, s.uar, 0) {
         Ok(e) => {
-            e.arm(bus);
-            dev_info!(pdev, "async EQ {} on MSI-X vector 0\n", e.eqn());
+            e.arm(bus.bar());
+            dev_info!(
+                pdev,
+                "async EQ {} on MSI-X vector 0{}\n",
+                e.eqn(),
+                if e.cmd_events() {
+                    ", commands completed by event"
+                } else {
+                    ""
+                }
+            );
             *eq = Some(e);
             Ok(s.uar)
         }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! debugfs: `/sys/kernel/debug/rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}`,
-//! `rmlx5/perf` and `rmlx5/pci` (the ConnectX functions that are up).
+//! `rmlx5/perf`, `rmlx5/pci` (the ConnectX functions that are up) and
+//! `rmlx5/cx_cmd` (how their commands run, see `cx/events.rs`).
 //!
 //! Each file prints a snapshot taken under the fabric lock (formatting
 //! into the seq_file buffer does not sleep).
@@ -33,6 +34,23 @@ pub(crate) struct PciList;
 
 fn pci_show(_: &PciList, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     crate::cx::registry::show(f)
+}
+
+/// What `rmlx5/cx_cmd` refers to: the command mode and counters.
+pub(crate) struct CxCmd;
+
+fn cx_cmd_show(_: &CxCmd, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    crate::cx::events::show(f)
+}
+
+/// Writing 0, 1 or 2 to `rmlx5/cx_cmd` sets the command mode.
+fn cx_cmd_write(_: &CxCmd, input: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 8];
+    let n = input.len().min(buf.len());
+    input.read_slice(buf.get_mut(..n).ok_or(EINVAL)?)?;
+    let text = core::str::from_utf8(buf.get(..n).ok_or(EINVAL)?).map_err(|_| EINVAL)?;
+    let mode: u32 = text.trim().parse().map_err(|_| EINVAL)?;
+    crate::cx::events::set_mode(mode)
 }
 
 /// What each file of one HCA refers to.
@@ -199,6 +217,7 @@ fn perf_reset(r: &HcaRef, _input: &mut UserSliceReader) -> Result {
 pub(crate) struct Debugfs {
     _files: KVec<Pin<KBox<File<HcaRef>>>>,
     _pci: Pin<KBox<File<PciList>>>,
+    _cx_cmd: Pin<KBox<File<CxCmd>>>,
     _dirs: KVec<Dir>,
     _root: Dir,
 }
@@ -231,6 +250,15 @@ impl Debugfs {
             root.read_callback_file(c"pci", Ok::<_, Error>(PciList), &pci_show),
             GFP_KERNEL,
         )?;
+        let cx_cmd = KBox::pin_init(
+            root.read_write_callback_file(
+                c"cx_cmd",
+                Ok::<_, Error>(CxCmd),
+                &cx_cmd_show,
+                &cx_cmd_write,
+            ),
+            GFP_KERNEL,
+        )?;
         for hca in 0..soft.count() {
             let name = CString::try_from_fmt(fmt!("rmlx5_{}", hca))?;
             let dir = root.subdir(&name);
@@ -253,6 +281,7 @@ impl Debugfs {
         Ok(Self {
             _files: files,
             _pci: pci,
+            _cx_cmd: cx_cmd,
             _dirs: dirs,
             _root: root,
         })

@@ -186,6 +186,10 @@ module! {
             default: 60000,
             description: "How long one command may take on a ConnectX function, in ms (mlx5_core: 60000)",
         },
+        cx_cmd_mode: u32 {
+            default: 2,
+            description: "How a ConnectX function's commands run: 0 one at a time through entry 0, polled; 1 up to seven side by side on the lanes, polled; 2 on the lanes, completed by event (debugfs rmlx5/cx_cmd changes it)",
+        },
     },
 }
 

@@ -385,6 +385,51 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                     fail cx_qp_create_1000_rmlx5_$d "$out"
                 fi
             done
+            # How commands run (cx/events.rs, debugfs rmlx5/cx_cmd): 1,000
+            # QPs made and destroyed, and 1,000 port queries (two commands
+            # each), by one thread and by four, in each command mode; the
+            # figures are the table in Documentation/pci-backend.md. Mode
+            # 0 must never use a lane, mode 1 must poll its lanes and
+            # never count an event, mode 2 must complete lane commands by
+            # event and have several in flight at once.
+            cxcmd=/sys/kernel/debug/rmlx5/cx_cmd
+            cnt() { sed -n "s/^$1 //p" $cxcmd; }
+            for mode in 0 1 2; do
+                if ! echo $mode > $cxcmd; then
+                    fail cx_cmd_mode_$mode "cannot write $cxcmd"
+                    continue
+                fi
+                l0=$(cnt lanes); e0=$(cnt by_event); p0=$(cnt polled)
+                ok=1
+                for t in 1 4; do
+                    for test in qp_create query_port; do
+                        if out=$(rmlx5-perf --test $test --iters 1000 --threads $t --device $n 2>&1); then
+                            echo "$out" | sed "s/^/cx_cmd mode $mode: /"
+                        else
+                            echo "cx_cmd mode $mode: $test --threads $t failed: $out"
+                            ok=0
+                        fi
+                    done
+                done
+                l=$(($(cnt lanes) - l0)); e=$(($(cnt by_event) - e0)); p=$(($(cnt polled) - p0))
+                echo "cx_cmd mode $mode: $l lane commands, $e completed by event, $p by polling"
+                case $mode in
+                    0) [ "$l" -eq 0 ] || ok=0 ;;
+                    1) [ "$l" -gt 0 ] && [ "$e" -eq 0 ] && [ "$p" -gt 0 ] || ok=0 ;;
+                    2) [ "$l" -gt 0 ] && [ "$e" -gt 0 ] || ok=0 ;;
+                esac
+                if [ $ok = 1 ]; then
+                    pass cx_cmd_mode_$mode
+                else
+                    fail cx_cmd_mode_$mode "$l lane commands, $e by event, $p polled: $(cat $cxcmd | tr '\n' ' ')"
+                fi
+            done
+            if [ "$(cnt max_in_flight)" -gt 1 ]; then
+                pass cx_cmd_several_in_flight
+            else
+                fail cx_cmd_several_in_flight "at most $(cnt max_in_flight) lane(s) in flight"
+            fi
+            cat $cxcmd
             # The port follows the firmware: down, up, a new LID (the
             # emulator's port commands, each with its PORT_CHANGE event),
             # as ib_core's sysfs reads them through query_port.

@@ -27,6 +27,7 @@ use kernel::{
 
 use super::bar::CxBar;
 use super::buf::Buf;
+use super::events::CmdEvents;
 use super::health::Fatal;
 use crate::mlx5_cmdif::{
     bus::{
@@ -52,8 +53,10 @@ type Page = Coherent<[u8; PAGE_SIZE as usize]>;
 pub(super) struct CxBus<'bound> {
     pdev: &'bound pci::Device<Bound>,
     bar: &'bound CxBar,
-    /// Freed in `drop` only if `quiesced`.
-    cmd_mem: ManuallyDrop<Buf>,
+    /// Freed in `drop` only if `quiesced`; shared with the waiters of
+    /// lane commands, which look at their entries without the function's
+    /// lock.
+    cmd_mem: ManuallyDrop<Arc<Buf>>,
     pages: KVec<Page>,
     /// The device holds nothing of `cmd_mem`: no command queue address was
     /// given, or the function was taken down without error since.
@@ -61,6 +64,9 @@ pub(super) struct CxBus<'bound> {
     epoch: Instant<Monotonic>,
     /// Set by the health poll when the function failed.
     fatal: Arc<Fatal>,
+    /// Command events and the page EQ's consumer (shared with vector 0's
+    /// handler).
+    events: Arc<CmdEvents>,
 }
 
 impl<'bound> CxBus<'bound> {
@@ -69,10 +75,12 @@ impl<'bound> CxBus<'bound> {
         pdev: &'bound pci::Device<Core<'_>>,
         bar: &'bound CxBar,
         fatal: Arc<Fatal>,
+        events: Arc<CmdEvents>,
     ) -> Result<Self> {
-        let cmd_mem = ManuallyDrop::new(Buf::new(pdev, CMD_MEM_MAX)?);
+        let cmd_mem = ManuallyDrop::new(Arc::new(Buf::new(pdev, CMD_MEM_MAX)?, GFP_KERNEL)?);
         Ok(Self {
             fatal,
+            events,
             pdev,
             bar,
             cmd_mem,
@@ -80,6 +88,11 @@ impl<'bound> CxBus<'bound> {
             quiesced: true,
             epoch: Instant::now(),
         })
+    }
+
+    /// BAR0.
+    pub(super) fn bar(&self) -> &'bound CxBar {
+        self.bar
     }
 
     /// The function's device, for logging.
@@ -123,6 +136,18 @@ impl<'bound> CxBus<'bound> {
     /// The DMA address of the command memory.
     pub(super) fn cmd_mem_addr(&self) -> u64 {
         self.cmd_mem.addr()
+    }
+
+    /// The command memory, for a waiter that looks at its entry without
+    /// the function's lock (it holds the function up meanwhile, see
+    /// `CxBackend`).
+    pub(super) fn cmd_mem(&self) -> Arc<Buf> {
+        Arc::clone(&self.cmd_mem)
+    }
+
+    /// The function's command events.
+    pub(super) fn events(&self) -> &Arc<CmdEvents> {
+        &self.events
     }
 
     /// Records whether the device may still write the command memory

@@ -43,18 +43,31 @@ use kernel::{
     device,
     ffi::c_void,
     mm::virt::VmaNew,
-    new_mutex, new_spinlock, new_spinlock_irq, pci,
+    new_condvar, new_mutex, new_spinlock, new_spinlock_irq, pci,
     prelude::*,
     sync::{
         aref::ARef,
         Arc,
+        CondVar,
         Mutex,
         SpinLock,
         SpinLockIrq, //
     },
+    time::{
+        Instant,
+        Monotonic, //
+    },
 };
 
-use super::{bar::CxBar, State};
+use super::{
+    bar::CxBar,
+    events::{
+        self,
+        COUNTERS,
+        MODE_ENTRY0, //
+    },
+    State,
+};
 use crate::backend::{
     Backend,
     DeviceInfo,
@@ -82,6 +95,7 @@ use crate::hca_model::{
     },
 };
 use crate::mem::DmaBuf;
+use crate::mlx5_cmdif::cmdif::Started;
 use crate::mlx5_cmdif::cmdmem::MAX_BLOCKS;
 use crate::mlx5_prm::{
     cmd_cq::{
@@ -268,6 +282,41 @@ struct Ctl {
     mrs: KVec<Mapping>,
     /// The low byte of the next memory key.
     next_key: u8,
+    /// Commands running without `ctl` held ([`Entered`]).
+    in_flight: u32,
+    /// Set by [`CxBackend::revoke_after`]: no command enters any more.
+    closing: bool,
+}
+
+/// A command of the backend running without `ctl` held (on a lane, see
+/// `cx/events.rs`): while it lives, [`CxBackend::revoke_after`] waits, so
+/// the state link stays valid.
+struct Entered<'a> {
+    be: &'a CxBackend,
+    state: NonNull<Mutex<State<'static>>>,
+}
+
+impl Entered<'_> {
+    /// The function's state mutex.
+    fn state(&self) -> &Mutex<State<'static>> {
+        // SAFETY: Taken from `ctl.state` by `CxBackend::enter`, which
+        // counted this command in `ctl.in_flight`; `revoke_after` clears
+        // the link only once that count is back to 0, which this value's
+        // drop does.
+        unsafe { self.state.as_ref() }
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let mut ctl = self.be.ctl.lock();
+        ctl.in_flight = ctl.in_flight.saturating_sub(1);
+        let idle = ctl.in_flight == 0;
+        drop(ctl);
+        if idle {
+            self.be.idle.notify_all();
+        }
+    }
 }
 
 /// A bound ConnectX function as a verbs backend.
@@ -282,6 +331,9 @@ struct Ctl {
 pub(crate) struct CxBackend {
     #[pin]
     ctl: Mutex<Ctl>,
+    /// Signalled when the last command in flight without `ctl` ends.
+    #[pin]
+    idle: CondVar,
     #[pin]
     db: SpinLockIrq<Option<BarLink>>,
     /// The driver's UAR page (its index in BAR0).
@@ -454,9 +506,12 @@ impl CxBackend {
                         qps: KVec::new(),
                         mrs: KVec::new(),
                         next_key: 0,
+                        in_flight: 0,
+                        closing: false,
                     },
                     "rmlx5_cx_ctl"
                 ),
+                idle <- new_condvar!("rmlx5_cx_idle"),
                 db <- new_spinlock_irq!(Some(bar), "rmlx5_cx_db"),
                 uar,
                 bar_phys,
@@ -471,52 +526,86 @@ impl CxBackend {
     }
 
     /// Cuts the backend from the function (unbind, or a probe failing
-    /// after [`CxBackend::new`]): with `ctl` held, so that no command of
-    /// the backend runs meanwhile, `take_down` takes the function down and
-    /// returns whether it went quiet (every object gone from the device);
-    /// then both links are dropped. Later calls fail with `ENODEV` or do
-    /// nothing; destroys succeed at once if the function went quiet, else
-    /// fail with `EIO` so that the memory stays with its owner (the device
-    /// may still write it).
+    /// after [`CxBackend::new`]): with `ctl` held and every command in
+    /// flight without it finished, so that no command of the backend runs
+    /// meanwhile, `take_down` takes the function down and returns whether
+    /// it went quiet (every object gone from the device); then both links
+    /// are dropped. Later calls fail with `ENODEV` or do nothing; destroys
+    /// succeed at once if the function went quiet, else fail with `EIO` so
+    /// that the memory stays with its owner (the device may still write
+    /// it).
     pub(super) fn revoke_after(&self, take_down: impl FnOnce() -> bool) {
         let mut ctl = self.ctl.lock();
+        ctl.closing = true;
+        while ctl.in_flight > 0 {
+            self.idle.wait(&mut ctl);
+        }
         ctl.quiesced = take_down();
         ctl.state = None;
         *self.db.lock() = None;
     }
 
-    /// Destroys an object with command `C`: one section of `ctl`, so that
-    /// a revoke cannot come between the check and the command.
-    fn destroy_cmd<C: Command>(&self, input: &C::In) -> Result {
-        self.destroy_cmd_then::<C, ()>(input, |_| ())
+    /// Counts a command in flight without `ctl` (see [`Entered`]); `None`
+    /// once the backend is revoked or being revoked.
+    fn enter<'a>(&'a self, ctl: &mut Ctl) -> Option<Entered<'a>> {
+        if ctl.closing {
+            return None;
+        }
+        let state = ctl.state.as_ref()?.0;
+        ctl.in_flight = ctl.in_flight.saturating_add(1);
+        Some(Entered { be: self, state })
     }
 
-    /// As [`CxBackend::destroy_cmd`], then `forget` drops the object from
-    /// the bookkeeping in the same section, so that a create getting the
-    /// number back at once keeps its own entry.
+    /// Runs command `C` without holding `ctl` while the device works (see
+    /// [`run_entered`]).
+    fn run<C: Command>(&self, input: &C::In, pas: &[u64]) -> Result<C::Out> {
+        let entered = self.enter(&mut self.ctl.lock()).ok_or(ENODEV)?;
+        run_entered::<C>(&entered, input, pas)
+    }
+
+    /// Destroys an object with command `C`; destroys succeed at once on a
+    /// function that went quiet (see [`CxBackend::revoke_after`]).
+    fn destroy_cmd<C: Command>(&self, input: &C::In) -> Result {
+        self.destroy_cmd_then::<C, ()>(input, |_| (), |_, ()| ())
+    }
+
+    /// As [`CxBackend::destroy_cmd`], with `take` dropping the object from
+    /// the bookkeeping before the command is posted, so that a create
+    /// getting the number back from the device at once keeps its own
+    /// entry; if the destroy fails, `put_back` restores what `take`
+    /// returned.
     fn destroy_cmd_then<C: Command, T>(
         &self,
         input: &C::In,
-        forget: impl FnOnce(&mut Ctl) -> T,
+        take: impl FnOnce(&mut Ctl) -> T,
+        put_back: impl FnOnce(&mut Ctl, T),
     ) -> Result<T> {
-        let mut ctl = self.ctl.lock();
-        match &ctl.state {
-            Some(link) => {
-                let m = link.0.as_ptr();
-                // SAFETY: By the type invariant the link points at the live
-                // state mutex while it is in `ctl`, which we hold.
-                let mut st = unsafe { &*m }.lock();
-                exec_on::<C>(&mut st, input, &[])?;
+        let (entered, taken) = {
+            let mut ctl = self.ctl.lock();
+            match self.enter(&mut ctl) {
+                Some(e) => {
+                    let taken = take(&mut ctl);
+                    (e, taken)
+                }
+                None if ctl.state.is_none() && ctl.quiesced => return Ok(take(&mut ctl)),
+                None => return Err(EIO),
             }
-            None if ctl.quiesced => {}
-            None => return Err(EIO),
+        };
+        match run_entered::<C>(&entered, input, &[]) {
+            Ok(_) => Ok(taken),
+            Err(e) => {
+                put_back(&mut self.ctl.lock(), taken);
+                Err(e)
+            }
         }
-        Ok(forget(&mut ctl))
     }
 
     /// Runs `f` with the function's state and the command bookkeeping.
     fn with_state<T>(&self, f: impl FnOnce(&mut Ctl, &mut State<'_>) -> Result<T>) -> Result<T> {
         let mut ctl = self.ctl.lock();
+        if ctl.closing {
+            return Err(ENODEV);
+        }
         let Some(link) = &ctl.state else {
             return Err(ENODEV);
         };
@@ -569,10 +658,10 @@ impl CxBackend {
         self.with_state(|_, st| Ok(fast_pages_of(st.function.caps())))
     }
 
-    /// Runs command `C`; a refusal is logged with the command's name,
-    /// status and syndrome.
+    /// Runs command `C`, on a lane if it fits (see [`run_entered`]); a
+    /// refusal is logged with the command's name, status and syndrome.
     fn exec<C: Command>(&self, input: &C::In, pas: &[u64]) -> Result<C::Out> {
-        self.with_state(|_, st| exec_on::<C>(st, input, pas))
+        self.run::<C>(input, pas)
     }
 
     /// Stores to BAR0 offset `off` of the UAR page: 8 bytes with one
@@ -811,6 +900,64 @@ fn exec_on<C: Command>(st: &mut State<'_>, input: &C::In, pas: &[u64]) -> Result
         .map_err(|e| cmd_err(bus.pdev(), e))
 }
 
+/// Runs command `C` for a command counted in flight (`e`): on a free lane
+/// if it fits and `cx_cmd_mode` allows, waiting for the device without
+/// the function's lock (`cx/events.rs`), else through entry 0 with the
+/// lock held while polling. Waits for a free lane if all are taken, at
+/// most the command timeout.
+fn run_entered<C: Command>(e: &Entered<'_>, input: &C::In, pas: &[u64]) -> Result<C::Out> {
+    let m = e.state();
+    let timeout_ms = u64::from(crate::module_parameters::cx_cmd_timeout_ms.value()).max(1);
+    let begun = Instant::<Monotonic>::now();
+    loop {
+        let mut st = m.lock();
+        let State { bus, function, .. } = &mut *st;
+        let cmd = function.cmdif().ok_or(ENODEV)?;
+        if events::mode() == MODE_ENTRY0 || !cmd.lane_fits::<C>(pas.len()) {
+            COUNTERS
+                .entry0
+                .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            return cmd
+                .exec::<C, _>(bus, input, pas)
+                .map_err(|e| cmd_err(bus.pdev(), e));
+        }
+        match cmd.start::<C, _>(bus, input, pas) {
+            Ok(Started::Answered(out)) => return Ok(out),
+            Ok(Started::Posted(t)) => {
+                let ev = bus.events().clone();
+                let mem = bus.cmd_mem();
+                let fatal = bus.fatal_flag().clone();
+                ev.lane_taken();
+                drop(st);
+                let waited = ev.wait(&mem, &t, &fatal, timeout_ms);
+                let mut st = m.lock();
+                let State { bus, function, .. } = &mut *st;
+                let r = match function.cmdif() {
+                    Some(cmd) => match waited {
+                        Ok(()) => cmd.finish::<C, _>(bus, t),
+                        Err(why) => Err(cmd.give_up(bus, t, why)),
+                    }
+                    .map_err(|e| cmd_err(bus.pdev(), e)),
+                    // Not while the command is counted in flight: the
+                    // function is taken down only after revoke.
+                    None => Err(ENODEV),
+                };
+                drop(st);
+                ev.lane_freed();
+                return r;
+            }
+            Err(crate::mlx5_cmdif::error::Error::QueueBusy { .. })
+                if u64::try_from(begun.elapsed().as_millis()).unwrap_or(u64::MAX) < timeout_ms =>
+            {
+                let ev = bus.events().clone();
+                drop(st);
+                ev.wait_lane();
+            }
+            Err(e) => return Err(cmd_err(bus.pdev(), e)),
+        }
+    }
+}
+
 impl Backend for CxBackend {
     fn info(&self) -> Result<DeviceInfo> {
         self.with_state(|_, st| {
@@ -1021,10 +1168,21 @@ impl Backend for CxBackend {
         let input = DestroyMkeyIn {
             mkey_index: key >> 8,
         };
-        let mapping = self.destroy_cmd_then::<DestroyMkey, _>(&input, |ctl| {
-            let i = ctl.mrs.iter().position(|m| m.key == key)?;
-            ctl.mrs.remove(i).ok()
-        })?;
+        let mapping = self.destroy_cmd_then::<DestroyMkey, _>(
+            &input,
+            |ctl| {
+                let i = ctl.mrs.iter().position(|m| m.key == key)?;
+                ctl.mrs.remove(i).ok()
+            },
+            |ctl, m| {
+                if let Some(m) = m {
+                    // As for QPs: the mapping stays (leaked) if not kept.
+                    if ctl.mrs.push(m, GFP_KERNEL).is_err() {
+                        pr_warn!("rmlx5_cx: MR {:#x} lost its DMA mapping record\n", key);
+                    }
+                }
+            },
+        )?;
         if let Some(m) = mapping {
             // SAFETY: `m` is a mapping made by `create_mr` on this device
             // and not unmapped since (it was in `mrs`); the key that used
@@ -1192,19 +1350,21 @@ impl Backend for CxBackend {
                 ..Qpc::default()
             },
         };
-        self.with_state(|ctl, st| {
-            ctl.qps.reserve(1, GFP_KERNEL)?;
-            let qpn = exec_on::<CreateQp>(st, &input, &list)?.qpn;
-            let t = TrackedQp {
-                qpn,
-                service: attr.service,
-                state: QpState::Reset,
-                conn: ConnAttrs::default(),
-            };
-            // Capacity was reserved: this does not fail.
-            ctl.qps.push(t, GFP_KERNEL)?;
-            Ok(qpn)
-        })
+        let entered = self.enter(&mut self.ctl.lock()).ok_or(ENODEV)?;
+        let qpn = run_entered::<CreateQp>(&entered, &input, &list)?.qpn;
+        let t = TrackedQp {
+            qpn,
+            service: attr.service,
+            state: QpState::Reset,
+            conn: ConnAttrs::default(),
+        };
+        let pushed = self.ctl.lock().qps.push(t, GFP_KERNEL);
+        if let Err(e) = pushed {
+            // Without its entry the QP could not be moved: undo it.
+            let _ = run_entered::<DestroyQp>(&entered, &DestroyQpIn { qpn }, &[]);
+            return Err(e.into());
+        }
+        Ok(qpn)
     }
 
     fn modify_qp(&self, qpn: u32, m: &QpModify) -> Result {
@@ -1319,9 +1479,23 @@ impl Backend for CxBackend {
     }
 
     fn destroy_qp(&self, qpn: u32, _mem: [&DmaBuf; 2]) -> Result {
-        self.destroy_cmd_then::<DestroyQp, _>(&DestroyQpIn { qpn }, |ctl| {
-            ctl.qps.retain(|q| q.qpn != qpn)
-        })
+        self.destroy_cmd_then::<DestroyQp, _>(
+            &DestroyQpIn { qpn },
+            |ctl| {
+                let i = ctl.qps.iter().position(|q| q.qpn == qpn)?;
+                ctl.qps.remove(i).ok()
+            },
+            |ctl, t| {
+                if let Some(t) = t {
+                    // Room was there a moment ago; if not, the QP can no
+                    // longer be moved, only destroyed again.
+                    if ctl.qps.push(t, GFP_KERNEL).is_err() {
+                        pr_warn!("rmlx5_cx: QP {:#x} lost its tracking\n", qpn);
+                    }
+                }
+            },
+        )
+        .map(|_| ())
     }
 
     fn ring_send(&self, _qpn: u32, ctrl: &[u8; 16], half: u8) -> Result {

@@ -2,27 +2,30 @@
 
 //! The function's asynchronous EQ, on MSI-X vector 0: it receives the
 //! device's PAGE_REQUEST events, which ask for more pages (or offer some
-//! back) once queues exist, and the threaded interrupt handler answers
-//! them with MANAGE_PAGES through the command interface. Commands still
-//! complete by polling (no command events are asked for).
+//! back) once queues exist, and, in `cx_cmd_mode=2`, its command
+//! completion events. Vector 0's hard handler consumes it and re-arms it
+//! (`cx/events.rs`); the threaded handler answers the page requests with
+//! MANAGE_PAGES through the command interface ([`PageEq::answer`]).
 //!
 //! The ring is one coherent page of 64 EQEs, every owner byte set to 1 at
-//! creation; the handler consumes entries whose owner bit matches the pass
-//! of its consumer index, then re-arms the EQ through the EQ doorbell of
-//! the driver's UAR page (BAR0 page `uar`), as mlx5_core does.
+//! creation; the EQ is armed through the EQ doorbell of the driver's UAR
+//! page (BAR0 page `uar`), as mlx5_core does.
 
 use kernel::prelude::*;
-use kernel::sync::barrier::{
-    dma_mb,
-    Read, //
-};
 use kernel::sync::Arc;
 
 use super::{
+    bar::CxBar,
     buf::Buf,
-    bus::CxBus, //
+    bus::CxBus,
+    events::{
+        mode,
+        CmdEvents,
+        LOG_EQ_SIZE,
+        MODE_LANES_EVENTS, //
+    },
 };
-use crate::mlx5_cmdif::{bus::Bus, function::Function};
+use crate::mlx5_cmdif::function::Function;
 use crate::mlx5_prm::{
     cmd_eq::{
         event_mask,
@@ -32,25 +35,13 @@ use crate::mlx5_prm::{
         DestroyEqIn,
         Eqc, //
     },
-    doorbell::{
-        uar_reg_offset,
-        EqDoorbell,
-        UAR_EQ_ARM_OFFSET, //
-    },
     eqe::{
-        Eqe,
         EQE_SIZE,
         OWNER_OFFSET, //
     },
-    eqe_async::AsyncEvent,
     opcode::EventType,
     ring,
 };
-
-/// log2 of the EQ's entries: one 4 KiB page.
-const LOG_EQ_SIZE: u8 = 6;
-/// EQEs handled per interrupt at most (one ring).
-const POLL_BUDGET: u32 = 1 << LOG_EQ_SIZE;
 
 /// The asynchronous EQ of a function that is up.
 ///
@@ -60,26 +51,15 @@ const POLL_BUDGET: u32 = 1 << LOG_EQ_SIZE;
 /// `eqn` until [`PageEq::destroy`] succeeds.
 pub(super) struct PageEq {
     eqn: u8,
-    /// The UAR page whose EQ doorbell arms it.
-    uar: u32,
-    /// Consumer index (entries consumed so far).
-    ci: u32,
-    /// Shared with the interrupt's hard handler, which looks whether an
-    /// EQE waits ([`PageEq::peek`], [`eqe_waiting`]).
     ring: Arc<Buf>,
+    /// Its consumer, in the hard handler.
+    events: Arc<CmdEvents>,
+    /// Whether it asked for command events.
+    cmd_events: bool,
     /// PAGE_REQUEST events handled, and pages they moved (given minus
     /// taken back).
     pub(super) requests: u64,
     pub(super) pages_moved: i64,
-}
-
-/// Whether the device has written an EQE at consumer index `ci` of a
-/// page EQ's `ring` (the owner byte only; any context).
-pub(super) fn eqe_waiting(ring: &Buf, ci: u32) -> bool {
-    let log = u32::from(LOG_EQ_SIZE);
-    let off = ring::ring_index(ci, log) as usize * EQE_SIZE;
-    ring.byte(off + OWNER_OFFSET)
-        .is_ok_and(|owner| ring::eqe_valid(owner, ci, log))
 }
 
 /// Logs a command interface error (the crate's `Display`, which the log
@@ -90,8 +70,10 @@ fn cmd_err(bus: &CxBus<'_>, what: &str, e: crate::mlx5_cmdif::error::Error) -> E
 }
 
 impl PageEq {
-    /// Creates the EQ on MSI-X vector `vector` for PAGE_REQUEST events,
-    /// with its doorbell on UAR page `uar`; it is not armed yet.
+    /// Creates the EQ on MSI-X vector `vector` for PAGE_REQUEST events
+    /// (and command events in `cx_cmd_mode=2`), with its doorbell on UAR
+    /// page `uar`, and hands it to its consumer; it is not armed yet
+    /// ([`PageEq::arm`]).
     pub(super) fn create(
         bus: &mut CxBus<'_>,
         function: &mut Function,
@@ -102,6 +84,12 @@ impl PageEq {
         for i in 0..1usize << LOG_EQ_SIZE {
             ring.write(i * EQE_SIZE + OWNER_OFFSET, &[ring::EQE_INIT_OWNER])?;
         }
+        let cmd_events = mode() == MODE_LANES_EVENTS;
+        let types: &[EventType] = if cmd_events {
+            &[EventType::PageRequest, EventType::Cmd]
+        } else {
+            &[EventType::PageRequest]
+        };
         let input = CreateEqIn {
             eq_context_entry: Eqc {
                 log_eq_size: LOG_EQ_SIZE,
@@ -109,17 +97,19 @@ impl PageEq {
                 intr: vector,
                 ..Eqc::default()
             },
-            event_bitmask: event_mask(&[EventType::PageRequest]),
+            event_bitmask: event_mask(types),
         };
         let cmd = function.cmdif().ok_or(ENODEV)?;
         let out = cmd
             .exec::<CreateEq, _>(bus, &input, &[ring.addr()])
             .map_err(|e| cmd_err(bus, "CREATE_EQ of the page EQ", e))?;
+        let events = bus.events().clone();
+        events.install(ring.clone(), out.eq_number, uar);
         Ok(Self {
             eqn: out.eq_number,
-            uar,
-            ci: 0,
             ring,
+            events,
+            cmd_events,
             requests: 0,
             pages_moved: 0,
         })
@@ -130,100 +120,51 @@ impl PageEq {
         self.eqn
     }
 
-    /// Arms the EQ at the current consumer index: the device interrupts
-    /// for the next EQE (at once if one is already waiting).
-    pub(super) fn arm(&self, bus: &mut CxBus<'_>) {
-        let mut word = [0u8; 4];
-        EqDoorbell {
-            eqn: self.eqn,
-            ci: self.ci,
-        }
-        .encode(&mut word);
-        // An offset past BAR0 is reported by the bus, like any bad store.
-        let off = uar_reg_offset(self.uar, UAR_EQ_ARM_OFFSET).unwrap_or(usize::MAX);
-        bus.write32(off, u32::from_be_bytes(word));
+    /// Whether the EQ takes command events.
+    pub(super) fn cmd_events(&self) -> bool {
+        self.cmd_events
     }
 
-    /// The ring and the consumer index, for a context that cannot take
-    /// the function's lock to look whether an EQE waits ([`eqe_waiting`]).
-    pub(super) fn peek(&self) -> (Arc<Buf>, u32) {
-        (self.ring.clone(), self.ci)
+    /// Arms the EQ at its consumer index: the device interrupts for the
+    /// next EQE (at once if one is already waiting).
+    pub(super) fn arm(&self, bar: &CxBar) {
+        self.events.arm(bar);
     }
 
-    /// The EQE at the consumer index, if the device has written one:
-    /// `Some(None)` for an entry whose event type this driver does not
-    /// know (it is consumed all the same, so the EQ never stalls on it).
-    fn next(&self) -> Option<Option<Eqe>> {
-        let log = u32::from(LOG_EQ_SIZE);
-        let off = ring::ring_index(self.ci, log) as usize * EQE_SIZE;
-        // `off` is inside the ring by construction: the reads cannot fail.
-        let owner = self.ring.byte(off + OWNER_OFFSET).ok()?;
-        if !ring::eqe_valid(owner, self.ci, log) {
-            return None;
-        }
-        // The body only after its owner byte: dma_rmb().
-        dma_mb(Read);
-        let mut b = [0u8; EQE_SIZE];
-        self.ring.read(off, &mut b).ok()?;
-        Some(Eqe::decode(&b).ok())
+    /// Whether the hard handler queued page requests.
+    pub(super) fn has_requests(&self) -> bool {
+        self.events.has_requests()
     }
 
-    /// Whether the device has written an EQE at the consumer index (for
-    /// a caller that holds the function's lock and answers page requests
-    /// itself, [`PageEq::poll`]).
-    pub(super) fn has_event(&self) -> bool {
-        self.next().is_some()
-    }
-
-    /// Handles every EQE the device has written (thread context, with the
-    /// function's lock held), then re-arms. Returns how many there were.
-    pub(super) fn poll(&mut self, bus: &mut CxBus<'_>, function: &mut Function) -> u32 {
-        let mut n = 0u32;
-        // At most one ring's worth per call; if more are waiting, the arm
-        // below makes the device interrupt again at once.
-        while n < POLL_BUDGET {
-            let Some(entry) = self.next() else {
-                break;
-            };
-            self.ci = self.ci.wrapping_add(1);
-            n += 1;
-            let Some(eqe) = entry else {
-                dev_warn!(bus.pdev(), "async EQE of an unknown type consumed\n");
-                continue;
-            };
-            match AsyncEvent::from_eqe(&eqe) {
-                Some(AsyncEvent::PageRequest(r)) => {
-                    self.requests += 1;
-                    match function.page_request(bus, r.num_pages) {
-                        Ok(moved) => {
-                            let moved = i64::from(moved);
-                            self.pages_moved += if r.num_pages < 0 { -moved } else { moved };
-                            dev_dbg!(
-                                bus.pdev(),
-                                "page request for {} page(s): {} moved\n",
-                                r.num_pages,
-                                moved
-                            );
-                        }
-                        Err(e) => {
-                            let _ = cmd_err(bus, "answering a page request", e);
-                        }
-                    }
+    /// Answers the page requests the hard handler queued (thread context,
+    /// with the function's lock held). Returns how many there were.
+    pub(super) fn answer(&mut self, bus: &mut CxBus<'_>, function: &mut Function) -> u32 {
+        let (requests, n) = self.events.take_requests();
+        for &num_pages in requests.iter().take(n) {
+            self.requests += 1;
+            match function.page_request(bus, num_pages) {
+                Ok(moved) => {
+                    let moved = i64::from(moved);
+                    self.pages_moved += if num_pages < 0 { -moved } else { moved };
+                    dev_dbg!(
+                        bus.pdev(),
+                        "page request for {} page(s): {} moved\n",
+                        num_pages,
+                        moved
+                    );
                 }
-                _ => dev_dbg!(
-                    bus.pdev(),
-                    "async EQE of type {:#x} ignored\n",
-                    u8::from(eqe.event_type)
-                ),
+                Err(e) => {
+                    let _ = cmd_err(bus, "answering a page request", e);
+                }
             }
         }
-        self.arm(bus);
-        n
+        u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    /// Destroys the EQ; on failure the ring stays allocated for good (the
-    /// device may still write it).
+    /// Destroys the EQ (its consumer lets go first); on failure the ring
+    /// stays allocated for good (the device may still write it).
     pub(super) fn destroy(self, bus: &mut CxBus<'_>, function: &mut Function) -> Result {
+        self.events.uninstall();
         let Some(cmd) = function.cmdif() else {
             core::mem::forget(self.ring);
             return Err(ENODEV);

@@ -245,8 +245,8 @@ impl Ctx<'_, '_> {
             return;
         }
         if let Some(eq) = self.page_eq.as_deref_mut() {
-            if eq.has_event() {
-                eq.poll(self.bus, self.function);
+            if eq.has_requests() {
+                eq.answer(self.bus, self.function);
             }
         }
     }

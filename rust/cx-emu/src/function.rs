@@ -88,6 +88,11 @@ pub(crate) struct Settings {
     pub(crate) slow_opcode: u16,
     /// How much longer.
     pub(crate) slow: Duration,
+    /// How long every command takes (0: done within the doorbell write,
+    /// which no card does): a doorbell's commands are run this long after
+    /// it, with those rung meanwhile; the device keeps the entries until
+    /// then, as a firmware busy with them does.
+    pub(crate) cmd_latency: Duration,
 }
 
 impl Settings {
@@ -101,6 +106,7 @@ impl Settings {
         never_ready: false,
         slow_opcode: 0,
         slow: Duration::ZERO,
+        cmd_latency: Duration::ZERO,
     };
 
     /// The firmware's configuration for function `index`.
@@ -188,6 +194,8 @@ pub(crate) struct Function {
     err_watch_at: Option<u64>,
     /// When the command held by `Settings::slow_opcode` runs.
     slow_until: Option<u64>,
+    /// When the commands rung are due (`Settings::cmd_latency`).
+    cmd_due: Option<u64>,
     /// Firmware log entries already reported.
     fw_seen: u64,
     state: HcaState,
@@ -246,6 +254,7 @@ impl Function {
             start,
             err_watch_at: None,
             slow_until: None,
+            cmd_due: None,
             fw_seen: 0,
             state: HcaState::Disabled,
             test_latch: Latch::default(),
@@ -284,6 +293,7 @@ impl Function {
         self.bus.uars.clear();
         self.bf.clear();
         self.slow_until = None;
+        self.cmd_due = None;
         self.fw_seen = 0;
         self.state = HcaState::Disabled;
         self.test_latch = Latch::default();
@@ -319,6 +329,7 @@ impl Function {
         self.detached = true;
         self.err_watch_at = None;
         self.slow_until = None;
+        self.cmd_due = None;
         self.sync_parking(cx);
         let _ = self.bus.mem.unmap(0, 0, true);
         self.bus.vectors.clear();
@@ -346,7 +357,7 @@ impl Function {
         );
         self.bus_master = on;
         self.sync_parking(cx);
-        if on && self.fw.has_pending() && !self.hold_slow_command() {
+        if on && self.fw.has_pending() && !self.hold_slow_command() && !self.delay_commands() {
             self.run_commands(cx);
             self.check_firmware();
         }
@@ -454,10 +465,28 @@ impl Function {
             let v = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
             self.fw.write32(o + 4 * i, v);
         }
-        if self.fw.has_pending() && self.bus_master && !self.hold_slow_command() {
+        if self.fw.has_pending()
+            && self.bus_master
+            && !self.hold_slow_command()
+            && !self.delay_commands()
+        {
             self.run_commands(cx);
         }
         self.check_firmware();
+    }
+
+    /// Whether the commands rung wait for `Settings::cmd_latency`: the
+    /// first doorbell sets when they are due, [`Function::tick`] runs
+    /// them (with any rung meanwhile) then.
+    fn delay_commands(&mut self) -> bool {
+        if self.settings.cmd_latency.is_zero() {
+            return false;
+        }
+        if self.cmd_due.is_none() {
+            let ns = u64::try_from(self.settings.cmd_latency.as_nanos()).unwrap_or(u64::MAX);
+            self.cmd_due = Some(self.now().saturating_add(ns));
+        }
+        true
     }
 
     /// Runs the pending commands.
@@ -876,6 +905,13 @@ impl Function {
             self.run_commands(cx);
             self.check_firmware();
         }
+        if self.cmd_due.is_some_and(|d| d <= now) {
+            self.cmd_due = None;
+            if self.bus_master && !self.hold_slow_command() {
+                self.run_commands(cx);
+            }
+            self.check_firmware();
+        }
         if self.stopped() {
             // Nothing runs on a halted function; its queues wait for a
             // reset (or for bus mastering). The fabric's other work is
@@ -927,7 +963,7 @@ impl Function {
         }
         let bf = self.bf.deadline(self.bf_idle_ns());
         let retry = cx.shared.fabric.next_deadline();
-        let at = [bf, retry, self.err_watch_at, self.slow_until]
+        let at = [bf, retry, self.err_watch_at, self.slow_until, self.cmd_due]
             .into_iter()
             .flatten()
             .min()?;
@@ -1103,6 +1139,27 @@ pub(crate) mod tests {
     fn a_doorbell_before_the_queue_is_set_up_is_a_protocol_error() {
         let mut f = One::new(Settings::DEFAULT);
         f.write(CMD_DBELL_OFFSET as u64, &1u32.to_be_bytes());
+        assert_eq!(f.f().stats.fw_errors, 1);
+        assert!(f.failed());
+    }
+
+    #[test]
+    fn commands_run_when_their_latency_is_up() {
+        let mut f = One::new(Settings {
+            cmd_latency: Duration::from_millis(30),
+            ..Settings::DEFAULT
+        });
+        // The same protocol error as above, but only once the firmware
+        // gets to the command: the doorbell write returns first.
+        f.write(CMD_DBELL_OFFSET as u64, &1u32.to_be_bytes());
+        assert_eq!(f.f().stats.fw_errors, 0);
+        let wait = f.next_timeout().unwrap();
+        assert!(wait <= Duration::from_millis(30) && wait > Duration::from_millis(5));
+        // A second doorbell meanwhile does not push the time back.
+        f.write(CMD_DBELL_OFFSET as u64, &1u32.to_be_bytes());
+        assert!(f.next_timeout().unwrap() <= wait);
+        std::thread::sleep(wait);
+        f.tick();
         assert_eq!(f.f().stats.fw_errors, 1);
         assert!(f.failed());
     }

@@ -17,7 +17,7 @@
 //! `i` (LID `i + 1`), and RC traffic runs between the functions' QPs.
 //!
 //! ```text
-//! rmlx5-cx-emu --socket PATH [--functions N] [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]
+//! rmlx5-cx-emu --socket PATH [--functions N] [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [--cmd-latency-us N] [-v]... [-q]
 //!
 //! `--fail-opcode` makes the firmware fail the first `--fail-count`
 //! (default 1) commands with that opcode (a test of the driver's error
@@ -26,7 +26,9 @@
 //! its initialisation: the driver must give up after its timeout).
 //! `--slow-opcode OP:MS` holds every command with that opcode MS
 //! milliseconds before running it (a busy firmware), while the queues,
-//! doorbells and interrupts go on.
+//! doorbells and interrupts go on. `--cmd-latency-us N` makes every
+//! command take N µs, as a card's firmware does (by default the emulator
+//! runs a command within its doorbell write).
 //! ```
 //!
 //! A test in the guest injects faults (fatal error, silent hang, a stuck
@@ -68,7 +70,7 @@ use function::Settings;
 use log::{error, info};
 use server::{Endpoint, Server};
 
-const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--functions N] [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [-v]... [-q]";
+const USAGE: &str = "usage: rmlx5-cx-emu --socket PATH [--functions N] [--msix N] [--bf-idle-us N] [--fail-opcode OP [--fail-count N]] [--never-ready] [--slow-opcode OP:MS] [--cmd-latency-us N] [-v]... [-q]";
 
 struct Args {
     socket: PathBuf,
@@ -143,6 +145,12 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                 .map_err(|e| format!("--slow-opcode: {e}"))?;
                 let ms: u64 = ms.parse().map_err(|e| format!("--slow-opcode: {e}"))?;
                 settings.slow = Duration::from_millis(ms);
+            }
+            "--cmd-latency-us" => {
+                let us: u64 = value("--cmd-latency-us")?
+                    .parse()
+                    .map_err(|e| format!("--cmd-latency-us: {e}"))?;
+                settings.cmd_latency = Duration::from_micros(us);
             }
             "--fail-count" => {
                 settings.fail_count = value("--fail-count")?
@@ -295,6 +303,9 @@ mod tests {
         assert_eq!(a.settings.slow_opcode, 0x400);
         assert_eq!(a.settings.slow, Duration::from_millis(3000));
         assert!(args(&["--socket", "/tmp/s", "--slow-opcode", "0x400"]).is_err());
+        let a = args(&["--socket", "/tmp/s", "--cmd-latency-us", "50"]).unwrap();
+        assert_eq!(a.settings.cmd_latency, Duration::from_micros(50));
+        assert!(args(&["--socket", "/tmp/s", "--cmd-latency-us", "x"]).is_err());
         assert!(args(&["--socket"]).is_err());
         assert!(args(&["--socket", "x", "--bogus"]).is_err());
         assert!(

@@ -10,8 +10,10 @@
 //! - `mlx5-prm` knows the bytes: initialization segment, queue entry,
 //!   mailbox, command layouts, statuses.
 //! - This crate drives them: [`cmdif::CmdIf`] hands the command queue to
-//!   the device and runs one command at a time through a real queue entry
-//!   and mailbox chains ([`cmdmem`]), polling the ownership bit;
+//!   the device and runs commands through real queue entries and mailbox
+//!   chains ([`cmdmem`]): one at a time through entry 0, polling the
+//!   ownership bit, or several side by side on the lanes, started without
+//!   waiting and finished once the embedder saw the entry handed back;
 //!   [`function::Function`] brings a function up and down and answers
 //!   page requests ([`pages`], [`caps`]).
 //! - The embedder implements [`bus::Bus`]: registers, its DMA memory,
@@ -31,8 +33,10 @@
 //! f.teardown(&mut bus)?;
 //! ```
 //!
-//! Poll mode only: commands complete by the ownership bit, not by a
-//! command-completion EQE (that comes with MSI-X). Every wait is bounded by
+//! The crate itself only polls (entry 0, bring-up, teardown, page
+//! requests); a lane command is waited for by the embedder, which may
+//! sleep until a command-completion EQE names its entry (the kernel does,
+//! `drivers/rmlx5/cx/events.rs`). Every wait of the crate is bounded by
 //! [`cmdif::Timeouts`]; every error is an [`error::Error`] that names the
 //! command or the wait.
 //!

@@ -125,10 +125,12 @@ pub(crate) fn wait_readable(
     fds: &[BorrowedFd<'_>],
     timeout: Option<Duration>,
 ) -> io::Result<Vec<bool>> {
-    let ms = match timeout {
-        None => -1,
-        Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
-    };
+    // ppoll: microsecond timers (command latencies of tens of µs), where
+    // poll's milliseconds would round every wait up to one.
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(t.subsec_nanos()),
+    });
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
@@ -140,8 +142,16 @@ pub(crate) fn wait_readable(
     let count = libc::nfds_t::try_from(pfds.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many descriptors"))?;
     // SAFETY: `pfds` holds `count` valid, writable `pollfd`s; the
-    // descriptors stay open for the call (borrowed for its length).
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), count, ms) };
+    // descriptors stay open for the call (borrowed for its length); `ts`
+    // outlives it; a null signal mask leaves the mask as it is.
+    let n = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            count,
+            ts.as_ref().map_or(core::ptr::null(), std::ptr::from_ref),
+            core::ptr::null(),
+        )
+    };
     if n < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted {
