@@ -187,10 +187,15 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 # survived by failing, writing off and recovering the
                 # function (tests/guest/pci-smoke.sh, rmlx5.cxfaults=1).
                 # Its commands take 100 µs, as on a card, for the command
-                # modes it measures (cx/events.rs).
+                # modes it measures (cx/events.rs); before the faults, the
+                # no-lost-event and SIGKILL stress scenarios run on the
+                # function at a small scale (make stress runs them larger).
                 pci_guest "guest with an emulated ConnectX that fails and recovers" \
-                    "PCI guest, faults" pci-faults-console.log --append rmlx5.cxfaults=1 \
-                    --cx-emu-cmd-latency-us 100 "${guest_tools[@]}"
+                    "PCI guest, faults" pci-faults-console.log \
+                    --append "rmlx5.cxfaults=1 rmlx5.cxstress=completions=100000,kills=3" \
+                    --cx-emu-cmd-latency-us 100 "${guest_tools[@]}" \
+                    --program "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-stress-tests" \
+                    --timeout 1200
                 # And two functions of one emulated card sharing one
                 # fabric: RC traffic between two ConnectX verbs devices
                 # (kernel ULPs and user space), each port's LID from its

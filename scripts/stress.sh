@@ -58,6 +58,11 @@ guest_rc=${PIPESTATUS[0]}
 scale=$(echo "${STRESS:-}" | tr ' ,' '\n\n' | sed -n 's/^scale=//p' | tail -n1)
 passes=$(( ${PCIFAULTS:-10} / ${scale:-1} ))
 [ "$passes" -lt 1 ] && passes=1
+# Before the faults, the no-lost-event and SIGKILL scenarios run on the
+# function: 10^6 completions and 20 kill rounds, divided by the scale.
+cxcompletions=$(( 1000000 / ${scale:-1} ))
+cxkills=$(( 20 / ${scale:-1} ))
+[ "$cxkills" -lt 1 ] && cxkills=1
 pcilog=$out/pci-faults-console.log
 pci_rc=1
 if qemu=$(bash "$here/qemu.sh") && cargo build --quiet --release -p cx-emu --bins &&
@@ -69,7 +74,9 @@ if qemu=$(bash "$here/qemu.sh") && cargo build --quiet --release -p cx-emu --bin
         --ksrc "$KSRC" --qemu "$qemu" --cx-emu "$top/target/release/rmlx5-cx-emu" \
         --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
         "${guest_tools[@]}" --module "$top/build/module/rmlx5.ko" --kunit-filter none \
-        --append "rmlx5.cxfaults=$passes" --cx-emu-cmd-latency-us 100 --timeout $(( 300 + passes * 120 )) \
+        --program "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-stress-tests" \
+        --append "rmlx5.cxfaults=$passes rmlx5.cxstress=completions=$cxcompletions,kills=$cxkills" \
+        --cx-emu-cmd-latency-us 100 --timeout $(( 1200 + passes * 120 )) \
         --log "$pcilog" | tee "$out/pci-guest-run.txt"
     pci_rc=${PIPESTATUS[0]}
 fi
@@ -80,6 +87,9 @@ fig() { grep -a "@@STRESS $1 " "$consolelog" | sed "s/.*@@STRESS $1 //" | sed -n
 secs() { grep -a "@@STRESS-TIME part=$1 " "$consolelog" | sed 's/.*secs=//' | head -n1; }
 problems=$(( $(grep -c '^guest: FAIL' "$out/guest-run.txt") + $(grep -c '^guest: FAIL' "$out/pci-guest-run.txt") ))
 pcifig() { grep -a "@@STRESS pcifaults " "$pcilog" 2>/dev/null | sed 's/.*@@STRESS pcifaults //' | head -n1; }
+# The function's scenarios: "@@STRESS <part> ..." and "@@STRESS-TIME part=cx_<scenario>".
+pcipart() { grep -a "@@STRESS $1 " "$pcilog" 2>/dev/null | sed "s/.*@@STRESS $1 //" | head -n1; }
+pcisecs() { grep -a "@@STRESS-TIME part=cx_$1 " "$pcilog" 2>/dev/null | sed 's/.*secs=//' | head -n1; }
 {
     echo "rmlx5 make stress, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "machine: $(nproc) cores, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo);" \
@@ -94,6 +104,8 @@ pcifig() { grep -a "@@STRESS pcifaults " "$pcilog" 2>/dev/null | sed 's/.*@@STRE
         "$(fig events 2), during traffic: $(fig failslab_traffic), control: $(fig failslab_control), in all: $(fig failslab)"
     printf '%-28s %8s  %s\n' "CVE regressions, looped" "" "$(fig cve)"
     printf '%-28s %8s  %s\n' "mlx5_ib driver data fuzzed" "$(secs mlx5fuzz)" "$(fig mlx5fuzz), left: $(fig mlx5left)"
+    printf '%-28s %8s  %s\n' "ConnectX: SIGKILL" "$(pcisecs kill_mid_traffic)" "$(pcipart kill) (emulated function)"
+    printf '%-28s %8s  %s\n' "ConnectX: no lost event" "$(pcisecs no_lost_event)" "$(pcipart events) (emulated function)"
     printf '%-28s %8s  %s\n' "ConnectX faults mid-traffic" "" "$(pcifig) (emulated function; PCI guest kernel reports: $(grep -c 'guest: FAIL kernel_log' "$out/pci-guest-run.txt"))"
     printf '%-28s %8s  %s\n' "kernel" "" \
         "splats=$(grep -c 'guest: FAIL kernel_log' "$out/guest-run.txt") kmemleak=$(grep -q '^guest: PASS kmemleak' "$out/guest-run.txt" && echo clean || echo REPORTED) unload=$(grep -q '^guest: PASS module_unload' "$out/guest-run.txt" && echo ok || echo FAILED)"

@@ -165,7 +165,26 @@ pub(crate) trait UserUar: Send + Sync {
 }
 
 /// A device the verbs objects run on: one `rmlx5_<n>`.
+/// Objects a device holds for its users, as the backend counted the
+/// commands that made and destroyed them (debugfs `rmlx5/objects`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LiveObjects {
+    pub(crate) pds: u64,
+    pub(crate) cqs: u64,
+    pub(crate) qps: u64,
+    /// Memory keys: kernel, user and fast-registration MRs (one each).
+    pub(crate) mrs: u64,
+    /// User UAR pages.
+    pub(crate) uars: u64,
+}
+
 pub(crate) trait Backend: Send + Sync {
+    /// What the device holds now, if the backend counts it (the software
+    /// HCA's tables are in debugfs already).
+    fn live_objects(&self) -> Option<LiveObjects> {
+        None
+    }
+
     /// The device's limits and its port's LID.
     fn info(&self) -> Result<DeviceInfo>;
 

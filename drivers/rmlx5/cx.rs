@@ -639,17 +639,20 @@ fn attach<'bound>(
     let nvec = u16::try_from(vectors.len()).unwrap_or(u16::MAX);
     let comp_eqs = usize::from(nvec.saturating_sub(1)).clamp(1, crate::hca::MAX_COMP_EQS);
     let index = crate::mlx5_core::device::reserve_index(crate::soft()?.count())?;
-    let fatal = irq.handler().state.lock().bus.fatal_flag().clone();
+    let (fatal, live) = {
+        let st = irq.handler().state.lock();
+        (st.bus.fatal_flag().clone(), st.bus.live().clone())
+    };
     // SAFETY: `shut` revokes the backend before the state and the BAR go:
     // at unbind, and on every error path of probe after this call.
-    let backend = match unsafe { CxBackend::new(pdev, &irq.handler().state, bar, uar, nvec, fatal) }
-    {
-        Ok(b) => b,
-        Err(e) => {
-            crate::mlx5_core::device::release_index(usize::from(index));
-            return Err(e);
-        }
-    };
+    let backend =
+        match unsafe { CxBackend::new(pdev, &irq.handler().state, bar, uar, nvec, fatal, live) } {
+            Ok(b) => b,
+            Err(e) => {
+                crate::mlx5_core::device::release_index(usize::from(index));
+                return Err(e);
+            }
+        };
     // The port as the firmware reports it; the LID in every address
     // vector to it is this one.
     match backend.query_port() {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! debugfs: `/sys/kernel/debug/rmlx5/rmlx5_<n>/{eqs,cqs,qps,stats}`,
-//! `rmlx5/perf`, `rmlx5/pci` (the ConnectX functions that are up) and
-//! `rmlx5/cx_cmd` (how their commands run, see `cx/events.rs`).
+//! `rmlx5/perf`, `rmlx5/pci` (the ConnectX functions that are up),
+//! `rmlx5/cx_cmd` (how their commands run, see `cx/events.rs`) and
+//! `rmlx5/objects` (what each function holds for its users).
 //!
 //! Each file prints a snapshot taken under the fabric lock (formatting
 //! into the seq_file buffer does not sleep).
@@ -34,6 +35,27 @@ pub(crate) struct PciList;
 
 fn pci_show(_: &PciList, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     crate::cx::registry::show(f)
+}
+
+/// What `rmlx5/objects` refers to: the registered devices' live objects.
+pub(crate) struct Objects;
+
+/// `rmlx5/objects`: one line per device whose backend counts what it
+/// holds (the ConnectX functions), for leak checks of the stress tests.
+fn objects_show(_: &Objects, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    for index in 0..crate::mlx5_core::device::MAX_DEVICES {
+        let Ok(dev) = crate::mlx5_core::device::get(index) else {
+            continue;
+        };
+        if let Some(l) = dev.be.live_objects() {
+            writeln!(
+                f,
+                "rmlx5_{} pd {} cq {} qp {} mr {} uar {}",
+                index, l.pds, l.cqs, l.qps, l.mrs, l.uars
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// What `rmlx5/cx_cmd` refers to: the command mode and counters.
@@ -218,6 +240,7 @@ pub(crate) struct Debugfs {
     _files: KVec<Pin<KBox<File<HcaRef>>>>,
     _pci: Pin<KBox<File<PciList>>>,
     _cx_cmd: Pin<KBox<File<CxCmd>>>,
+    _objects: Pin<KBox<File<Objects>>>,
     _dirs: KVec<Dir>,
     _root: Dir,
 }
@@ -259,6 +282,10 @@ impl Debugfs {
             ),
             GFP_KERNEL,
         )?;
+        let objects = KBox::pin_init(
+            root.read_callback_file(c"objects", Ok::<_, Error>(Objects), &objects_show),
+            GFP_KERNEL,
+        )?;
         for hca in 0..soft.count() {
             let name = CString::try_from_fmt(fmt!("rmlx5_{}", hca))?;
             let dir = root.subdir(&name);
@@ -282,6 +309,7 @@ impl Debugfs {
             _files: files,
             _pci: pci,
             _cx_cmd: cx_cmd,
+            _objects: objects,
             _dirs: dirs,
             _root: root,
         })

@@ -359,7 +359,10 @@ struct rmlx5_recovery {
  * one failing again within the grace period is left down instead of
  * being reset and probed in a loop (mlx5_core's devlink health grace
  * period does the same), and which were written off and not reset since.
- * A fixed table.
+ * A fixed table; each entry holds a reference to its device, so that a
+ * device removed meanwhile is never confused with a new one that got its
+ * memory (the references go when an entry is reused, and at module exit,
+ * rmlx5_reap_wq_destroy).
  */
 #define RMLX5_RECENT 64
 static struct {
@@ -370,8 +373,11 @@ static struct {
 } rmlx5_recent[RMLX5_RECENT];
 static DEFINE_SPINLOCK(rmlx5_recent_lock);
 
-/* The entry of @dev, made if needed; -1 if the table is full. */
-static int rmlx5_recent_slot(struct device *dev)
+/*
+ * The entry of @dev, made if needed; -1 if the table is full. A reference
+ * an entry given up held is left in *@old, to put after the lock.
+ */
+static int rmlx5_recent_slot(struct device *dev, struct device **old)
 {
 	int i, free = -1;
 
@@ -386,7 +392,8 @@ static int rmlx5_recent_slot(struct device *dev)
 		if (!rmlx5_recent[i].written_off)
 			free = i;
 	if (free >= 0) {
-		rmlx5_recent[free].dev = dev;
+		*old = rmlx5_recent[free].dev;
+		rmlx5_recent[free].dev = get_device(dev);
 		rmlx5_recent[free].up = 0;
 		rmlx5_recent[free].written_off = false;
 	}
@@ -395,13 +402,15 @@ static int rmlx5_recent_slot(struct device *dev)
 
 static void rmlx5_recent_note(struct device *dev)
 {
+	struct device *old = NULL;
 	int i;
 
 	spin_lock(&rmlx5_recent_lock);
-	i = rmlx5_recent_slot(dev);
+	i = rmlx5_recent_slot(dev, &old);
 	if (i >= 0)
 		rmlx5_recent[i].up = jiffies | 1;
 	spin_unlock(&rmlx5_recent_lock);
+	put_device(old);
 }
 
 /*
@@ -414,13 +423,15 @@ static void rmlx5_recent_note(struct device *dev)
  */
 void rmlx5_pci_note_written_off(struct device *dev)
 {
+	struct device *old = NULL;
 	int i;
 
 	spin_lock(&rmlx5_recent_lock);
-	i = rmlx5_recent_slot(dev);
+	i = rmlx5_recent_slot(dev, &old);
 	if (i >= 0)
 		rmlx5_recent[i].written_off = true;
 	spin_unlock(&rmlx5_recent_lock);
+	put_device(old);
 }
 
 /*
@@ -523,10 +534,22 @@ struct workqueue_struct *rmlx5_reap_wq_alloc(void)
 	return alloc_workqueue("rmlx5_reap", WQ_UNBOUND, 0);
 }
 
-/* Waits for every queued free, then frees the workqueue. */
+/*
+ * Waits for every queued free (and recovery), then frees the workqueue;
+ * at module exit, after the PCI driver is gone, so the recovery table's
+ * device references go too.
+ */
 void rmlx5_reap_wq_destroy(struct workqueue_struct *wq)
 {
+	int i;
+
 	destroy_workqueue(wq);
+	for (i = 0; i < RMLX5_RECENT; i++) {
+		put_device(rmlx5_recent[i].dev);
+		rmlx5_recent[i].dev = NULL;
+		rmlx5_recent[i].up = 0;
+		rmlx5_recent[i].written_off = false;
+	}
 }
 
 int rmlx5_shim_dma_map(struct device *dev, void *addr, size_t len, u64 *dma)

@@ -430,6 +430,36 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                 fail cx_cmd_several_in_flight "at most $(cnt max_in_flight) lane(s) in flight"
             fi
             cat $cxcmd
+            # An MR larger than one message of entry 0's pool (16 MiB):
+            # CREATE_MKEY's translation table goes on in extra mailbox
+            # blocks chained after the pool. A 64 MiB SEND between two
+            # such MRs on the function, every byte checked.
+            if out=$(rmlx5-pingpong --size 67108864 --iters 2 --device $n --peer-device $n 2>&1); then
+                echo "$out" | tail -n 2
+                pass cx_mr_64mib
+            else
+                fail cx_mr_64mib "$out"
+            fi
+            # The stress scenarios on the function (rmlx5.cxstress=KNOBS,
+            # from make check's fault guest and make stress): completions
+            # on one channel with no event lost or doubled, and processes
+            # killed mid-traffic, between two contexts of the function;
+            # after each, every object the function counted (debugfs
+            # rmlx5/objects) must be back at the baseline.
+            cxstress=$(sed -n 's/.*rmlx5.cxstress=\([^ ]*\).*/\1/p' /proc/cmdline)
+            if [ -n "$cxstress" ]; then
+                if [ -x /tests/rmlx5-stress-tests ]; then
+                    cat /sys/kernel/debug/rmlx5/objects
+                    for sc in no_lost_event kill_mid_traffic; do
+                        t0=$(date +%s)
+                        RMLX5_STRESS="$cxstress,dev=$n,dev0=$n,dev1=$n" /tests/rmlx5-stress-tests $sc
+                        echo "@@STRESS-TIME part=cx_$sc rc=$? secs=$(($(date +%s) - t0))"
+                    done
+                    cat /sys/kernel/debug/rmlx5/objects
+                else
+                    fail cx_stress "rmlx5.cxstress given but no /tests/rmlx5-stress-tests"
+                fi
+            fi
             # The port follows the firmware: down, up, a new LID (the
             # emulator's port commands, each with its PORT_CHANGE event),
             # as ib_core's sysfs reads them through query_port.

@@ -27,7 +27,10 @@ use kernel::{
 
 use super::bar::CxBar;
 use super::buf::Buf;
-use super::events::CmdEvents;
+use super::events::{
+    CmdEvents,
+    Live, //
+};
 use super::health::Fatal;
 use crate::mlx5_cmdif::{
     bus::{
@@ -67,6 +70,12 @@ pub(super) struct CxBus<'bound> {
     /// Command events and the page EQ's consumer (shared with vector 0's
     /// handler).
     events: Arc<CmdEvents>,
+    /// What the verbs backend's commands made and destroyed.
+    live: Arc<Live>,
+    /// Pages of extra mailbox blocks, four 1 KiB blocks each, for the one
+    /// long command in flight (`CmdIf::exec_ext`, under the function's
+    /// lock).
+    ext: KVec<Buf>,
 }
 
 impl<'bound> CxBus<'bound> {
@@ -81,6 +90,8 @@ impl<'bound> CxBus<'bound> {
         Ok(Self {
             fatal,
             events,
+            live: Live::new()?,
+            ext: KVec::new(),
             pdev,
             bar,
             cmd_mem,
@@ -150,6 +161,11 @@ impl<'bound> CxBus<'bound> {
         &self.events
     }
 
+    /// The verbs backend's object counts.
+    pub(super) fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+
     /// Records whether the device may still write the command memory
     /// (a function being brought up, or one whose teardown failed).
     pub(super) fn set_quiesced(&mut self, quiesced: bool) {
@@ -179,12 +195,55 @@ impl<'bound> CxBus<'bound> {
         n
     }
 
-    /// The offset of DMA address `addr` in the command memory (bounds
-    /// are checked by [`Buf`]).
-    fn cmd_offset(&self, addr: u64) -> Result<usize, DmaError> {
-        addr.checked_sub(self.cmd_mem.addr())
+    /// The buffer of DMA address `addr` and its offset there: the command
+    /// memory, or a page of extra blocks.
+    fn dma_at(&self, addr: u64) -> Result<(&Buf, usize), DmaError> {
+        let cmd: &Buf = &self.cmd_mem;
+        if let Some(o) = addr
+            .checked_sub(cmd.addr())
             .and_then(|o| usize::try_from(o).ok())
+            .filter(|&o| o < CMD_MEM_MAX)
+        {
+            return Ok((cmd, o));
+        }
+        self.ext
+            .iter()
+            .find_map(|b| {
+                addr.checked_sub(b.addr())
+                    .filter(|&o| o < PAGE_SIZE)
+                    .map(|o| (b, o as usize))
+            })
             .ok_or(DmaError)
+    }
+
+    /// `blocks` extra mailbox blocks (1 KiB aligned, in coherent pages of
+    /// the function) for a command longer than entry 0's pool; returns
+    /// their addresses. Given back with [`CxBus::free_ext`].
+    pub(super) fn alloc_ext(&mut self, blocks: usize) -> Result<KVVec<u64>> {
+        const PER_PAGE: usize = PAGE_SIZE as usize / 1024;
+        let mut addrs = KVVec::with_capacity(blocks, GFP_KERNEL)?;
+        self.ext.reserve(blocks.div_ceil(PER_PAGE), GFP_KERNEL)?;
+        while addrs.len() < blocks {
+            let page = Buf::new(self.pdev, PAGE_SIZE as usize)?;
+            for k in 0..PER_PAGE.min(blocks - addrs.len()) {
+                addrs.push(page.addr() + (k * 1024) as u64, GFP_KERNEL)?;
+            }
+            self.ext.push(page, GFP_KERNEL)?;
+        }
+        Ok(addrs)
+    }
+
+    /// Gives the extra blocks back once their command is over; `kept`
+    /// (the command timed out: the device may still read them) leaks
+    /// them instead, as the command memory is kept.
+    pub(super) fn free_ext(&mut self, kept: bool) {
+        if kept {
+            for b in self.ext.drain_all() {
+                core::mem::forget(b);
+            }
+        } else {
+            self.ext.clear();
+        }
     }
 }
 
@@ -206,16 +265,16 @@ impl Bus for CxBus<'_> {
     }
 
     fn dma_read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError> {
-        let off = self.cmd_offset(addr)?;
+        let (mem, off) = self.dma_at(addr)?;
         // Nothing read here may be older than what was read before (the
         // ownership bit before the entry it hands back): dma_rmb().
         dma_mb(Read);
-        self.cmd_mem.read(off, buf).map_err(|_| DmaError)
+        mem.read(off, buf).map_err(|_| DmaError)
     }
 
     fn dma_write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaError> {
-        let off = self.cmd_offset(addr)?;
-        self.cmd_mem.write(off, data).map_err(|_| DmaError)
+        let (mem, off) = self.dma_at(addr)?;
+        mem.write(off, data).map_err(|_| DmaError)
     }
 
     fn alloc_page(&mut self) -> Option<u64> {

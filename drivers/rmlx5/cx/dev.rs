@@ -95,8 +95,12 @@ use crate::hca_model::{
     },
 };
 use crate::mem::DmaBuf;
-use crate::mlx5_cmdif::cmdif::Started;
+use crate::mlx5_cmdif::cmdif::{
+    Started,
+    MAX_EXT_MSG, //
+};
 use crate::mlx5_cmdif::cmdmem::MAX_BLOCKS;
+use crate::mlx5_prm::command::OP_CREATE_MKEY;
 use crate::mlx5_prm::{
     cmd_cq::{
         Cqc,
@@ -352,6 +356,8 @@ pub(crate) struct CxBackend {
     port: SpinLock<PortId>,
     /// Set when the function failed (its health check, `cx/health.rs`).
     fatal: Arc<super::health::Fatal>,
+    /// What its commands made and destroyed.
+    live: Arc<super::events::Live>,
 }
 
 /// Logs a command interface error and turns it into an errno.
@@ -491,6 +497,7 @@ impl CxBackend {
         uar: u32,
         vectors: u16,
         fatal: Arc<super::health::Fatal>,
+        live: Arc<super::events::Live>,
     ) -> Result<Arc<Self>> {
         let bar_phys = pdev.resource_start(0)?;
         let bar_len = pdev.resource_len(0)?;
@@ -520,6 +527,7 @@ impl CxBackend {
                 dev: dev.into(),
                 port <- new_spinlock!(PortId::default(), "rmlx5_cx_port"),
                 fatal,
+                live,
             }),
             GFP_KERNEL,
         )
@@ -543,6 +551,10 @@ impl CxBackend {
         ctl.quiesced = take_down();
         ctl.state = None;
         *self.db.lock() = None;
+        drop(ctl);
+        // Destroys that waited for the revoke go on (see
+        // `destroy_cmd_then`).
+        self.idle.notify_all();
     }
 
     /// Counts a command in flight without `ctl` (see [`Entered`]); `None`
@@ -582,13 +594,22 @@ impl CxBackend {
     ) -> Result<T> {
         let (entered, taken) = {
             let mut ctl = self.ctl.lock();
-            match self.enter(&mut ctl) {
-                Some(e) => {
+            loop {
+                if let Some(e) = self.enter(&mut ctl) {
                     let taken = take(&mut ctl);
-                    (e, taken)
+                    break (e, taken);
                 }
-                None if ctl.state.is_none() && ctl.quiesced => return Ok(take(&mut ctl)),
-                None => return Err(EIO),
+                if ctl.state.is_some() {
+                    // Being revoked: the function is taken down once the
+                    // commands in flight are done; whether it went quiet
+                    // decides this destroy.
+                    self.idle.wait(&mut ctl);
+                    continue;
+                }
+                if ctl.quiesced {
+                    return Ok(take(&mut ctl));
+                }
+                return Err(EIO);
             }
         };
         match run_entered::<C>(&entered, input, &[]) {
@@ -852,7 +873,7 @@ impl CxBackend {
         let npages = u32::try_from(pages.len())?;
         let octwords = mtt_octwords(npages);
         // Whole octwords: an odd list ends with an empty entry.
-        let mut mtt = KVec::with_capacity(pages.len() + 1, GFP_KERNEL)?;
+        let mut mtt = KVVec::with_capacity(pages.len() + 1, GFP_KERNEL)?;
         for &p in pages {
             if p % PAGE as u64 != 0 {
                 return Err(EINVAL);
@@ -877,7 +898,22 @@ impl CxBackend {
             memory_key_mkey_entry: mkc,
             translations_octword_actual_size: octwords,
         };
-        exec_on::<CreateMkey>(st, &input, &mtt).map(|o| mkey(o.mkey_index, key_7_0))
+        let State { bus, function, .. } = st;
+        let cmd = function.cmdif().ok_or(ENODEV)?;
+        let need = cmd.ext_blocks::<CreateMkey>(mtt.len());
+        if need == 0 {
+            return exec_on::<CreateMkey>(st, &input, &mtt).map(|o| mkey(o.mkey_index, key_7_0));
+        }
+        // A table longer than entry 0's pool: its blocks past the pool are
+        // pages of their own, chained after it (as mlx5_core chains a long
+        // message's blocks).
+        let ext = bus.alloc_ext(need).inspect_err(|_| bus.free_ext(false))?;
+        let r = cmd.exec_ext::<CreateMkey, _>(bus, &input, &mtt, &ext);
+        // Entry 0 kept by the device: it may still read the blocks.
+        bus.free_ext(cmd.stuck_entries() & 1 != 0);
+        let o = r.map_err(|e| cmd_err(bus.pdev(), e))?;
+        bus.live().note(OP_CREATE_MKEY);
+        Ok(mkey(o.mkey_index, key_7_0))
     }
 }
 
@@ -896,8 +932,11 @@ fn fast_pages_of(c: &HcaCap) -> u32 {
 fn exec_on<C: Command>(st: &mut State<'_>, input: &C::In, pas: &[u64]) -> Result<C::Out> {
     let State { bus, function, .. } = st;
     let cmd = function.cmdif().ok_or(ENODEV)?;
-    cmd.exec::<C, _>(bus, input, pas)
-        .map_err(|e| cmd_err(bus.pdev(), e))
+    let out = cmd
+        .exec::<C, _>(bus, input, pas)
+        .map_err(|e| cmd_err(bus.pdev(), e))?;
+    bus.live().note(C::OPCODE);
+    Ok(out)
 }
 
 /// Runs command `C` for a command counted in flight (`e`): on a free lane
@@ -917,31 +956,40 @@ fn run_entered<C: Command>(e: &Entered<'_>, input: &C::In, pas: &[u64]) -> Resul
             COUNTERS
                 .entry0
                 .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-            return cmd
+            let out = cmd
                 .exec::<C, _>(bus, input, pas)
-                .map_err(|e| cmd_err(bus.pdev(), e));
+                .map_err(|e| cmd_err(bus.pdev(), e))?;
+            bus.live().note(C::OPCODE);
+            return Ok(out);
         }
         match cmd.start::<C, _>(bus, input, pas) {
-            Ok(Started::Answered(out)) => return Ok(out),
+            Ok(Started::Answered(out)) => {
+                bus.live().note(C::OPCODE);
+                return Ok(out);
+            }
             Ok(Started::Posted(t)) => {
                 let ev = bus.events().clone();
                 let mem = bus.cmd_mem();
                 let fatal = bus.fatal_flag().clone();
-                ev.lane_taken();
+                let bar = bus.bar();
+                ev.lane_taken_by(&t);
                 drop(st);
-                let waited = ev.wait(&mem, &t, &fatal, timeout_ms);
+                let waited = ev.wait(&mem, bar, &t, &fatal, timeout_ms);
                 let mut st = m.lock();
                 let State { bus, function, .. } = &mut *st;
                 let r = match function.cmdif() {
                     Some(cmd) => match waited {
                         Ok(()) => cmd.finish::<C, _>(bus, t),
-                        Err(why) => Err(cmd.give_up(bus, t, why)),
+                        Err(why) => cmd.give_up_cmd::<C, _>(bus, t, why),
                     }
                     .map_err(|e| cmd_err(bus.pdev(), e)),
                     // Not while the command is counted in flight: the
                     // function is taken down only after revoke.
                     None => Err(ENODEV),
                 };
+                if r.is_ok() {
+                    bus.live().note(C::OPCODE);
+                }
                 drop(st);
                 ev.lane_freed();
                 return r;
@@ -950,8 +998,11 @@ fn run_entered<C: Command>(e: &Entered<'_>, input: &C::In, pas: &[u64]) -> Resul
                 if u64::try_from(begun.elapsed().as_millis()).unwrap_or(u64::MAX) < timeout_ms =>
             {
                 let ev = bus.events().clone();
+                // Read under the lock that saw every lane busy: a lane
+                // freed from here on is not missed.
+                let seen = ev.lanes_freed();
                 drop(st);
-                ev.wait_lane();
+                ev.wait_lane(seen);
             }
             Err(e) => return Err(cmd_err(bus.pdev(), e)),
         }
@@ -959,6 +1010,10 @@ fn run_entered<C: Command>(e: &Entered<'_>, input: &C::In, pas: &[u64]) -> Resul
 }
 
 impl Backend for CxBackend {
+    fn live_objects(&self) -> Option<crate::backend::LiveObjects> {
+        Some(self.live.snapshot())
+    }
+
     fn info(&self) -> Result<DeviceInfo> {
         self.with_state(|_, st| {
             let c = st.function.caps();
@@ -1049,10 +1104,11 @@ impl Backend for CxBackend {
     }
 
     fn max_user_mr(&self) -> u64 {
-        // CREATE_MKEY carries the whole translation table: as many pages
-        // as a message of the command memory holds, less one for the
-        // region's offset in its first page and one for the padding.
-        let room = INLINE_SIZE + MAX_BLOCKS * MAILBOX_DATA_SIZE - CreateMkeyIn::SIZE;
+        // CREATE_MKEY carries the whole translation table, in extra blocks
+        // past entry 0's pool if need be: as many pages as the longest
+        // such message holds, less one for the region's offset in its
+        // first page and one for the padding.
+        let room = MAX_EXT_MSG - CreateMkeyIn::SIZE;
         ((room / 8) as u64).saturating_sub(2) * PAGE as u64
     }
 
@@ -1175,7 +1231,7 @@ impl Backend for CxBackend {
                 ctl.mrs.remove(i).ok()
             },
             |ctl, m| {
-                if let Some(m) = m {
+                if let Some(m) = m.filter(|m| !ctl.mrs.iter().any(|x| x.key == m.key)) {
                     // As for QPs: the mapping stays (leaked) if not kept.
                     if ctl.mrs.push(m, GFP_KERNEL).is_err() {
                         pr_warn!("rmlx5_cx: MR {:#x} lost its DMA mapping record\n", key);
@@ -1486,7 +1542,9 @@ impl Backend for CxBackend {
                 ctl.qps.remove(i).ok()
             },
             |ctl, t| {
-                if let Some(t) = t {
+                // Unless the device ran the destroy after all and gave the
+                // number to a new QP meanwhile, which keeps its own entry.
+                if let Some(t) = t.filter(|t| CxBackend::tracked(ctl, t.qpn).is_none()) {
                     // Room was there a moment ago; if not, the QP can no
                     // longer be moved, only destroyed again.
                     if ctl.qps.push(t, GFP_KERNEL).is_err() {

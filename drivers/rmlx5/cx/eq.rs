@@ -7,8 +7,8 @@
 //! (`cx/events.rs`); the threaded handler answers the page requests with
 //! MANAGE_PAGES through the command interface ([`PageEq::answer`]).
 //!
-//! The ring is one coherent page of 64 EQEs, every owner byte set to 1 at
-//! creation; the EQ is armed through the EQ doorbell of the driver's UAR
+//! The ring is 256 EQEs in four coherent pages, every owner byte set to 1
+//! at creation; the EQ is armed through the EQ doorbell of the driver's UAR
 //! page (BAR0 page `uar`), as mlx5_core does.
 
 use kernel::prelude::*;
@@ -99,9 +99,14 @@ impl PageEq {
             },
             event_bitmask: event_mask(types),
         };
+        // The ring's 4 KiB pages, one contiguous coherent range.
+        let mut pas = [0u64; (EQE_SIZE << LOG_EQ_SIZE) / 4096];
+        for (i, p) in pas.iter_mut().enumerate() {
+            *p = ring.addr() + (i as u64) * 4096;
+        }
         let cmd = function.cmdif().ok_or(ENODEV)?;
         let out = cmd
-            .exec::<CreateEq, _>(bus, &input, &[ring.addr()])
+            .exec::<CreateEq, _>(bus, &input, &pas)
             .map_err(|e| cmd_err(bus, "CREATE_EQ of the page EQ", e))?;
         let events = bus.events().clone();
         events.install(ring.clone(), out.eq_number, uar);

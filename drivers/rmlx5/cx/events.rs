@@ -75,16 +75,21 @@ use crate::mlx5_prm::{
         OWNER_OFFSET, //
     },
     eqe_async::AsyncEvent,
+    init_seg::FW_REV_OFFSET,
     ring,
 };
 
-/// log2 of the page EQ's entries: one 4 KiB page.
-pub(super) const LOG_EQ_SIZE: u8 = 6;
-/// EQEs handled per interrupt at most (one ring).
+/// log2 of the page EQ's entries: 256 (four 4 KiB pages), room for a
+/// completion EQE of every queue entry (32) many times over, and the page
+/// requests besides, while the hard handler is held up.
+pub(super) const LOG_EQ_SIZE: u8 = 8;
+/// EQEs handled per interrupt at most (a ring's worth; if more are
+/// waiting, the re-arm makes the device interrupt again at once).
 const POLL_BUDGET: u32 = 1 << LOG_EQ_SIZE;
-/// Page requests queued for the thread at most; more are merged into the
-/// last one (the device's need is the sum of what it asked).
-const MAX_REQUESTS: usize = 16;
+/// Page requests queued for the thread at most (a firmware asks one at a
+/// time and waits for the answer; more are merged into the last one, the
+/// device's need being the sum of what it asked).
+const MAX_REQUESTS: usize = 64;
 
 /// Every command through entry 0, polled, under the function's lock.
 pub(crate) const MODE_ENTRY0: u32 = 0;
@@ -181,6 +186,15 @@ pub(crate) fn show(f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
     )
 }
 
+/// What command waiters wait for.
+#[derive(Default)]
+struct Done {
+    /// Entries a command EQE named since their waiter last looked.
+    bits: u32,
+    /// Lanes freed so far (wrapping).
+    freed: u64,
+}
+
 /// The page EQ as the hard handler consumes it.
 struct Ring {
     ring: Arc<Buf>,
@@ -201,9 +215,10 @@ pub(crate) struct CmdEvents {
     /// The page EQ, while it exists.
     #[pin]
     ring: SpinLockIrq<Option<Ring>>,
-    /// Entries a command EQE named since their waiter last looked.
+    /// Entries a command EQE named since their waiter last looked, and
+    /// lanes freed.
     #[pin]
-    done: SpinLockIrq<u32>,
+    done: SpinLockIrq<Done>,
     /// Waiters of commands and of free lanes.
     #[pin]
     cv: CondVar,
@@ -217,7 +232,7 @@ impl CmdEvents {
         Arc::pin_init(
             pin_init!(Self {
                 ring <- new_spinlock_irq!(None, "rmlx5_cx_page_ring"),
-                done <- new_spinlock_irq!(0, "rmlx5_cx_cmd_done"),
+                done <- new_spinlock_irq!(Done::default(), "rmlx5_cx_cmd_done"),
                 cv <- new_condvar!("rmlx5_cx_cmd_wait"),
                 in_flight: AtomicU32::new(0),
             }),
@@ -241,7 +256,10 @@ impl CmdEvents {
     /// The page EQ is about to be destroyed: the hard handler leaves it
     /// alone, and waiters fall back to looking once a jiffy.
     pub(super) fn uninstall(&self) {
-        *self.ring.lock() = None;
+        // The ring's reference goes after the lock (the page EQ holds one
+        // more until the EQ is destroyed).
+        let old = self.ring.lock().take();
+        drop(old);
         self.cv.notify_all();
     }
 
@@ -296,7 +314,7 @@ impl CmdEvents {
             (n, r.queued > 0)
         };
         if vector != 0 {
-            *self.done.lock() |= vector;
+            self.done.lock().bits |= vector;
             self.cv.notify_all();
         }
         (n, pending)
@@ -328,17 +346,38 @@ impl CmdEvents {
             .fetch_max(u64::from(now), Ordering::Relaxed);
     }
 
+    /// A lane was taken by the command of `t`: a completion bit its entry
+    /// kept from an earlier command is stale (the waiter looks at the
+    /// ownership byte before it sleeps, so nothing of this one is lost).
+    pub(super) fn lane_taken_by(&self, t: &Ticket) {
+        self.done.lock().bits &= !t.bit();
+        self.lane_taken();
+    }
+
     /// A lane was finished or given up: wakes a command waiting for one.
     pub(super) fn lane_freed(&self) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        {
+            let mut g = self.done.lock();
+            g.freed = g.freed.wrapping_add(1);
+        }
         self.cv.notify_all();
     }
 
-    /// Waits, without the function's lock, for a lane to be freed: one
-    /// jiffy at most.
-    pub(super) fn wait_lane(&self) {
+    /// How many lanes were freed so far, for [`CmdEvents::wait_lane`]
+    /// (read while the function's lock still shows every lane busy).
+    pub(super) fn lanes_freed(&self) -> u64 {
+        self.done.lock().freed
+    }
+
+    /// Waits, without the function's lock, for a lane to be freed after
+    /// `seen` ([`CmdEvents::lanes_freed`]): one jiffy at most.
+    pub(super) fn wait_lane(&self, seen: u64) {
         COUNTERS.lane_waits.fetch_add(1, Ordering::Relaxed);
         let mut g = self.done.lock();
+        if g.freed != seen {
+            return;
+        }
         if let CondVarTimeoutResult::Signal { .. } = self.cv.wait_interruptible_timeout(&mut g, 1) {
             drop(g);
             fsleep(Delta::from_micros(20));
@@ -347,11 +386,13 @@ impl CmdEvents {
 
     /// Waits for the device to hand back the entry of `t`, whose queue
     /// lies in `mem`, without the function's lock: until its ownership bit
-    /// is clear, the function failed (`fatal`) or `timeout_ms` passed
-    /// (see the module documentation).
+    /// is clear, the function failed (`fatal`), its BAR0 (`bar`) reads all
+    /// ones (gone: looked at once a millisecond, as the polled path does)
+    /// or `timeout_ms` passed (see the module documentation).
     pub(super) fn wait(
         &self,
         mem: &Buf,
+        bar: &CxBar,
         t: &Ticket,
         fatal: &Fatal,
         timeout_ms: u64,
@@ -366,6 +407,7 @@ impl CmdEvents {
         let events = mode() == MODE_LANES_EVENTS;
         let mut slept = false;
         let mut woken = false;
+        let mut looked = 0u64;
         loop {
             // A byte the queue does not have reads as a device gone.
             let own = mem.byte(off).map_err(|_| Lost::Gone)?;
@@ -389,6 +431,17 @@ impl CmdEvents {
                 COUNTERS.lost.fetch_add(1, Ordering::Relaxed);
                 return Err(Lost::Timeout);
             }
+            if waited > looked {
+                looked = waited;
+                // A surprise removal or a dead link reads all ones.
+                if bar
+                    .try_read32(FW_REV_OFFSET)
+                    .map_or(true, |v| v == u32::MAX)
+                {
+                    COUNTERS.lost.fetch_add(1, Ordering::Relaxed);
+                    return Err(Lost::Gone);
+                }
+            }
             slept = true;
             if !events {
                 fsleep(Delta::from_micros(20));
@@ -396,14 +449,14 @@ impl CmdEvents {
             }
             let mut g = self.done.lock();
             let mut signal = false;
-            if *g & bit == 0 {
+            if g.bits & bit == 0 {
                 signal = matches!(
                     self.cv.wait_interruptible_timeout(&mut g, 1),
                     CondVarTimeoutResult::Signal { .. }
                 );
             }
-            woken = *g & bit != 0;
-            *g &= !bit;
+            woken = g.bits & bit != 0;
+            g.bits &= !bit;
             drop(g);
             if signal && !woken {
                 // A signal is pending: the wait would return at once, so
@@ -443,5 +496,77 @@ fn arm(bar: &CxBar, r: &Ring) {
     if let Some(off) = uar_reg_offset(r.uar, UAR_EQ_ARM_OFFSET) {
         // writel stores little-endian: the bytes land in memory order.
         let _ = bar.try_write32(u32::from_le_bytes(word), off);
+    }
+}
+
+/// What the verbs backend's commands made and destroyed on one function
+/// (debugfs `rmlx5/objects`): a create counts once its command succeeded,
+/// a destroy once its command succeeded or was answered on a failed
+/// function. Objects of the driver's own (its UAR page, the EQs) are not
+/// counted.
+pub(crate) struct Live {
+    pds: AtomicU64,
+    cqs: AtomicU64,
+    qps: AtomicU64,
+    mrs: AtomicU64,
+    uars: AtomicU64,
+}
+
+impl Live {
+    /// Nothing yet.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::new(
+            Self {
+                pds: AtomicU64::new(0),
+                cqs: AtomicU64::new(0),
+                qps: AtomicU64::new(0),
+                mrs: AtomicU64::new(0),
+                uars: AtomicU64::new(0),
+            },
+            GFP_KERNEL,
+        )
+        .map_err(Into::into)
+    }
+
+    /// Command `opcode` succeeded.
+    pub(crate) fn note(&self, opcode: u16) {
+        use crate::mlx5_prm::command::{
+            OP_ALLOC_PD, OP_ALLOC_UAR, OP_CREATE_CQ, OP_CREATE_MKEY, OP_CREATE_QP, OP_DEALLOC_PD,
+            OP_DEALLOC_UAR, OP_DESTROY_CQ, OP_DESTROY_MKEY, OP_DESTROY_QP,
+        };
+        let (c, up) = match opcode {
+            OP_ALLOC_PD => (&self.pds, true),
+            OP_DEALLOC_PD => (&self.pds, false),
+            OP_CREATE_CQ => (&self.cqs, true),
+            OP_DESTROY_CQ => (&self.cqs, false),
+            OP_CREATE_QP => (&self.qps, true),
+            OP_DESTROY_QP => (&self.qps, false),
+            OP_CREATE_MKEY => (&self.mrs, true),
+            OP_DESTROY_MKEY => (&self.mrs, false),
+            OP_ALLOC_UAR => (&self.uars, true),
+            OP_DEALLOC_UAR => (&self.uars, false),
+            _ => return,
+        };
+        if up {
+            c.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // A destroy never outnumbers its creates; saturate if a bug
+            // made one, rather than wrap.
+            let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(1))
+            });
+        }
+    }
+
+    /// The counts now.
+    pub(crate) fn snapshot(&self) -> crate::backend::LiveObjects {
+        let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        crate::backend::LiveObjects {
+            pds: v(&self.pds),
+            cqs: v(&self.cqs),
+            qps: v(&self.qps),
+            mrs: v(&self.mrs),
+            uars: v(&self.uars),
+        }
     }
 }

@@ -56,7 +56,8 @@ pub trait Bus {
 
     /// Copies `buf.len()` bytes from the driver's DMA memory at `addr`.
     /// The crate only reads inside the [`CmdMem`](super::cmdmem::CmdMem)
-    /// it was given.
+    /// it was given, and the extra blocks given to
+    /// [`CmdIf::exec_ext`](super::cmdif::CmdIf::exec_ext).
     ///
     /// # Errors
     ///
@@ -64,7 +65,7 @@ pub trait Bus {
     fn dma_read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaError>;
 
     /// Copies `data` into the driver's DMA memory at `addr` (inside the
-    /// [`CmdMem`](super::cmdmem::CmdMem) only).
+    /// [`CmdMem`](super::cmdmem::CmdMem) and the extra blocks only).
     ///
     /// # Errors
     ///

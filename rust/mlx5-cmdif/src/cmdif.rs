@@ -48,9 +48,7 @@
 //! it back, which the crate checks before each command.
 
 use super::bus::{Bus, Wait};
-use super::cmdmem::{
-    block_addr, place, Chain, CmdMem, EntryPools, Place, Pools, LANES, LANE_MSG, QUEUE_PAGE,
-};
+use super::cmdmem::{Blocks, Chain, CmdMem, Place, Pools, LANES, LANE_MSG, QUEUE_PAGE};
 use super::error::{Error, ReadyWait};
 use super::prm::cmd_queue::{
     block_signature_ok, doorbell, entry_offset, layout_signature_ok, mailbox_count, owned_by_hw,
@@ -70,6 +68,11 @@ use super::prm::init_seg::{
 /// decodes (the 272-byte CREATE_* and QP transition inputs); larger ones
 /// (the capability commands) go through the message API.
 pub const MAX_LAYOUT: usize = 272;
+
+/// The longest input [`CmdIf::exec_ext`] posts: 16 bytes inline and 2048
+/// blocks, 1 MiB (mlx5_core has no limit of its own; a memory key of
+/// 131,000 pages, 511 MiB).
+pub const MAX_EXT_MSG: usize = INLINE_SIZE + 2048 * MAILBOX_DATA_SIZE;
 
 /// Zeros to clear the queue page with.
 const ZEROS: [u8; MAILBOX_DATA_SIZE] = [0; MAILBOX_DATA_SIZE];
@@ -341,8 +344,55 @@ impl CmdIf {
         if let Some(answered) = self.answer_if_failed::<C, B>(bus)? {
             return Ok(answered);
         }
-        stage::<C, B>(bus, self.pools.in_pool, &mut self.in_inline, input, pas)?;
+        let blocks = Blocks::pool(self.pools.in_pool, self.pools.blocks);
+        stage::<C, B>(bus, blocks, &mut self.in_inline, input, pas)?;
         self.post(bus, C::OPCODE, inlen, out_size)?;
+        let mut buf = [0u8; MAX_LAYOUT];
+        let out = buf
+            .get_mut(..out_size)
+            .ok_or(too_long::<C>(out_size, MAX_LAYOUT))?;
+        self.read_out(bus, 0, out)?;
+        decode::<C>(out)
+    }
+
+    /// How many blocks of its own the embedder must give
+    /// [`CmdIf::exec_ext`] for command `C` with `pas` page-list entries: 0
+    /// if the input fits entry 0's pool.
+    pub fn ext_blocks<C: Command>(&self, pas: usize) -> usize {
+        mailbox_count(in_len::<C>(pas)).saturating_sub(self.pools.blocks)
+    }
+
+    /// As [`CmdIf::exec`], for an input longer than entry 0's pool (a
+    /// memory key's translation table of many pages): the input's blocks
+    /// past the pool are the embedder's, at `ext` (1 KiB aligned, in
+    /// memory its [`Bus`] reaches; [`CmdIf::ext_blocks`] of them), chained
+    /// after the pool's as mlx5_core chains blocks from its pool. The
+    /// embedder keeps them until the command is over, and for good if it
+    /// timed out (the device may still read them).
+    ///
+    /// # Errors
+    ///
+    /// As [`CmdIf::exec`]; [`Error::TooLong`] if the input does not fit
+    /// the pool and `ext`, or is longer than [`MAX_EXT_MSG`].
+    pub fn exec_ext<C: Command, B: Bus>(
+        &mut self,
+        bus: &mut B,
+        input: &C::In,
+        pas: &[u64],
+        ext: &[u64],
+    ) -> Result<C::Out, Error> {
+        let blocks = Blocks {
+            pool: self.pools.in_pool,
+            n: self.pools.blocks,
+            ext,
+        };
+        let max = blocks.max_msg_len().min(MAX_EXT_MSG);
+        let (_, out_size, inlen) = check_exec::<C>(pas.len(), max)?;
+        if let Some(answered) = self.answer_if_failed::<C, B>(bus)? {
+            return Ok(answered);
+        }
+        stage::<C, B>(bus, blocks, &mut self.in_inline, input, pas)?;
+        self.post_in(bus, C::OPCODE, inlen, out_size, ext)?;
         let mut buf = [0u8; MAX_LAYOUT];
         let out = buf
             .get_mut(..out_size)
@@ -425,8 +475,12 @@ impl CmdIf {
         let slot = free.trailing_zeros() as usize;
         let pools = self.pools.entry(slot).ok_or(Error::BadCmdMem)?;
         let mut inline = [0u8; INLINE_SIZE];
-        stage::<C, B>(bus, pools.in_pool, &mut inline, input, pas)?;
-        let entry_addr = self.launch(bus, slot, pools, inline, inlen, out_size, opcode)?;
+        let blocks = (
+            Blocks::pool(pools.in_pool, pools.blocks),
+            Blocks::pool(pools.out_pool, pools.blocks),
+        );
+        stage::<C, B>(bus, blocks.0, &mut inline, input, pas)?;
+        let entry_addr = self.launch(bus, slot, blocks, inline, inlen, out_size, opcode)?;
         self.busy |= 1 << slot;
         Ok(Started::Posted(Ticket {
             entry: slot,
@@ -458,21 +512,34 @@ impl CmdIf {
     /// timeout); [`Error::State`] for a ticket this interface does not
     /// hold (finished already).
     pub fn finish<C: Command, B: Bus>(&mut self, bus: &mut B, t: Ticket) -> Result<C::Out, Error> {
-        let bit = 1u32 << t.entry;
-        if self.busy & bit == 0 || t.opcode != C::OPCODE {
+        let bit = 1u32.checked_shl(t.entry as u32).unwrap_or(0);
+        if self.busy & bit == 0 {
             return Err(Error::State {
                 what: "a command finished that was not started on this lane",
             });
         }
-        if self.owned(bus, t.entry_addr)? {
-            return Err(self.give_up(bus, t, Lost::Timeout));
-        }
+        // Whatever happens below, the lane is no longer this command's.
         self.busy &= !bit;
+        if t.opcode != C::OPCODE {
+            // Finished as another command: the device may still hold it.
+            return Err(self.keep(bus, t.entry, Lost::Timeout, t.command, t.opcode));
+        }
+        let owned = match self.owned(bus, t.entry_addr) {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = self.keep(bus, t.entry, Lost::Gone, t.command, t.opcode);
+                return Err(e);
+            }
+        };
+        if owned {
+            return Err(self.keep(bus, t.entry, Lost::Timeout, t.command, t.opcode));
+        }
         let pools = self.pools.entry(t.entry).ok_or(Error::BadCmdMem)?;
+        let out_blocks = Blocks::pool(pools.out_pool, pools.blocks);
         let out_inline = self.collect(
             bus,
             t.entry_addr,
-            pools.out_pool,
+            out_blocks,
             mailbox_count(t.outlen),
             t.command,
             t.opcode,
@@ -482,7 +549,7 @@ impl CmdIf {
         let out = buf
             .get_mut(..t.outlen)
             .ok_or(too_long::<C>(t.outlen, MAX_LAYOUT))?;
-        read_msg(bus, pools.out_pool, &out_inline, 0, out)?;
+        read_msg(bus, out_blocks, &out_inline, 0, out)?;
         decode::<C>(out)
     }
 
@@ -495,6 +562,31 @@ impl CmdIf {
     pub fn give_up<B: Bus>(&mut self, bus: &mut B, t: Ticket, why: Lost) -> Error {
         self.busy &= !(1u32 << t.entry);
         self.keep(bus, t.entry, why, t.command, t.opcode)
+    }
+
+    /// As [`CmdIf::give_up`], for a waiter that knows the command's type:
+    /// a command that only takes something down, given up because the
+    /// function failed, is answered as done (as [`CmdIf::exec`] answers it
+    /// on a failed function), so that its owner can free its memory.
+    ///
+    /// # Errors
+    ///
+    /// The error [`CmdIf::give_up`] returns, for any other command or
+    /// reason.
+    pub fn give_up_cmd<C: Command, B: Bus>(
+        &mut self,
+        bus: &mut B,
+        t: Ticket,
+        why: Lost,
+    ) -> Result<C::Out, Error> {
+        let e = self.give_up(bus, t, why);
+        match why {
+            Lost::Fatal => match self.answer_if_failed::<C, B>(bus)? {
+                Some(out) => Ok(out),
+                None => Err(e),
+            },
+            Lost::Timeout | Lost::Gone => Err(e),
+        }
     }
 
     /// Marks entry `slot` as kept by the device and says why.
@@ -542,7 +634,8 @@ impl CmdIf {
         bytes: &[u8],
     ) -> Result<(), Error> {
         check_range(offset, bytes.len(), self.max_msg_len())?;
-        write_msg(bus, self.pools.in_pool, &mut self.in_inline, offset, bytes)
+        let blocks = Blocks::pool(self.pools.in_pool, self.pools.blocks);
+        write_msg(bus, blocks, &mut self.in_inline, offset, bytes)
     }
 
     /// Reads back bytes of the staged input (the page addresses of a
@@ -554,7 +647,8 @@ impl CmdIf {
     /// [`Error::Dma`].
     pub fn read_in<B: Bus>(&self, bus: &mut B, offset: usize, buf: &mut [u8]) -> Result<(), Error> {
         check_range(offset, buf.len(), self.max_msg_len())?;
-        read_msg(bus, self.pools.in_pool, &self.in_inline, offset, buf)
+        let blocks = Blocks::pool(self.pools.in_pool, self.pools.blocks);
+        read_msg(bus, blocks, &self.in_inline, offset, buf)
     }
 
     /// Reads bytes of the last output of [`CmdIf::post`], `offset` counted
@@ -572,7 +666,8 @@ impl CmdIf {
         buf: &mut [u8],
     ) -> Result<(), Error> {
         check_range(offset, buf.len(), self.outlen)?;
-        read_msg(bus, self.pools.out_pool, &self.out_inline, offset, buf)
+        let blocks = Blocks::pool(self.pools.out_pool, self.pools.blocks);
+        read_msg(bus, blocks, &self.out_inline, offset, buf)
     }
 
     /// Posts the staged input of `inlen` bytes (written with
@@ -603,9 +698,30 @@ impl CmdIf {
         inlen: usize,
         outlen: usize,
     ) -> Result<(), Error> {
+        self.post_in(bus, opcode, inlen, outlen, &[])
+    }
+
+    /// As [`CmdIf::post`], the input's blocks past entry 0's pool being
+    /// `ext` ([`CmdIf::exec_ext`]).
+    fn post_in<B: Bus>(
+        &mut self,
+        bus: &mut B,
+        opcode: u16,
+        inlen: usize,
+        outlen: usize,
+        ext: &[u64],
+    ) -> Result<(), Error> {
         let command = opcode_name(opcode);
-        let max = self.max_msg_len();
-        for (len, min) in [(inlen, IN_HEADER_SIZE), (outlen, OUT_STATUS_SIZE)] {
+        let in_blocks = Blocks {
+            pool: self.pools.in_pool,
+            n: self.pools.blocks,
+            ext,
+        };
+        let out_blocks = Blocks::pool(self.pools.out_pool, self.pools.blocks);
+        for (len, min, max) in [
+            (inlen, IN_HEADER_SIZE, in_blocks.max_msg_len()),
+            (outlen, OUT_STATUS_SIZE, self.max_msg_len()),
+        ] {
             if len < min || len > max {
                 return Err(Error::TooLong {
                     command,
@@ -645,8 +761,15 @@ impl CmdIf {
             (false, f) if f & !1 != 0 => (f & !1).trailing_zeros() as usize,
             (false, _) => 0,
         };
-        let pools = self.pools.entry(0).ok_or(Error::BadCmdMem)?;
-        let entry_addr = self.launch(bus, slot, pools, self.in_inline, inlen, outlen, opcode)?;
+        let entry_addr = self.launch(
+            bus,
+            slot,
+            (in_blocks, out_blocks),
+            self.in_inline,
+            inlen,
+            outlen,
+            opcode,
+        )?;
 
         // Poll the ownership bit; look at the device itself every
         // millisecond, in case it went away with the command.
@@ -674,46 +797,48 @@ impl CmdIf {
             bus.relax(Wait::Command);
         }
 
-        self.out_inline = self.collect(bus, entry_addr, pools.out_pool, n_out, command, opcode)?;
+        self.out_inline = self.collect(bus, entry_addr, out_blocks, n_out, command, opcode)?;
         self.outlen = outlen;
         check_status(&self.out_inline, command, opcode)
     }
 
-    /// Writes the mailbox chains of entry `slot` (its `pools`), fills and
-    /// signs the entry, and rings its doorbell. Returns the entry's DMA
-    /// address.
+    /// Writes the mailbox chains of entry `slot` (in its input and output
+    /// `blocks`), fills and signs the entry, and rings its doorbell.
+    /// Returns the entry's DMA address.
     #[allow(clippy::too_many_arguments)]
     fn launch<B: Bus>(
         &mut self,
         bus: &mut B,
         slot: usize,
-        pools: EntryPools,
+        blocks: (Blocks<'_>, Blocks<'_>),
         in_inline: [u8; INLINE_SIZE],
         inlen: usize,
         outlen: usize,
         opcode: u16,
     ) -> Result<u64, Error> {
+        let (in_blocks, out_blocks) = blocks;
         let n_in = mailbox_count(inlen);
         let n_out = mailbox_count(outlen);
         self.token = self.token.wrapping_add(1).max(1);
-        let chain = |pool, blocks, inlen| Chain {
-            pool,
+        let (token, sign) = (self.token, self.checksums);
+        let chain = |blocks, count, inlen| Chain {
             blocks,
-            token: self.token,
-            sign: self.checksums,
+            count,
+            token,
+            sign,
             inlen,
         };
-        chain(pools.in_pool, n_in, Some(inlen)).write(bus)?;
-        chain(pools.out_pool, n_out, None).write(bus)?;
+        chain(in_blocks, n_in, Some(inlen)).write(bus)?;
+        chain(out_blocks, n_out, None).write(bus)?;
 
         let entry_addr = self.entry_addr(slot)?;
         let layout = CmdLayout {
             cmd_type: PCI_CMD_XPORT,
             inlen: u32::try_from(inlen).unwrap_or(u32::MAX),
-            in_ptr: if n_in > 0 { pools.in_pool } else { 0 },
+            in_ptr: if n_in > 0 { in_blocks.pool } else { 0 },
             in_data: in_inline,
             out_data: [0; INLINE_SIZE],
-            out_ptr: if n_out > 0 { pools.out_pool } else { 0 },
+            out_ptr: if n_out > 0 { out_blocks.pool } else { 0 },
             outlen: u32::try_from(outlen).unwrap_or(u32::MAX),
             token: self.token,
             sig: 0,
@@ -741,7 +866,7 @@ impl CmdIf {
         &self,
         bus: &mut B,
         entry_addr: u64,
-        out_pool: u64,
+        out_blocks: Blocks<'_>,
         n_out: usize,
         command: &'static str,
         opcode: u16,
@@ -764,7 +889,7 @@ impl CmdIf {
         if self.checksums {
             let mut blk = [0u8; MAILBOX_SIZE];
             for i in 0..n_out {
-                let addr = block_addr(out_pool, i);
+                let addr = out_blocks.addr(i).ok_or(Error::BadCmdMem)?;
                 bus.dma_read(addr, &mut blk)
                     .map_err(|_| Error::Dma { addr })?;
                 if !block_signature_ok(&blk) {
@@ -943,7 +1068,7 @@ fn check_range(offset: usize, len: usize, limit: usize) -> Result<(), Error> {
 /// `pool` (the caller checked the length, [`check_exec`]).
 fn stage<C: Command, B: Bus>(
     bus: &mut B,
-    pool: u64,
+    pool: Blocks<'_>,
     inline: &mut [u8; INLINE_SIZE],
     input: &C::In,
     pas: &[u64],
@@ -987,10 +1112,10 @@ fn stage<C: Command, B: Bus>(
 }
 
 /// Writes `bytes` at byte `offset` of the message whose first 16 bytes
-/// are `inline` and the rest the pool at `pool`.
+/// are `inline` and the rest the blocks `pool`.
 fn write_msg<B: Bus>(
     bus: &mut B,
-    pool: u64,
+    pool: Blocks<'_>,
     inline: &mut [u8; INLINE_SIZE],
     offset: usize,
     bytes: &[u8],
@@ -998,7 +1123,11 @@ fn write_msg<B: Bus>(
     let mut done = 0;
     while done < bytes.len() {
         let rest = bytes.get(done..).unwrap_or(&[]);
-        let (at, run) = place(pool, offset.saturating_add(done));
+        let at = offset.saturating_add(done);
+        let (at, run) = pool.place(at).ok_or(Error::OutOfRange {
+            offset: at,
+            len: rest.len(),
+        })?;
         let n = run.min(rest.len());
         let src = rest.get(..n).unwrap_or(&[]);
         match at {
@@ -1015,17 +1144,21 @@ fn write_msg<B: Bus>(
 }
 
 /// Reads bytes of the message whose first 16 bytes are `inline` and the
-/// rest the pool at `pool`.
+/// rest the blocks `pool`.
 fn read_msg<B: Bus>(
     bus: &mut B,
-    pool: u64,
+    pool: Blocks<'_>,
     inline: &[u8; INLINE_SIZE],
     offset: usize,
     buf: &mut [u8],
 ) -> Result<(), Error> {
     let mut done = 0;
     while done < buf.len() {
-        let (at, run) = place(pool, offset.saturating_add(done));
+        let at = offset.saturating_add(done);
+        let (at, run) = pool.place(at).ok_or(Error::OutOfRange {
+            offset: at,
+            len: buf.len().saturating_sub(done),
+        })?;
         let n = run.min(buf.len().saturating_sub(done));
         let dst = buf.get_mut(done..done.saturating_add(n)).unwrap_or(&mut []);
         match at {

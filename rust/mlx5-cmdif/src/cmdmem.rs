@@ -196,13 +196,76 @@ pub fn place(pool: u64, offset: usize) -> (Place, usize) {
     }
 }
 
-/// A mailbox chain to (re)write before a command is posted.
+/// The blocks of a message: `n` consecutive blocks of a pool, then the
+/// embedder's own blocks at `ext` (1 KiB aligned, in memory its
+/// [`Bus`] reaches), for an input longer than its pool
+/// ([`CmdIf::exec_ext`](super::cmdif::CmdIf::exec_ext)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Chain {
+pub struct Blocks<'a> {
     /// Block 0 of the pool.
     pub pool: u64,
-    /// Blocks in the chain.
-    pub blocks: usize,
+    /// Blocks of the pool.
+    pub n: usize,
+    /// Blocks after them.
+    pub ext: &'a [u64],
+}
+
+impl Blocks<'static> {
+    /// The `n` blocks of the pool at `pool`, nothing more.
+    pub fn pool(pool: u64, n: usize) -> Self {
+        Blocks { pool, n, ext: &[] }
+    }
+}
+
+impl Blocks<'_> {
+    /// How many blocks there are.
+    pub fn len(&self) -> usize {
+        self.n.saturating_add(self.ext.len())
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The DMA address of block `i`.
+    pub fn addr(&self, i: usize) -> Option<u64> {
+        match i.checked_sub(self.n) {
+            None => Some(block_addr(self.pool, i)),
+            Some(e) => self.ext.get(e).copied(),
+        }
+    }
+
+    /// The longest message the blocks carry: 16 bytes inline and 512 per
+    /// block.
+    pub fn max_msg_len(&self) -> usize {
+        INLINE_SIZE.saturating_add(self.len().saturating_mul(MAILBOX_DATA_SIZE))
+    }
+
+    /// Where message byte `offset` lies and how many bytes from there are
+    /// contiguous, as [`place`]; `None` past the last block.
+    pub fn place(&self, offset: usize) -> Option<(Place, usize)> {
+        match offset.checked_sub(INLINE_SIZE) {
+            None => Some((Place::Inline(offset), INLINE_SIZE.saturating_sub(offset))),
+            Some(rel) => {
+                let within = rel % MAILBOX_DATA_SIZE;
+                let addr = self.addr(rel / MAILBOX_DATA_SIZE)?;
+                Some((
+                    Place::Dma(addr.saturating_add(within as u64)),
+                    MAILBOX_DATA_SIZE.saturating_sub(within),
+                ))
+            }
+        }
+    }
+}
+
+/// A mailbox chain to (re)write before a command is posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain<'a> {
+    /// Where its blocks are.
+    pub blocks: Blocks<'a>,
+    /// Blocks in the chain (at most `blocks.len()`).
+    pub count: usize,
     /// The command's token, repeated in every block.
     pub token: u8,
     /// Sign every block (command checksums on).
@@ -213,19 +276,22 @@ pub struct Chain {
     pub inlen: Option<usize>,
 }
 
-impl Chain {
+impl Chain<'_> {
     /// Writes the chain's blocks: `next`, `block_num`, `token`, data as
     /// described at [`Chain::inlen`], and signatures if asked.
     ///
     /// # Errors
     ///
-    /// [`Error::Dma`].
+    /// [`Error::Dma`]; [`Error::BadCmdMem`] if `count` exceeds the
+    /// blocks.
     pub fn write<B: Bus>(&self, bus: &mut B) -> Result<(), Error> {
         let mut blk = [0u8; MAILBOX_SIZE];
-        for i in 0..self.blocks {
-            let addr = block_addr(self.pool, i);
-            let next = if i.saturating_add(1) < self.blocks {
-                block_addr(self.pool, i.saturating_add(1))
+        for i in 0..self.count {
+            let addr = self.blocks.addr(i).ok_or(Error::BadCmdMem)?;
+            let next = if i.saturating_add(1) < self.count {
+                self.blocks
+                    .addr(i.saturating_add(1))
+                    .ok_or(Error::BadCmdMem)?
             } else {
                 0
             };
@@ -308,6 +374,26 @@ mod tests {
         ] {
             assert_eq!(bad.pools(), Err(Error::BadCmdMem), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn blocks_past_the_pool_are_the_embedders() {
+        let ext = [0x9000, 0x5400];
+        let b = Blocks {
+            pool: 0x1000,
+            n: 2,
+            ext: &ext,
+        };
+        assert_eq!(b.len(), 4);
+        assert_eq!(b.addr(1), Some(0x1400));
+        assert_eq!(b.addr(2), Some(0x9000));
+        assert_eq!(b.addr(3), Some(0x5400));
+        assert_eq!(b.addr(4), None);
+        assert_eq!(b.max_msg_len(), 16 + 4 * 512);
+        assert_eq!(b.place(16 + 512 + 3), Some((Place::Dma(0x1403), 509)));
+        assert_eq!(b.place(16 + 3 * 512), Some((Place::Dma(0x5400), 512)));
+        assert_eq!(b.place(16 + 4 * 512), None);
+        assert_eq!(b.place(2), Some((Place::Inline(2), 14)));
     }
 
     #[test]

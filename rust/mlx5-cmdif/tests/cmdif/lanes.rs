@@ -219,6 +219,12 @@ fn a_failed_function_answers_lane_destroys_and_refuses_the_rest() {
     // A waiter that sees the failure gives its command up.
     let e = cmd.give_up(&mut rig, t, Lost::Fatal);
     assert!(matches!(e, Error::InternalError { .. }), "{e:?}");
+    // A destroy caught in flight by the failure is answered as done, so
+    // that its owner may free what it destroyed; anything else fails.
+    match cmd.start::<DeallocPd, _>(&mut rig, &DeallocPdIn { pd: 1 }, &[]) {
+        Ok(Started::Answered(_)) => {}
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
         cmd.start::<DeallocPd, _>(&mut rig, &DeallocPdIn { pd: 1 }, &[]),
         Ok(Started::Answered(_))
@@ -230,4 +236,35 @@ fn a_failed_function_answers_lane_destroys_and_refuses_the_rest() {
             opcode: 0x800
         }
     );
+}
+
+#[test]
+fn a_destroy_in_flight_when_the_function_fails_is_answered_as_done() {
+    let mut rig = Rig::new(FwConfig::DEFAULT);
+    let mut f = up(&mut rig);
+    let cmd = f.cmdif().unwrap();
+    let pd = start_pd(cmd, &mut rig).unwrap();
+    rig.process();
+    let pd = cmd.finish::<AllocPd, _>(&mut rig, pd).unwrap().pd;
+    // Both posted, neither run: then the health check fails the function.
+    let d = match cmd.start::<DeallocPd, _>(&mut rig, &DeallocPdIn { pd }, &[]) {
+        Ok(Started::Posted(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    let a = start_pd(cmd, &mut rig).unwrap();
+    let (de, ae) = (d.entry(), a.entry());
+    cmd.set_internal_error();
+    cmd.give_up_cmd::<DeallocPd, _>(&mut rig, d, Lost::Fatal)
+        .unwrap();
+    assert_eq!(
+        cmd.give_up_cmd::<AllocPd, _>(&mut rig, a, Lost::Fatal)
+            .unwrap_err(),
+        Error::InternalError {
+            command: "ALLOC_PD",
+            opcode: 0x800
+        }
+    );
+    // Both entries stay the device's; no lane is taken any more.
+    assert_eq!(cmd.stuck_entries(), 1 << de | 1 << ae);
+    assert_eq!(cmd.busy_entries(), 0);
 }

@@ -26,6 +26,10 @@ use mlx5_prm::init_seg::CMD_DBELL_OFFSET;
 pub(crate) const BASE: u64 = 0x1_0000_0000;
 /// Where the page arena starts (the driver's pages to lend).
 pub(crate) const PAGES_BASE: u64 = 0x2_0000_0000;
+/// Where the driver's extra mailbox blocks lie (`CmdIf::exec_ext`).
+pub(crate) const EXT_BASE: u64 = 0x3_0000_0000;
+/// Their size: 64 blocks of 1 KiB.
+pub(crate) const EXT_LEN: usize = 64 * 1024;
 /// Pages in the arena, and slots in the device's page table.
 pub(crate) const PAGE_SLOTS: usize = 2048;
 const PAGE: u64 = 4096;
@@ -48,6 +52,7 @@ pub(crate) use hca_model::vec_storage::VecStorage;
 pub(crate) struct HostMem {
     cmd: Vec<u8>,
     pages: Vec<u8>,
+    ext: Vec<u8>,
     /// Device accesses outside both.
     pub(crate) violations: Vec<String>,
     /// Interrupts raised (none expected in poll mode).
@@ -56,7 +61,11 @@ pub(crate) struct HostMem {
 
 impl HostMem {
     fn range(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
-        for (base, bytes) in [(BASE, &mut self.cmd), (PAGES_BASE, &mut self.pages)] {
+        for (base, bytes) in [
+            (BASE, &mut self.cmd),
+            (PAGES_BASE, &mut self.pages),
+            (EXT_BASE, &mut self.ext),
+        ] {
             if let Some(off) = addr.checked_sub(base) {
                 let off = usize::try_from(off).ok()?;
                 if let Some(r) = bytes.get_mut(off..off.checked_add(len)?) {
@@ -168,6 +177,7 @@ impl Rig {
             mem: HostMem {
                 cmd: vec![0; cmd_len],
                 pages: vec![0; PAGE_SLOTS * PAGE as usize],
+                ext: vec![0; EXT_LEN],
                 violations: Vec::new(),
                 irqs: 0,
             },
@@ -258,7 +268,9 @@ impl Rig {
     }
 
     fn in_cmd_mem(&self, addr: u64, len: usize) -> bool {
-        addr >= BASE && addr + len as u64 <= BASE + self.cmd_len as u64
+        let inside =
+            |base: u64, size: usize| addr >= base && addr + len as u64 <= base + size as u64;
+        inside(BASE, self.cmd_len) || inside(EXT_BASE, EXT_LEN)
     }
 }
 

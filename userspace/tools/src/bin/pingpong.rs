@@ -48,7 +48,14 @@ fn run() -> Result<(), String> {
             e.ctx.name()
         );
     }
-    let msg: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    // Every 4-byte word distinct (its index times an odd constant), so
+    // that a page the device translated wrongly cannot match by chance.
+    let msg: Vec<u8> = (0..size)
+        .map(|i| {
+            let word = ((i / 4) as u32).wrapping_mul(0x9e37_79b1);
+            word.to_le_bytes()[i % 4]
+        })
+        .collect();
     a.mr.write(0, &msg).map_err(|e| e.to_string())?;
     if events {
         a.cq.req_notify(false).map_err(|e| e.to_string())?;

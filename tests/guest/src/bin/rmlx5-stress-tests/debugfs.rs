@@ -16,6 +16,9 @@ pub(crate) struct Objects {
     pub(crate) qps: Vec<u64>,
     dma_buf: u64,
     pub(crate) user_mr: u64,
+    /// Devices whose backend counts what it holds (ConnectX functions,
+    /// debugfs `rmlx5/objects`): (index, PDs + CQs + QPs + MRs + UARs).
+    pub(crate) counted: Vec<(usize, u64)>,
 }
 
 impl Objects {
@@ -27,16 +30,29 @@ impl Objects {
                 .map(|(i, v)| v.saturating_sub(b.get(i).copied().unwrap_or(0)))
                 .sum()
         };
+        let counted: u64 = self
+            .counted
+            .iter()
+            .map(|(d, v)| {
+                let b = base
+                    .counted
+                    .iter()
+                    .find(|(x, _)| x == d)
+                    .map_or(0, |(_, b)| *b);
+                v.saturating_sub(b)
+            })
+            .sum();
         pairs(&self.cqs, &base.cqs)
             + pairs(&self.qps, &base.qps)
             + self.dma_buf.saturating_sub(base.dma_buf)
             + self.user_mr.saturating_sub(base.user_mr)
+            + counted
     }
 
     pub(crate) fn describe(&self) -> String {
         format!(
-            "cqs={:?} qps={:?} dma_buf={} user_mr={}",
-            self.cqs, self.qps, self.dma_buf, self.user_mr
+            "cqs={:?} qps={:?} dma_buf={} user_mr={} counted={:?}",
+            self.cqs, self.qps, self.dma_buf, self.user_mr, self.counted
         )
     }
 }
@@ -93,7 +109,24 @@ pub(crate) fn snapshot(n: usize) -> Result<Objects, String> {
     let stats = debugfs(0, "stats")?;
     o.dma_buf = dma_field(&stats, "buf").ok_or("stats: no dma_regions buf")?;
     o.user_mr = dma_field(&stats, "user_mr").ok_or("stats: no dma_regions user_mr")?;
+    // An older module without the file counts nothing there.
+    if let Ok(t) = std::fs::read_to_string("/sys/kernel/debug/rmlx5/objects") {
+        o.counted = counted_objects(&t);
+    }
     Ok(o)
+}
+
+/// The lines of `rmlx5/objects` (`rmlx5_<n> pd A cq B qp C mr D uar E`):
+/// each device's index and the sum of its counts.
+fn counted_objects(text: &str) -> Vec<(usize, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut t = l.split_whitespace();
+            let dev = t.next()?.strip_prefix("rmlx5_")?.parse().ok()?;
+            let sum = t.filter_map(|x| x.parse::<u64>().ok()).sum();
+            Some((dev, sum))
+        })
+        .collect()
 }
 
 /// The CQ and QP tables of every HCA, for failure messages.
@@ -192,6 +225,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn counted_devices_add_to_the_excess() {
+        let t = "rmlx5_2 pd 1 cq 2 qp 3 mr 0 uar 1\nrmlx5_3 pd 0 cq 0 qp 0 mr 0 uar 0\n";
+        assert_eq!(counted_objects(t), vec![(2, 7), (3, 0)]);
+        let base = Objects {
+            counted: vec![(2, 1)],
+            ..Objects::default()
+        };
+        let now = Objects {
+            counted: counted_objects(t),
+            ..Objects::default()
+        };
+        assert_eq!(now.excess_over(&base), 6);
+        assert_eq!(base.excess_over(&now), 0);
+    }
+
+    #[test]
     fn debugfs_parsing() {
         let cqs = "cqn pi ci armed solicited sn error events handler\n1 0 0 0 0 0 0 0 1\n2 3 3 1 0 1 0 1 1\n";
         assert_eq!(table_rows(cqs), 2);
@@ -211,12 +260,14 @@ mod tests {
             qps: vec![0, 0],
             dma_buf: 8,
             user_mr: 0,
+            counted: Vec::new(),
         };
         let now = Objects {
             cqs: vec![3, 0],
             qps: vec![0, 2],
             dma_buf: 7,
             user_mr: 1,
+            counted: Vec::new(),
         };
         assert_eq!(now.excess_over(&base), 5);
         assert_eq!(base.excess_over(&base), 0);

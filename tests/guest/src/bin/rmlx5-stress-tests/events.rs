@@ -285,8 +285,15 @@ pub(crate) fn no_lost_event() -> TestResult {
     let n = num_hcas();
     check_eqs(n, Duration::from_secs(5)).map_err(|e| format!("before the scenario: {e}"))?;
     let base = snapshot(n)?;
+    // dev=N: the device (default rmlx5_0; a ConnectX function in the PCI
+    // guest).
+    let dev = sc.get_in("dev", 0, 0, 63)? as usize;
     let devs = rmlx5::devices().map_err(err)?;
-    let ctx = devs.first().ok_or("no rmlx5_0")?.open().map_err(err)?;
+    let ctx = devs
+        .get(dev)
+        .ok_or(format!("no rmlx5_{dev}"))?
+        .open()
+        .map_err(err)?;
     let ch = ctx.create_comp_channel().map_err(err)?;
     ch.set_nonblocking(true).map_err(err)?;
     let depth = (2 * WINDOW as usize * (threads.div_ceil(ncq) + 1))

@@ -82,7 +82,11 @@ pub(crate) fn kill_mid_traffic() -> TestResult {
     println!("rmlx5-stress: kill seed={seed}");
     let mut g = Gen::new(seed);
     let n = num_hcas();
-    ensure!(n >= 2, "needs rmlx5_0 and rmlx5_1, have {n} HCA(s)");
+    let (d0, d1) = pair()?;
+    ensure!(
+        n >= 2 || d0 != 0 || d1 != 1,
+        "needs rmlx5_0 and rmlx5_1, have {n} HCA(s)"
+    );
     let base = snapshot(n)?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let start = Instant::now();
@@ -198,15 +202,29 @@ pub(crate) fn kill_mid_traffic() -> TestResult {
     }
 }
 
-/// Two QPs across rmlx5_0 and rmlx5_1 exchange a few SENDs.
+/// The two devices the traffic runs between: `dev0` and `dev1` (default
+/// rmlx5_0 and rmlx5_1; in the PCI guest, ConnectX functions, or one
+/// function twice).
+fn pair() -> Result<(usize, usize), String> {
+    let sc = scale()?;
+    Ok((
+        sc.get_in("dev0", 0, 0, 63)? as usize,
+        sc.get_in("dev1", 1, 0, 63)? as usize,
+    ))
+}
+
+/// The two devices of [`pair`], opened.
+fn open_pair() -> Result<[rmlx5::Context; 2], String> {
+    let (i, j) = pair()?;
+    let devs = rmlx5::devices().map_err(err)?;
+    let get = |k: usize| devs.get(k).ok_or(format!("no rmlx5_{k}"));
+    Ok([get(i)?.open().map_err(err)?, get(j)?.open().map_err(err)?])
+}
+
+/// Two QPs across the pair of devices exchange a few SENDs.
 fn short_traffic() -> Res {
     use rmlx5::{Access, ConnectOpts, QpInit, RecvWr, SendOp, SendWr, Wc};
-    let devs = rmlx5::devices().map_err(err)?;
-    let (d0, d1) = (
-        devs.first().ok_or("no rmlx5_0")?,
-        devs.get(1).ok_or("no rmlx5_1")?,
-    );
-    let (a, b) = (d0.open().map_err(err)?, d1.open().map_err(err)?);
+    let [a, b] = open_pair()?;
     let (pa, pb) = (a.alloc_pd().map_err(err)?, b.alloc_pd().map_err(err)?);
     let (ca, cb) = (
         a.create_cq(64, None).map_err(err)?,
@@ -275,18 +293,14 @@ fn ready() {
     let _ = std::io::stdout().flush();
 }
 
-/// Traffic between rmlx5_0 and rmlx5_1 (two QP pairs) and a loopback pair
-/// on rmlx5_0: READs and WRITEs unsignaled, SENDs signaled; in event mode
+/// Traffic between the pair of devices, rmlx5_0 and rmlx5_1 by default
+/// (two QP pairs), and a loopback pair on the first: READs and WRITEs unsignaled, SENDs signaled; in event mode
 /// every CQ is on a channel and armed, a third of the events stay
 /// unacknowledged, and a thread sleeps in a read of an idle channel.
 fn child_traffic(seed: u64, events: bool) -> Res {
     use rmlx5::{Access, ConnectOpts, QpInit, RecvWr, SendFlags, SendOp, SendWr, Wc};
     let mut g = Gen::new(seed);
-    let devs = rmlx5::devices().map_err(err)?;
-    let ctxs = [
-        devs.first().ok_or("no rmlx5_0")?.open().map_err(err)?,
-        devs.get(1).ok_or("no rmlx5_1")?.open().map_err(err)?,
-    ];
+    let ctxs = open_pair()?;
     let chans = if events {
         vec![
             Some(ctxs[0].create_comp_channel().map_err(err)?),
@@ -387,8 +401,20 @@ fn child_traffic(seed: u64, events: bool) -> Res {
 /// a channel read; then churn until killed.
 fn child_raw(seed: u64) -> Res {
     let mut g = Gen::new(seed);
-    let dev = g.below32(2);
-    let fd = open_dev(dev)?;
+    let (d0, d1) = pair()?;
+    let dev = if g.chance(1, 2) { d0 } else { d1 };
+    // The port's LID, where the QPs below point (a software HCA's is its
+    // index + 1, a function's what its firmware says).
+    let lid = rmlx5::devices()
+        .map_err(err)?
+        .get(dev)
+        .ok_or(format!("no rmlx5_{dev}"))?
+        .open()
+        .map_err(err)?
+        .query_port(1)
+        .map_err(err)?
+        .lid;
+    let fd = open_dev(u32::try_from(dev).map_err(|e| e.to_string())?)?;
     let e = |what: &str, e: i32| format!("{what}: {}", errno_name(e));
     let ch = raw_call(
         fd,
@@ -490,7 +516,7 @@ fn child_raw(seed: u64) -> Res {
                     | QP_MAX_DEST_RD_ATOMIC
                     | QP_MIN_RNR_TIMER,
                 qp_state: QPS_RTR,
-                dlid: dev + 1,
+                dlid: lid,
                 path_mtu: MTU_4096,
                 dest_qp_num: peer,
                 min_rnr_timer: 1,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 // RMLX5_STRESS
 
 /// Keys `RMLX5_STRESS` may carry for this program.
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 11] = [
     "calls",
     "seed",
     "kills",
@@ -18,6 +18,10 @@ const KEYS: [&str; 8] = [
     "cqs",
     "scale",
     "inject",
+    // The devices: no_lost_event's, and kill_mid_traffic's pair.
+    "dev",
+    "dev0",
+    "dev1",
 ];
 /// Keys of other parts of `make stress` (Documentation/reliability.md),
 /// accepted and ignored here so that one `RMLX5_STRESS` can serve all.

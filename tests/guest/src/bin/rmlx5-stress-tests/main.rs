@@ -26,7 +26,10 @@
 //!
 //! Scale: the environment variable `RMLX5_STRESS`, comma-separated
 //! `key=value` (`calls`, `seed`, `kills`, `completions`, `threads`,
-//! `cqs`, and `scale`, which divides the three counts); the defaults are
+//! `cqs`, `dev` for no_lost_event's device and `dev0`, `dev1` for
+//! kill_mid_traffic's pair (a ConnectX function in the PCI guest, whose
+//! objects debugfs `rmlx5/objects` counts for the baseline), and `scale`,
+//! which divides the three counts); the defaults are
 //! a smoke scale (`calls=20000 kills=5 completions=200000 threads=4
 //! cqs=4`, each scenario well under a minute in a TCG guest); keys of the
 //! other parts of `make stress` (`failslab`, `cve_loops`) are ignored,
