@@ -80,6 +80,36 @@ def known_upstream(lines, i):
 MARKER = re.compile(r"rmlx5-test: (PASS|FAIL) ([^:\s]+)(?::\s*(.*))?")
 EXIT = re.compile(r"rmlx5-guest: EXIT (\S+) (\d+)")
 PRINTK_PREFIX = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+# A kernel message that began in the middle of a line of the guest's own
+# output (its timestamp anywhere but at the start).
+KMSG_INSIDE = re.compile(r"\[\s*\d+\.\d+\] ")
+
+
+def unsplit(lines):
+    """The console's lines, with the guest programs' own lines whole again.
+
+    The kernel prints to the serial console regardless of a user write in
+    progress, so "rmlx5-test: PASS devnodes_exist" can come out as
+    "rmlx5-test: PASS[  170.416316] rmlx5-guest: START ..." and, on the
+    next line that is not the kernel's, " devnodes_exist". The fragment
+    before the kernel message is joined to that continuation; the kernel
+    message stays a line of its own (its problems are still seen)."""
+    out = []
+    pending = None
+    for l in lines:
+        m = KMSG_INSIDE.search(l)
+        if m and m.start() > 0 and not PRINTK_PREFIX.match(l):
+            pending = (pending or "") + l[:m.start()]
+            out.append(l[m.start():])
+            continue
+        if pending is not None and not PRINTK_PREFIX.match(l):
+            out.append(pending + l)
+            pending = None
+            continue
+        out.append(l)
+    if pending is not None:
+        out.append(pending)
+    return out
 
 
 # The kernel's RDS selftest (tools/testing/selftests/net/rds/test.py) and
@@ -413,7 +443,7 @@ def main():
     timed_out, elapsed = run_qemu(args, initramfs, log_path, cx_emu)
     with open(log_path, errors="replace") as f:
         log_text = f.read()
-    lines = log_text.splitlines()
+    lines = unsplit(log_text.splitlines())
     print(f"guest: finished in {elapsed:.1f} s; console log: {log_path}")
     if cx_emu:
         rc = cx_emu.stop()
