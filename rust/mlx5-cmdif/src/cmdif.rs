@@ -1111,6 +1111,31 @@ fn stage<C: Command, B: Bus>(
     Ok(())
 }
 
+/// Walks message bytes `offset..offset + len` of the message whose rest
+/// (past the inline 16 bytes) is the blocks `pool`, one contiguous run at
+/// a time: `f` gets where the run lies and which bytes of the caller's
+/// buffer (`0..len`) it holds.
+fn for_runs(
+    pool: Blocks<'_>,
+    offset: usize,
+    len: usize,
+    mut f: impl FnMut(Place, core::ops::Range<usize>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut done = 0;
+    while done < len {
+        let at = offset.saturating_add(done);
+        let left = len.saturating_sub(done);
+        let (place, run) = pool.place(at).ok_or(Error::OutOfRange {
+            offset: at,
+            len: left,
+        })?;
+        let n = run.min(left).max(1);
+        f(place, done..done.saturating_add(n))?;
+        done = done.saturating_add(n);
+    }
+    Ok(())
+}
+
 /// Writes `bytes` at byte `offset` of the message whose first 16 bytes
 /// are `inline` and the rest the blocks `pool`.
 fn write_msg<B: Bus>(
@@ -1120,27 +1145,18 @@ fn write_msg<B: Bus>(
     offset: usize,
     bytes: &[u8],
 ) -> Result<(), Error> {
-    let mut done = 0;
-    while done < bytes.len() {
-        let rest = bytes.get(done..).unwrap_or(&[]);
-        let at = offset.saturating_add(done);
-        let (at, run) = pool.place(at).ok_or(Error::OutOfRange {
-            offset: at,
-            len: rest.len(),
-        })?;
-        let n = run.min(rest.len());
-        let src = rest.get(..n).unwrap_or(&[]);
-        match at {
+    for_runs(pool, offset, bytes.len(), |place, r| {
+        let src = bytes.get(r).unwrap_or(&[]);
+        match place {
             Place::Inline(i) => {
-                if let Some(dst) = inline.get_mut(i..i.saturating_add(n)) {
+                if let Some(dst) = inline.get_mut(i..i.saturating_add(src.len())) {
                     dst.copy_from_slice(src);
                 }
+                Ok(())
             }
-            Place::Dma(addr) => bus.dma_write(addr, src).map_err(|_| Error::Dma { addr })?,
+            Place::Dma(addr) => bus.dma_write(addr, src).map_err(|_| Error::Dma { addr }),
         }
-        done = done.saturating_add(n.max(1));
-    }
-    Ok(())
+    })
 }
 
 /// Reads bytes of the message whose first 16 bytes are `inline` and the
@@ -1152,24 +1168,16 @@ fn read_msg<B: Bus>(
     offset: usize,
     buf: &mut [u8],
 ) -> Result<(), Error> {
-    let mut done = 0;
-    while done < buf.len() {
-        let at = offset.saturating_add(done);
-        let (at, run) = pool.place(at).ok_or(Error::OutOfRange {
-            offset: at,
-            len: buf.len().saturating_sub(done),
-        })?;
-        let n = run.min(buf.len().saturating_sub(done));
-        let dst = buf.get_mut(done..done.saturating_add(n)).unwrap_or(&mut []);
-        match at {
+    for_runs(pool, offset, buf.len(), |place, r| {
+        let dst = buf.get_mut(r).unwrap_or(&mut []);
+        match place {
             Place::Inline(i) => {
-                if let Some(src) = inline.get(i..i.saturating_add(n)) {
+                if let Some(src) = inline.get(i..i.saturating_add(dst.len())) {
                     dst.copy_from_slice(src);
                 }
+                Ok(())
             }
-            Place::Dma(addr) => bus.dma_read(addr, dst).map_err(|_| Error::Dma { addr })?,
+            Place::Dma(addr) => bus.dma_read(addr, dst).map_err(|_| Error::Dma { addr }),
         }
-        done = done.saturating_add(n.max(1));
-    }
-    Ok(())
+    })
 }
