@@ -908,9 +908,11 @@ impl CxBackend {
         // pages of their own, chained after it (as mlx5_core chains a long
         // message's blocks).
         let ext = bus.alloc_ext(need).inspect_err(|_| bus.free_ext(false))?;
+        let kept_before = cmd.stuck_entries() & 1 != 0;
         let r = cmd.exec_ext::<CreateMkey, _>(bus, &input, &mtt, &ext);
-        // Entry 0 kept by the device: it may still read the blocks.
-        bus.free_ext(cmd.stuck_entries() & 1 != 0);
+        // Entry 0 kept by the device since this command: it may still read
+        // the blocks.
+        bus.free_ext(!kept_before && cmd.stuck_entries() & 1 != 0);
         let o = r.map_err(|e| cmd_err(bus.pdev(), e))?;
         bus.live().note(OP_CREATE_MKEY);
         Ok(mkey(o.mkey_index, key_7_0))
