@@ -145,6 +145,10 @@ pub(crate) struct FnStats {
     /// Plain send doorbells overtaken by the driver's next post (see
     /// `Function::overtaken`).
     pub(crate) overtaken: u64,
+    /// Of those, the ones whose record moved on only while the model read
+    /// it (found when the model refused the doorbell as not naming the
+    /// last WQE).
+    pub(crate) overtaken_late: u64,
     /// Refusals in the firmware's log (commands, entries, doorbell bits).
     pub(crate) fw_errors: u64,
     /// Commands made slow on purpose (`Settings::slow_opcode`).
@@ -631,19 +635,7 @@ impl Function {
         }
         // A BlueFlame copy is a posted write too: overtaken, its WQE is in
         // the SQ like the others, and the record is walked for it.
-        if let Some(take) = self.overtaken(cx, &r) {
-            self.stats.overtaken += 1;
-            debug!(
-                "send doorbell of QP {:#x} overtaken by the next post: the record is walked",
-                r.qpn
-            );
-            if take {
-                let Some(hca) = hca!(self, cx) else {
-                    return;
-                };
-                let res = hca.send_doorbell_record(&mut self.bus, r.qpn).map(drop);
-                self.count_doorbell(cx, "send (record)", r.uar, res);
-            }
+        if self.take_overtaken(cx, &r) {
             return;
         }
         let Some(hca) = hca!(self, cx) else {
@@ -657,10 +649,40 @@ impl Function {
         // The register the store landed in: a process's QPs each use one
         // of their UAR page's registers.
         let res = hca.send_doorbell_at(&mut self.bus, &db, r.reg);
+        // The record lies in guest memory, which the driver writes while
+        // the device reads: it may have moved on between the look above
+        // and the model's own read, so that the doorbell no longer names
+        // the last WQE announced. Overtaken after all, as a ConnectX would
+        // take it (WQEs up to the record's counter).
+        if res == Err(DoorbellError::WqeMismatch) && self.take_overtaken(cx, &r) {
+            self.stats.overtaken_late += 1;
+            return;
+        }
         if res.is_err() {
             self.describe_refused(cx, &r);
         }
         self.count_doorbell(cx, "send", r.uar, res);
+    }
+
+    /// If send doorbell `r` was overtaken ([`Function::overtaken`]), takes
+    /// what waits by walking the record and returns `true`.
+    fn take_overtaken(&mut self, cx: &mut Cx<'_>, r: &Ring) -> bool {
+        let Some(take) = self.overtaken(cx, r) else {
+            return false;
+        };
+        self.stats.overtaken += 1;
+        debug!(
+            "send doorbell of QP {:#x} overtaken by the next post: the record is walked",
+            r.qpn
+        );
+        if take {
+            let Some(hca) = hca!(self, cx) else {
+                return true;
+            };
+            let res = hca.send_doorbell_record(&mut self.bus, r.qpn).map(drop);
+            self.count_doorbell(cx, "send (record)", r.uar, res);
+        }
+        true
     }
 
     /// Logs what a refused send doorbell named against what the QP has.
@@ -683,12 +705,11 @@ impl Function {
         let posted = hca.send_posted(&mut self.bus, r.qpn);
         let mut rec = [0u8; 8];
         let _ = hca_model::mem::DmaMemory::read(&mut self.bus, info.dbr_addr, &mut rec);
-        let slot = u64::from(word.wqe_index) % u64::from(info.sq_wqebbs.max(1)) * 64;
-        let mut sq = [0u8; 8];
-        let _ = hca_model::mem::DmaMemory::read(&mut self.bus, info.sq_buf_addr + slot, &mut sq);
+        // (The SQ's slot is not shown: a QP's ring may be paged, and its
+        // address in the QP is then an offset in the first page.)
         error!(
-            "  record at {:#x}: {rec:02x?}; SQ at {:#x}, the named slot: {sq:02x?}; executed up to {}",
-            info.dbr_addr, info.sq_buf_addr, info.sq_ci
+            "  record at {:#x}: {rec:02x?}; executed up to {}",
+            info.dbr_addr, info.sq_ci
         );
         error!(
             "send doorbell of QP {:#x} (register {} half {}, BlueFlame {} bytes): WQE {} ds {} opcode {:#x}; QP {:?}, SQ of {} WQEBBs, accepted up to {}, record {:?} ahead",
@@ -1020,12 +1041,13 @@ impl Function {
             ),
             format!(
                 "doorbells: {} accepted, {} refused; {} BlueFlame ({} cut short); {} overtaken by \
-                 the next post; {} stray BAR0 writes; {} resets ({} FLRs)",
+                 the next post ({} found late); {} stray BAR0 writes; {} resets ({} FLRs)",
                 s.doorbells,
                 s.doorbell_errors,
                 s.blueflame,
                 s.blueflame_cut,
                 s.overtaken,
+                s.overtaken_late,
                 s.stray_writes,
                 s.resets,
                 s.flrs
