@@ -98,6 +98,17 @@ perf() {
         fail $name "$prog $* did not finish in 180 s"
         return
     fi
+    # perftest times its report with a CPU clock it calibrates itself; on
+    # a loaded TCG host the calibration can fail ("Correlation coefficient
+    # r^2 ... < 0.9", "Can't produce a report") whatever the device did.
+    # Such a run is repeated once, and must then pass like any other.
+    if grep -q "Can't produce a report" /tmp/pair-client.log /tmp/pair-server.log; then
+        echo "rmlx5-guest: $name: perftest could not calibrate its clock, run again"
+        if ! pair $prog $sdev $cdev 180 "$@"; then
+            fail $name "$prog $* did not finish in 180 s"
+            return
+        fi
+    fi
     echo "rmlx5-guest: $name ($prog $*):"
     cat /tmp/pair-client.log
     if [ $crc -ne 0 ] || [ $src -ne 0 ]; then

@@ -1149,8 +1149,10 @@ fn write_msg<B: Bus>(
         let src = bytes.get(r).unwrap_or(&[]);
         match place {
             Place::Inline(i) => {
-                if let Some(dst) = inline.get_mut(i..i.saturating_add(src.len())) {
-                    dst.copy_from_slice(src);
+                // Element by element: no length check that could panic.
+                let dst = inline.get_mut(i..).unwrap_or(&mut []);
+                for (d, v) in dst.iter_mut().zip(src) {
+                    *d = *v;
                 }
                 Ok(())
             }
@@ -1172,8 +1174,9 @@ fn read_msg<B: Bus>(
         let dst = buf.get_mut(r).unwrap_or(&mut []);
         match place {
             Place::Inline(i) => {
-                if let Some(src) = inline.get(i..i.saturating_add(dst.len())) {
-                    dst.copy_from_slice(src);
+                let src = inline.get(i..).unwrap_or(&[]);
+                for (d, v) in dst.iter_mut().zip(src) {
+                    *d = *v;
                 }
                 Ok(())
             }
