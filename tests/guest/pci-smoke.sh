@@ -443,9 +443,8 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             # The stress scenarios on the function (rmlx5.cxstress=KNOBS,
             # from make check's fault guest and make stress): completions
             # on one channel with no event lost or doubled, and, with
-            # kills=N (make stress only, see Documentation/reliability.md),
-            # processes killed mid-traffic between two contexts of the
-            # function; after each, every object the function counted
+            # kills=N, processes killed mid-traffic between two contexts of
+            # the function; after each, every object the function counted
             # (debugfs rmlx5/objects) must be back at the baseline.
             cxstress=$(sed -n 's/.*rmlx5.cxstress=\([^ ]*\).*/\1/p' /proc/cmdline)
             if [ -n "$cxstress" ]; then
