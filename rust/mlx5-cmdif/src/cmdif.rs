@@ -340,19 +340,8 @@ impl CmdIf {
         input: &C::In,
         pas: &[u64],
     ) -> Result<C::Out, Error> {
-        let (_, out_size, inlen) = check_exec::<C>(pas.len(), self.max_msg_len())?;
-        if let Some(answered) = self.answer_if_failed::<C, B>(bus)? {
-            return Ok(answered);
-        }
-        let blocks = Blocks::pool(self.pools.in_pool, self.pools.blocks);
-        stage::<C, B>(bus, blocks, &mut self.in_inline, input, pas)?;
-        self.post(bus, C::OPCODE, inlen, out_size)?;
-        let mut buf = [0u8; MAX_LAYOUT];
-        let out = buf
-            .get_mut(..out_size)
-            .ok_or(too_long::<C>(out_size, MAX_LAYOUT))?;
-        self.read_out(bus, 0, out)?;
-        decode::<C>(out)
+        // Entry 0's pool and nothing more.
+        self.exec_ext::<C, B>(bus, input, pas, &[])
     }
 
     /// How many blocks of its own the embedder must give

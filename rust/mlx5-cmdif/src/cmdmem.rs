@@ -182,20 +182,6 @@ pub enum Place {
     Dma(u64),
 }
 
-/// Where message byte `offset` of a message in the pool at `pool` lies,
-/// and how many bytes from there are contiguous (to the end of the inline
-/// part or of the block's data).
-pub fn place(pool: u64, offset: usize) -> (Place, usize) {
-    match offset.checked_sub(INLINE_SIZE) {
-        None => (Place::Inline(offset), INLINE_SIZE.saturating_sub(offset)),
-        Some(rel) => {
-            let within = rel % MAILBOX_DATA_SIZE;
-            let addr = block_addr(pool, rel / MAILBOX_DATA_SIZE).saturating_add(within as u64);
-            (Place::Dma(addr), MAILBOX_DATA_SIZE.saturating_sub(within))
-        }
-    }
-}
-
 /// The blocks of a message: `n` consecutive blocks of a pool, then the
 /// embedder's own blocks at `ext` (1 KiB aligned, in memory its
 /// [`Bus`] reaches), for an input longer than its pool
@@ -243,7 +229,8 @@ impl Blocks<'_> {
     }
 
     /// Where message byte `offset` lies and how many bytes from there are
-    /// contiguous, as [`place`]; `None` past the last block.
+    /// contiguous (to the end of the inline part or of the block's data);
+    /// `None` past the last block.
     pub fn place(&self, offset: usize) -> Option<(Place, usize)> {
         match offset.checked_sub(INLINE_SIZE) {
             None => Some((Place::Inline(offset), INLINE_SIZE.saturating_sub(offset))),
@@ -398,12 +385,13 @@ mod tests {
 
     #[test]
     fn message_bytes_find_their_block() {
-        let pool = 0x1000;
-        assert_eq!(place(pool, 0), (Place::Inline(0), 16));
-        assert_eq!(place(pool, 15), (Place::Inline(15), 1));
-        assert_eq!(place(pool, 16), (Place::Dma(0x1000), 512));
-        assert_eq!(place(pool, 16 + 511), (Place::Dma(0x1000 + 511), 1));
-        assert_eq!(place(pool, 16 + 512), (Place::Dma(0x1400), 512));
-        assert_eq!(place(pool, 16 + 3 * 512 + 8), (Place::Dma(0x1c08), 504));
+        let pool = Blocks::pool(0x1000, 4);
+        let place = |offset| pool.place(offset).unwrap();
+        assert_eq!(place(0), (Place::Inline(0), 16));
+        assert_eq!(place(15), (Place::Inline(15), 1));
+        assert_eq!(place(16), (Place::Dma(0x1000), 512));
+        assert_eq!(place(16 + 511), (Place::Dma(0x1000 + 511), 1));
+        assert_eq!(place(16 + 512), (Place::Dma(0x1400), 512));
+        assert_eq!(place(16 + 3 * 512 + 8), (Place::Dma(0x1c08), 504));
     }
 }
