@@ -162,6 +162,17 @@ pub(crate) trait UserUar: Send + Sync {
     fn kick_recv(&self, _qpn: u32, _gone: &AtomicBool) -> Result {
         Err(EOPNOTSUPP)
     }
+
+    /// The device is going away under an open context (disassociation):
+    /// the page leaves every process that mapped it, later stores to the
+    /// mapping land in memory, and new mappings are refused. Process
+    /// context. Nothing to do for a page that is not a device's.
+    fn revoke(&self) {}
+
+    /// After [`UserUar::revoke`] and once the context's objects are gone:
+    /// the page is given back to the device now, while it still runs,
+    /// rather than at the context's close.
+    fn give_back(&self) {}
 }
 
 /// A device the verbs objects run on: one `rmlx5_<n>`.

@@ -778,12 +778,13 @@ fn detach<'bound>(
     device: &Mutex<Option<Attached>>,
 ) -> Option<Arc<CxBackend>> {
     let mut a = device.lock().take()?;
-    // No new user context; those open keep the device running until their
-    // processes close them (their UAR mappings are pages of this BAR).
+    // No new user context; those open are disassociated: their objects
+    // are destroyed and their UAR pages (pages of this BAR) leave their
+    // processes while the function still runs.
     if let Some(node) = a.node.take() {
         let users = node.users().clone();
         drop(node);
-        users.wait_idle(a.index);
+        users.disassociate(a.index);
     }
     // ib_core's clients destroy their objects while the device still
     // runs; then no new user finds the device, and the layers above

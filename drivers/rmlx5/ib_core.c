@@ -154,8 +154,6 @@ int rmlx5_ibc_set_port(int index, int roce, u32 mtu);
 int rmlx5_ibc_set_gid(int index, u32 gid_index, const u8 *gid, int roce_v2,
 		      const u8 *mac);
 
-#define RMLX5_IBC_MAX_DEVS 8
-
 /* Whether user objects (ib_user.c) exist on this kernel. */
 #define RMLX5_IBC_USER IS_ENABLED(CONFIG_INFINIBAND_USER_ACCESS)
 
@@ -1463,6 +1461,9 @@ static int rmlx5_ibc_add_one(unsigned int index, struct device *dma_device,
 	/* A uverbs device with mlx5_ib's ABI (alloc_ucontext refuses the
 	 * contexts of a function that cannot have them yet). */
 	ib_set_device_ops(&dev->ibdev, &rmlx5_ibu_ops);
+	/* A function's contexts are disassociated when it goes away. */
+	if (dma_device)
+		ib_set_device_ops(&dev->ibdev, &rmlx5_ibu_pci_ops);
 #endif
 	/* In the table before its netdev is bound (see bind_netdev). */
 	mutex_lock(&rmlx5_ibc_lock);
@@ -1629,6 +1630,14 @@ void rmlx5_ibc_remove_pci(unsigned int index)
 	mutex_unlock(&rmlx5_ibc_lock);
 	if (!d || !d->pci)
 		return;
+	/*
+	 * ib_uverbs disassociates each context by destroying its objects
+	 * first and zapping its mappings after: a process still posting
+	 * would ring a destroyed QP's doorbell on the function meanwhile.
+	 * Its UAR mappings go first, here (later stores land in memory).
+	 */
+	if (d->registered)
+		rdma_user_mmap_disassociate(&d->ibdev);
 	rmlx5_ibc_forget(d);
 	rmlx5_ibc_remove_one(d);
 }

@@ -18,6 +18,9 @@
  */
 #define RMLX5_IBC_MAX_CQ_ENTRIES (1U << 16)
 
+/* Devices rmlx5_0 .. rmlx5_7 (the module's instance numbers). */
+#define RMLX5_IBC_MAX_DEVS 8
+
 /* Rust objects of ibu.rs (rdma-core's provider), opaque here. */
 struct rmlx5_ibu_cq;
 struct rmlx5_ibu_qp;
@@ -133,6 +136,7 @@ static inline struct rmlx5_ibc_ah *to_ah(struct ib_ah *ibah)
 /* ib_user.c: the uverbs side (CONFIG_INFINIBAND_USER_ACCESS). */
 #if IS_ENABLED(CONFIG_INFINIBAND_USER_ACCESS)
 extern const struct ib_device_ops rmlx5_ibu_ops;
+extern const struct ib_device_ops rmlx5_ibu_pci_ops;
 int rmlx5_ibc_user_query_device(struct ib_device *ibdev, struct ib_udata *udata);
 int rmlx5_ibc_user_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 struct ib_mr *rmlx5_ibc_user_reg_mr(struct ib_pd *ibpd, u64 start, u64 length,

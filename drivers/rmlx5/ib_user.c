@@ -40,6 +40,7 @@
 #include <rdma/rmlx5_ib.h>
 
 #include "ib_priv.h"
+#include "uverbs_shim.h"
 
 /* In the Rust crate (ibu.rs). */
 int rmlx5_ibu_supported(int index);
@@ -112,23 +113,11 @@ static struct rmlx5_ibu_ucontext *to_uctx(struct ib_ucontext *uc)
 	return container_of(uc, struct rmlx5_ibu_ucontext, ibuc);
 }
 
-/* One mapping of a UAR page (a VMA of one page). */
-struct rmlx5_ibu_map {
-	struct list_head list;
-	struct vm_area_struct *vma;
-	struct page *page;
-	int index;
-	/* The zap pass that last reached it. */
-	u64 gen;
-};
-
 /*
- * Every UAR mapping of every context. The lock nests inside mmap_lock
- * (VMA open and close run under it, and the zap takes it inside).
+ * The software HCAs' UAR mappings are tracked by uverbs_shim.c
+ * (rmlx5_umap_add), each under the key of its HCA.
  */
-static DEFINE_MUTEX(rmlx5_ibu_maps_lock);
-static LIST_HEAD(rmlx5_ibu_maps);
-static u64 rmlx5_ibu_zap_gen;
+static const char rmlx5_ibu_umap_key[RMLX5_IBC_MAX_DEVS];
 
 /* Driver data: the caller's struct, with any longer tail all zero. */
 static int rmlx5_ibu_copy_in(void *dst, size_t size, size_t min,
@@ -253,62 +242,11 @@ static void rmlx5_ibu_dealloc_ucontext(struct ib_ucontext *uc)
 	rmlx5_ibu_free_uars(to_uctx(uc));
 }
 
-/* UAR mappings. */
-
-static void rmlx5_ibu_vm_open(struct vm_area_struct *vma)
-{
-	struct rmlx5_ibu_map *old = vma->vm_private_data, *m;
-
-	if (!old)
-		return;
-	/* A copy of the VMA (mremap): track it too, or fail its faults. */
-	m = kmemdup(old, sizeof(*m), GFP_KERNEL);
-	vma->vm_private_data = m;
-	if (!m)
-		return;
-	m->vma = vma;
-	mutex_lock(&rmlx5_ibu_maps_lock);
-	list_add(&m->list, &rmlx5_ibu_maps);
-	mutex_unlock(&rmlx5_ibu_maps_lock);
-}
-
-static void rmlx5_ibu_vm_close(struct vm_area_struct *vma)
-{
-	struct rmlx5_ibu_map *m = vma->vm_private_data;
-
-	if (!m)
-		return;
-	mutex_lock(&rmlx5_ibu_maps_lock);
-	list_del(&m->list);
-	mutex_unlock(&rmlx5_ibu_maps_lock);
-	kfree(m);
-}
-
-static vm_fault_t rmlx5_ibu_vm_fault(struct vm_fault *vmf)
-{
-	struct rmlx5_ibu_map *m = vmf->vma->vm_private_data;
-	vm_fault_t ret;
-
-	if (!m)
-		return VM_FAULT_SIGBUS;
-	ret = vmf_insert_page(vmf->vma, vmf->address & PAGE_MASK, m->page);
-	/* The provider stored its doorbell record before this store. */
-	rmlx5_ibu_uar_fault();
-	return ret;
-}
-
-static const struct vm_operations_struct rmlx5_ibu_vm_ops = {
-	.open = rmlx5_ibu_vm_open,
-	.close = rmlx5_ibu_vm_close,
-	.fault = rmlx5_ibu_vm_fault,
-};
-
 static int rmlx5_ibu_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma)
 {
 	struct rmlx5_ibu_ucontext *ctx = to_uctx(uc);
 	unsigned long cmd = (vma->vm_pgoff >> 8) & 0xff;
 	unsigned long idx = vma->vm_pgoff & 0xff;
-	struct rmlx5_ibu_map *m;
 
 	switch (cmd) {
 	case MLX5_IB_MMAP_REGULAR_PAGE:
@@ -350,66 +288,24 @@ static int rmlx5_ibu_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma)
 		return rdma_user_mmap_io(uc, vma, phys >> PAGE_SHIFT, PAGE_SIZE,
 					 prot, NULL);
 	}
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!m)
-		return -ENOMEM;
-	m->vma = vma;
-	m->page = ctx->uars[idx];
-	m->index = ctx->index;
+	if (ctx->index < 0 || ctx->index >= RMLX5_IBC_MAX_DEVS)
+		return -EINVAL;
 	vm_flags_set(vma, VM_MIXEDMAP | VM_DONTCOPY | VM_DONTEXPAND |
 			  VM_DONTDUMP);
-	vma->vm_ops = &rmlx5_ibu_vm_ops;
-	vma->vm_private_data = m;
-	mutex_lock(&rmlx5_ibu_maps_lock);
-	list_add(&m->list, &rmlx5_ibu_maps);
-	mutex_unlock(&rmlx5_ibu_maps_lock);
-	return 0;
+	/* The page goes in at the first store (the provider stored its
+	 * doorbell record before it), which tells the HCA. */
+	return rmlx5_umap_add(vma, &rmlx5_ibu_umap_key[ctx->index],
+			      ctx->uars[idx], rmlx5_ibu_uar_fault, NULL);
 }
 
 /*
  * Removes the page table entries of every UAR mapping of rmlx5_<index>, so
- * that the next store to one faults. Process context; one process at a
- * time, under its mmap_lock, as ib_uverbs's disassociation does it.
+ * that the next store to one faults (rmlx5_umap_zap). Process context.
  */
 void rmlx5_ibu_zap_uars(int index)
 {
-	struct rmlx5_ibu_map *m;
-	u64 gen;
-
-	mutex_lock(&rmlx5_ibu_maps_lock);
-	gen = ++rmlx5_ibu_zap_gen;
-	mutex_unlock(&rmlx5_ibu_maps_lock);
-	for (;;) {
-		struct mm_struct *mm = NULL;
-
-		mutex_lock(&rmlx5_ibu_maps_lock);
-		list_for_each_entry(m, &rmlx5_ibu_maps, list) {
-			if (m->index != index || m->gen == gen)
-				continue;
-			if (mmget_not_zero(m->vma->vm_mm)) {
-				mm = m->vma->vm_mm;
-				break;
-			}
-			/* The process is exiting: its mappings go with it. */
-			m->gen = gen;
-		}
-		mutex_unlock(&rmlx5_ibu_maps_lock);
-		if (!mm)
-			return;
-		mmap_read_lock(mm);
-		mutex_lock(&rmlx5_ibu_maps_lock);
-		list_for_each_entry(m, &rmlx5_ibu_maps, list) {
-			if (m->index != index || m->gen == gen ||
-			    m->vma->vm_mm != mm)
-				continue;
-			zap_special_vma_range(m->vma, m->vma->vm_start,
-					      m->vma->vm_end - m->vma->vm_start);
-			m->gen = gen;
-		}
-		mutex_unlock(&rmlx5_ibu_maps_lock);
-		mmap_read_unlock(mm);
-		mmput(mm);
-	}
+	if (index >= 0 && index < RMLX5_IBC_MAX_DEVS)
+		rmlx5_umap_zap(&rmlx5_ibu_umap_key[index], false);
 }
 
 /* Events, from the Rust crate (BH context). */
@@ -690,4 +586,25 @@ const struct ib_device_ops rmlx5_ibu_ops = {
 	.create_user_cq = rmlx5_ibu_create_user_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, rmlx5_ibu_ucontext, ibuc),
+};
+
+/*
+ * A function's device is removed at unbind with its processes still
+ * running: ib_uverbs disassociates their contexts instead of waiting for
+ * them to close (ib_uverbs_remove_one). By then it has zapped every UAR
+ * mapping (rdma_user_mmap_io tracks them; later stores land in a page of
+ * its own) and destroyed the context's objects through the ops; it then
+ * frees the context (dealloc_ucontext gives the UARs back while the
+ * function still runs). Nothing of the context is left for this hook.
+ * A software HCA's mappings are this file's own (rmlx5_ibu_vm_ops, in
+ * module text): its contexts are not disassociated, so ib_uverbs holds
+ * the module while they are open.
+ */
+static void rmlx5_ibu_disassociate_ucontext(struct ib_ucontext *uc)
+{
+	dev_dbg(&uc->device->dev, "user context disassociated\n");
+}
+
+const struct ib_device_ops rmlx5_ibu_pci_ops = {
+	.disassociate_ucontext = rmlx5_ibu_disassociate_ucontext,
 };

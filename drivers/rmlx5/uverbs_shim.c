@@ -181,18 +181,220 @@ void rmlx5_dma_unmap_pages(struct device *dev, u64 dma, size_t len)
 }
 
 /*
+ * Tracked mappings of one page each: UAR pages mapped into processes,
+ * which the driver must be able to take back out of every process that
+ * mapped them.
+ *
+ * - A software HCA's UAR page (ib_user.c, rdma-core's provider) is a
+ *   kernel page inserted at the first store (the fault calls `on_fault`,
+ *   which is how the HCA learns of a doorbell) and zapped again when the
+ *   HCA goes idle, so the next store traps (rmlx5_umap_zap(.., false)).
+ * - A PCI function's UAR page of a /dev/rmlx5_uverbs<n> context is a page
+ *   of BAR0 mapped whole at mmap; when the context is disassociated from
+ *   a function that goes away under its process, it is revoked
+ *   (rmlx5_umap_zap(.., true)): later stores fault into a page of memory
+ *   instead of the BAR, as ib_uverbs does for mlx5_ib.
+ */
+struct rmlx5_umap {
+	struct list_head list;
+	struct vm_area_struct *vma;
+	/* What the mapping is of: zaps name it. */
+	const void *owner;
+	/* Inserted by the fault handler; NULL for a pre-mapped I/O page. */
+	struct page *page;
+	void (*on_fault)(void);
+	/* The zap pass that last reached it. */
+	u64 gen;
+	/* Revoked: faults get `stand_in` (the entry holds a ref), set first. */
+	struct page *stand_in;
+	bool revoked;
+};
+
+/* Nests inside mmap_lock (VMA open, close and mmap run under it). */
+static DEFINE_MUTEX(rmlx5_umaps_lock);
+static LIST_HEAD(rmlx5_umaps);
+static u64 rmlx5_umaps_gen;
+
+static void rmlx5_umap_vm_open(struct vm_area_struct *vma)
+{
+	struct rmlx5_umap *old = vma->vm_private_data, *m;
+
+	if (!old)
+		return;
+	/* A copy of the VMA (mremap): tracked too, or its faults fail. */
+	m = kmemdup(old, sizeof(*m), GFP_KERNEL);
+	vma->vm_private_data = m;
+	if (!m)
+		return;
+	m->vma = vma;
+	if (m->stand_in)
+		get_page(m->stand_in);
+	mutex_lock(&rmlx5_umaps_lock);
+	list_add(&m->list, &rmlx5_umaps);
+	mutex_unlock(&rmlx5_umaps_lock);
+}
+
+static void rmlx5_umap_vm_close(struct vm_area_struct *vma)
+{
+	struct rmlx5_umap *m = vma->vm_private_data;
+
+	if (!m)
+		return;
+	mutex_lock(&rmlx5_umaps_lock);
+	list_del(&m->list);
+	mutex_unlock(&rmlx5_umaps_lock);
+	if (m->stand_in)
+		put_page(m->stand_in);
+	kfree(m);
+}
+
+static vm_fault_t rmlx5_umap_vm_fault(struct vm_fault *vmf)
+{
+	struct rmlx5_umap *m = vmf->vma->vm_private_data;
+	unsigned long addr = vmf->address & PAGE_MASK;
+	vm_fault_t ret;
+
+	if (!m)
+		return VM_FAULT_SIGBUS;
+	/* Pairs with the release in rmlx5_umap_zap: stand_in is set. */
+	if (smp_load_acquire(&m->revoked)) {
+		if (!m->stand_in)
+			return VM_FAULT_SIGBUS;
+		return vmf_insert_pfn(vmf->vma, addr, page_to_pfn(m->stand_in));
+	}
+	/* A pre-mapped I/O page never faults while it is not revoked. */
+	if (!m->page)
+		return VM_FAULT_SIGBUS;
+	ret = vmf_insert_page(vmf->vma, addr, m->page);
+	if (m->on_fault)
+		m->on_fault();
+	return ret;
+}
+
+static const struct vm_operations_struct rmlx5_umap_vm_ops = {
+	.open = rmlx5_umap_vm_open,
+	.close = rmlx5_umap_vm_close,
+	.fault = rmlx5_umap_vm_fault,
+};
+
+/*
+ * Tracks `vma` (one page, being mapped: its mmap_lock is held) as one of
+ * `owner`'s, with `page` inserted at fault and `on_fault` called after, or
+ * neither for an I/O page the caller mapped already. `-EIO` if `revoked`
+ * is set (read under the lock rmlx5_umap_zap takes after its caller set
+ * it, so a mapping is either refused or found by the revocation).
+ */
+int rmlx5_umap_add(struct vm_area_struct *vma, const void *owner,
+		   struct page *page, void (*on_fault)(void),
+		   const bool *revoked)
+{
+	struct rmlx5_umap *m = kzalloc(sizeof(*m), GFP_KERNEL);
+
+	if (!m)
+		return -ENOMEM;
+	m->vma = vma;
+	m->owner = owner;
+	m->page = page;
+	m->on_fault = on_fault;
+	mutex_lock(&rmlx5_umaps_lock);
+	if (revoked && READ_ONCE(*revoked)) {
+		mutex_unlock(&rmlx5_umaps_lock);
+		kfree(m);
+		return -EIO;
+	}
+	vma->vm_ops = &rmlx5_umap_vm_ops;
+	vma->vm_private_data = m;
+	list_add(&m->list, &rmlx5_umaps);
+	mutex_unlock(&rmlx5_umaps_lock);
+	return 0;
+}
+
+/*
+ * Removes the page table entries of every mapping of `owner`, one process
+ * at a time under its mmap_lock (which also orders it after an mmap still
+ * under way), so that the next store faults. With `revoke`, for good: the
+ * fault then maps a page of memory (one for all of `owner`'s mappings).
+ * Process context.
+ */
+void rmlx5_umap_zap(const void *owner, bool revoke)
+{
+	struct page *stand_in = revoke ? alloc_page(GFP_KERNEL | __GFP_ZERO) : NULL;
+	struct rmlx5_umap *m;
+	u64 gen;
+
+	mutex_lock(&rmlx5_umaps_lock);
+	gen = ++rmlx5_umaps_gen;
+	mutex_unlock(&rmlx5_umaps_lock);
+	for (;;) {
+		struct mm_struct *mm = NULL;
+
+		mutex_lock(&rmlx5_umaps_lock);
+		list_for_each_entry(m, &rmlx5_umaps, list) {
+			if (m->owner != owner || m->gen == gen)
+				continue;
+			if (mmget_not_zero(m->vma->vm_mm)) {
+				mm = m->vma->vm_mm;
+				break;
+			}
+			/* The process is exiting: its mappings go with it. */
+			m->gen = gen;
+		}
+		mutex_unlock(&rmlx5_umaps_lock);
+		if (!mm)
+			break;
+		mmap_read_lock(mm);
+		mutex_lock(&rmlx5_umaps_lock);
+		list_for_each_entry(m, &rmlx5_umaps, list) {
+			if (m->owner != owner || m->gen == gen ||
+			    m->vma->vm_mm != mm)
+				continue;
+			/* Before the zap: a fault right after finds it. */
+			if (revoke && !m->revoked) {
+				if (stand_in) {
+					get_page(stand_in);
+					m->stand_in = stand_in;
+				}
+				smp_store_release(&m->revoked, true);
+			}
+			zap_special_vma_range(m->vma, m->vma->vm_start,
+					      m->vma->vm_end - m->vma->vm_start);
+			m->gen = gen;
+		}
+		mutex_unlock(&rmlx5_umaps_lock);
+		mmap_read_unlock(mm);
+		mmput(mm);
+	}
+	if (stand_in)
+		put_page(stand_in);
+}
+
+/*
  * Maps the device page at physical address `phys` (a UAR page in a BAR)
  * into `vma`, write-combined if `wc` (BlueFlame) else uncached, as
- * mlx5_ib maps UAR pages: an I/O mapping that is not copied on fork.
+ * mlx5_ib maps UAR pages: an I/O mapping that is not copied on fork,
+ * tracked as one of `owner`'s (rmlx5_umap_add: `-EIO` once `*revoked`;
+ * the failed mmap's page table entries are then removed by the core).
  */
-int rmlx5_io_map_page(struct vm_area_struct *vma, u64 phys, bool wc)
+int rmlx5_io_map_page(struct vm_area_struct *vma, u64 phys, bool wc,
+		      const void *owner, const bool *revoked)
 {
+	int err;
+
 	if (vma->vm_end - vma->vm_start != PAGE_SIZE)
 		return -EINVAL;
 	vma->vm_page_prot = wc ? pgprot_writecombine(vma->vm_page_prot) :
 				 pgprot_noncached(vma->vm_page_prot);
 	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND |
 				  VM_DONTDUMP);
-	return io_remap_pfn_range(vma, vma->vm_start, phys >> PAGE_SHIFT,
-				  PAGE_SIZE, vma->vm_page_prot);
+	err = io_remap_pfn_range(vma, vma->vm_start, phys >> PAGE_SHIFT,
+				 PAGE_SIZE, vma->vm_page_prot);
+	if (err)
+		return err;
+	return rmlx5_umap_add(vma, owner, NULL, NULL, revoked);
+}
+
+/* Revokes every mapping of `owner` (see rmlx5_umap_zap). */
+void rmlx5_io_revoke(const void *owner)
+{
+	rmlx5_umap_zap(owner, true);
 }

@@ -47,6 +47,12 @@ void rmlx5_free_page(struct page *page);
 int rmlx5_dma_map_pages(struct device *dev, struct page *page, size_t len,
 			u64 *dma);
 void rmlx5_dma_unmap_pages(struct device *dev, u64 dma, size_t len);
-int rmlx5_io_map_page(struct vm_area_struct *vma, u64 phys, bool wc);
+int rmlx5_io_map_page(struct vm_area_struct *vma, u64 phys, bool wc,
+		      const void *owner, const bool *revoked);
+void rmlx5_io_revoke(const void *owner);
+int rmlx5_umap_add(struct vm_area_struct *vma, const void *owner,
+		   struct page *page, void (*on_fault)(void),
+		   const bool *revoked);
+void rmlx5_umap_zap(const void *owner, bool revoke);
 
 #endif

@@ -890,10 +890,14 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
         if [ -n "$n" ] && insmod "$root/lib/modules/rmlx5_ulp.ko" dev0=$n dev1=$n prefix=cx_ulp_held leak=1; then
             rmmod rmlx5_ulp && released=1
         fi
-        # A process with a user context open on the function (its UAR page
-        # is a page of BAR0): the unbind waits until it is closed, then
-        # goes on.
-        ctxpid=
+        # Processes with user contexts open on the function (their UAR
+        # pages are pages of BAR0) at the unbind: one only holding a
+        # context, an event-mode pingpong of rmlx5's provider and one of
+        # rdma-core's through ib_uverbs, both in traffic. The unbind
+        # disassociates their contexts instead of waiting for them: it
+        # returns at once, and the pingpongs end with an error (their
+        # channels read EIO), not with a signal or a hang.
+        ctxpid= pp= srv= cli=
         if [ -n "$n" ] && [ -c /dev/rmlx5_uverbs$n ]; then
             refs=$(cat /sys/module/rmlx5/refcnt)
             sh -c "exec 3</dev/rmlx5_uverbs$n; exec sleep 600" &
@@ -906,34 +910,112 @@ tests.test_mlx5_huge_page.ResourcesOnHugePageTest.test_prefer_obj_on_huge" \
             else
                 fail cx_rmmod_refused_with_an_open_context "module references $refs -> $held_refs with a context open, or rmmod rmlx5 succeeded"
             fi
+            rmlx5-pingpong --events --size 64 --iters 1000000 --device $n --peer-device $n > /tmp/pp-unbind.log 2>&1 &
+            pp=$!
+            # And one that checks what a process sees (rmlx5-disassoc: the
+            # event, stores to its UAR mapping landing in memory, EIO from
+            # its files, commands and mmap).
+            probe=
+            if command -v rmlx5-disassoc > /dev/null; then
+                rmlx5-disassoc $n 120 > /tmp/disassoc.log 2>&1 &
+                probe=$!
+                for i in $(seq 50); do
+                    grep -q "ready" /tmp/disassoc.log && break
+                    sleep 0.2
+                done
+            fi
+            if [ -x /usr/bin/ibv_rc_pingpong ]; then
+                env LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu \
+                    ibv_rc_pingpong -d rmlx5_$n -i 1 -p 18998 -e -n 100000000 > /tmp/rc-srv-unbind.log 2>&1 &
+                srv=$!
+                sleep 1
+                env LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu \
+                    ibv_rc_pingpong -d rmlx5_$n -i 1 -p 18998 -e -n 100000000 127.0.0.1 > /tmp/rc-cli-unbind.log 2>&1 &
+                cli=$!
+            fi
+            sleep 3
         fi
-        echo "$bdf" > $sysdrv/unbind &
-        unbinder=$!
-        if [ -n "$ctxpid" ]; then
-            waited=
-            for i in $(seq 50); do
-                if dmesg | grep -q "rmlx5_$n: waiting for 1 user context(s) to be closed"; then
-                    waited=1
-                    break
-                fi
+        # Exit status of process $1 within $2 s in $xrc, "hung" (then
+        # killed) if it is still running. Not in a subshell: wait needs
+        # its own children.
+        exit_within() {
+            local i
+            for i in $(seq $(( $2 * 5 ))); do
+                kill -0 $1 2>/dev/null || break
                 sleep 0.2
             done
-            # Still waiting a moment later: the unbind has not returned.
-            sleep 1
-            if [ -n "$waited" ] && kill -0 $unbinder 2>/dev/null; then
-                kill $ctxpid
-                wait $ctxpid
-                wait $unbinder
-                pass cx_unbind_waits_for_user_contexts
+            if kill -0 $1 2>/dev/null; then
+                kill -9 $1 2>/dev/null
+                wait $1
+                xrc=hung
             else
-                kill $ctxpid
-                wait $ctxpid
-                wait $unbinder
-                fail cx_unbind_waits_for_user_contexts "no 'waiting for 1 user context(s)' for rmlx5_$n, or the unbind did not wait"
+                wait $1
+                xrc=$?
+            fi
+        }
+        running=
+        for p in $pp $srv $cli; do
+            kill -0 $p 2>/dev/null && running="$running $p"
+        done
+        t0=$(cut -d. -f1 /proc/uptime)
+        echo "$bdf" > $sysdrv/unbind &
+        exit_within $! 60
+        urc=$xrc
+        t1=$(cut -d. -f1 /proc/uptime)
+        if [ -n "$ctxpid" ]; then
+            exit_within $pp 30
+            pprc=$xrc
+            srvrc=- clirc=-
+            if [ -n "$srv" ]; then
+                exit_within $srv 30
+                srvrc=$xrc
+                exit_within $cli 30
+                clirc=$xrc
+            fi
+            if [ -n "$probe" ]; then
+                exit_within $probe 30
+                cat /tmp/disassoc.log
+                if [ "$xrc" = 0 ]; then
+                    pass cx_unbind_disassociated_process_sees_eio_and_memory
+                else
+                    fail cx_unbind_disassociated_process_sees_eio_and_memory "rmlx5-disassoc exit $xrc: $(grep -v ": ok:" /tmp/disassoc.log | tail -n 3)"
+                fi
+            fi
+            # The context-only process noticed nothing: it is still there.
+            kill -0 $ctxpid 2>/dev/null && held_on=1 || held_on=
+            kill $ctxpid 2>/dev/null
+            wait $ctxpid
+            echo "rmlx5-guest: unbind with contexts open: unbind $urc in $((t1 - t0)) s; pingpong $pprc ($(tail -n 1 /tmp/pp-unbind.log)); ibv_rc_pingpong server $srvrc ($(tail -n 1 /tmp/rc-srv-unbind.log 2>/dev/null)), client $clirc ($(tail -n 1 /tmp/rc-cli-unbind.log 2>/dev/null)); running before: $running"
+            nctx=$(dmesg | sed -n "s/.*rmlx5_$n: disassociating \([0-9]*\) user context(s).*/\1/p" | tail -n 1)
+            # Every exit an error of its own, none a signal (>= 128) and
+            # none a hang; the processes were running when the unbind began.
+            ok=1
+            for rc in $pprc $srvrc $clirc; do
+                case $rc in
+                -) ;;
+                hung | 0) ok= ;;
+                *) [ "$rc" -lt 128 ] || ok= ;;
+                esac
+            done
+            want_running=1
+            [ -n "$srv" ] && want_running=3
+            if [ "$urc" = 0 ] && [ -n "$nctx" ] && [ "$nctx" -ge 3 ] && [ -n "$ok" ] &&
+                [ -n "$held_on" ] && [ $(echo $running | wc -w) = $want_running ]; then
+                pass cx_unbind_disassociates_user_contexts
+            else
+                fail cx_unbind_disassociates_user_contexts "unbind exit $urc, '${nctx:-no}' context(s) disassociated (want 3 or more: the holder, the pingpong, the probe), exits pingpong $pprc rc server $srvrc client $clirc (want errors, no signal, no hang), context holder alive '${held_on}', running before '$running'"
+            fi
+            if [ -n "$srv" ]; then
+                # ib_uverbs disassociated rdma-core's contexts through the
+                # op (no 'waiting for' it, the unbind returned).
+                if [ "$srvrc" != hung ] && [ "$clirc" != hung ] && [ "$urc" = 0 ]; then
+                    pass cx_unbind_disassociates_ib_uverbs_contexts
+                else
+                    fail cx_unbind_disassociates_ib_uverbs_contexts "ibv_rc_pingpong server $srvrc, client $clirc, unbind $urc"
+                fi
             fi
         else
-            wait $unbinder
-            fail cx_unbind_waits_for_user_contexts "no /dev/rmlx5_uverbs$n to open"
+            fail cx_unbind_disassociates_user_contexts "no /dev/rmlx5_uverbs$n to open"
         fi
         if [ -n "$released" ] && ! bound &&
             dmesg | grep -q "rmlx5: rmlx5_$n: released 8 object(s) kernel ULPs still hold (0 could not be)"; then

@@ -39,6 +39,10 @@
 //! owner.
 
 use core::ptr::NonNull;
+use core::sync::atomic::{
+    AtomicBool,
+    Ordering, //
+};
 use kernel::{
     device,
     ffi::c_void,
@@ -206,7 +210,14 @@ extern "C" {
         dma: *mut u64,
     ) -> kernel::ffi::c_int;
     fn rmlx5_shim_dma_unmap(dev: *mut c_void, dma: u64, len: usize);
-    fn rmlx5_io_map_page(vma: *mut c_void, phys: u64, wc: bool) -> kernel::ffi::c_int;
+    fn rmlx5_io_map_page(
+        vma: *mut c_void,
+        phys: u64,
+        wc: bool,
+        owner: *const c_void,
+        revoked: *const bool,
+    ) -> kernel::ffi::c_int;
+    fn rmlx5_io_revoke(owner: *const c_void);
 }
 
 /// The page size of queue buffers and MTTs.
@@ -955,9 +966,7 @@ fn run_entered<C: Command>(e: &Entered<'_>, input: &C::In, pas: &[u64]) -> Resul
         let State { bus, function, .. } = &mut *st;
         let cmd = function.cmdif().ok_or(ENODEV)?;
         if events::mode() == MODE_ENTRY0 || !cmd.lane_fits::<C>(pas.len()) {
-            COUNTERS
-                .entry0
-                .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            COUNTERS.entry0.fetch_add(1, Ordering::Relaxed);
             let out = cmd
                 .exec::<C, _>(bus, input, pas)
                 .map_err(|e| cmd_err(bus.pdev(), e))?;
@@ -1096,7 +1105,12 @@ impl Backend for CxBackend {
             let _ = self.destroy_cmd::<DeallocUar>(&DeallocUarIn { uar: index });
             return Err(EIO);
         }
-        let uar = CxUar { be: self, index };
+        let uar = CxUar {
+            be: self,
+            index,
+            revoked: AtomicBool::new(false),
+            given_back: AtomicBool::new(false),
+        };
         let uar: KBox<dyn UserUar> = KBox::new(uar, GFP_KERNEL)?;
         Ok(uar)
     }
@@ -1575,10 +1589,31 @@ impl Backend for CxBackend {
 /// The UAR page of a user context on the function: a page of BAR0 the
 /// function gave with ALLOC_UAR, mapped into the process write-combined
 /// (BlueFlame copies and doorbells are stores to it), and freed with
-/// DEALLOC_UAR after the context's objects.
+/// DEALLOC_UAR after the context's objects, or when the context is
+/// disassociated ([`UserUar::revoke`]).
 struct CxUar {
     be: Arc<CxBackend>,
     index: u32,
+    /// Revoked: no longer mapped anywhere. The mappings are tracked by
+    /// the C side under this address.
+    revoked: AtomicBool,
+    /// Given back to the device (DEALLOC_UAR sent) before the drop.
+    given_back: AtomicBool,
+}
+
+impl CxUar {
+    fn owner(&self) -> *const c_void {
+        core::ptr::from_ref(self).cast()
+    }
+
+    fn dealloc(&self) {
+        if let Err(e) = self
+            .be
+            .destroy_cmd::<DeallocUar>(&DeallocUarIn { uar: self.index })
+        {
+            pr_warn!("rmlx5: UAR {} not freed: {:?}\n", self.index, e);
+        }
+    }
 }
 
 impl UserUar for CxUar {
@@ -1603,21 +1638,48 @@ impl UserUar for CxUar {
         let phys = self.be.bar_phys + self.addr();
         // SAFETY: `vma` is the VMA being set up by this mmap call (ours
         // for its duration); `phys` is a UAR page of the function's BAR0,
-        // which stays the function's while any context of it is open
-        // (unbind waits for them, `uverbs/node.rs`).
-        let r = unsafe { rmlx5_io_map_page(vma.as_ptr().cast(), phys, true) };
+        // which stays the function's until the page is revoked (`revoke`,
+        // before the function goes: unbind disassociates every context,
+        // `uverbs/node.rs`); the C side refuses the mapping once
+        // `revoked` is set and tracks it under `owner()` until the VMA
+        // closes. `revoked` is an `AtomicBool`, laid out as a `bool`, and
+        // lives as long as `self`, which outlives every mapping (the
+        // context holds its file and the file holds the context).
+        let r = unsafe {
+            rmlx5_io_map_page(
+                vma.as_ptr().cast(),
+                phys,
+                true,
+                self.owner(),
+                self.revoked.as_ptr().cast_const(),
+            )
+        };
         kernel::error::to_result(r)
+    }
+
+    fn revoke(&self) {
+        if self.revoked.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // SAFETY: `owner()` names this UAR's tracked mappings; the flag
+        // the C side reads under its lock is set above. Process context.
+        unsafe { rmlx5_io_revoke(self.owner()) };
+    }
+
+    fn give_back(&self) {
+        // Only once no process can store to the page any more.
+        if self.revoked.load(Ordering::Acquire) && !self.given_back.swap(true, Ordering::AcqRel) {
+            self.dealloc();
+        }
     }
 }
 
 impl Drop for CxUar {
     fn drop(&mut self) {
-        // Once the function is gone, so is the UAR.
-        if let Err(e) = self
-            .be
-            .destroy_cmd::<DeallocUar>(&DeallocUarIn { uar: self.index })
-        {
-            pr_warn!("rmlx5: UAR {} not freed: {:?}\n", self.index, e);
+        // Once the function is gone, so is the UAR; a disassociated
+        // context's was given back already.
+        if !*self.given_back.get_mut() {
+            self.dealloc();
         }
     }
 }

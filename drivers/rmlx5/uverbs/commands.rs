@@ -258,6 +258,10 @@ fn create_comp_channel(ctx: &Ucontext, arg: &Arg) -> Result<isize> {
     let queue = EventQueue::new(QueueKind::Comp)?;
     {
         let mut o = ctx.objects.lock();
+        // Disassociated meanwhile: its channels were taken and closed.
+        if ctx.is_disassociated() {
+            return Err(EIO);
+        }
         // Forget channels whose file is gone and that no CQ uses.
         o.channels.retain(|q| !q.is_unused());
         if o.channels.len() >= MAX_CHANNELS {

@@ -18,7 +18,10 @@
 //! the dispatcher never takes `objects`, and one dispatch is bounded by
 //! the handler it calls (for user objects: posting to an event queue).
 
-use core::sync::atomic::AtomicBool;
+use core::sync::atomic::{
+    AtomicBool,
+    Ordering, //
+};
 use kernel::{
     mm::virt::{
         flags as vm,
@@ -104,6 +107,11 @@ pub(crate) struct Ucontext {
     device_slot: Arc<EventSlot>,
     /// `GET_ASYNC_FD` has been answered.
     pub(crate) async_fd_taken: AtomicBool,
+    /// `DEVICE_FATAL` was posted (once per context).
+    fatal_told: AtomicBool,
+    /// Disassociated from its device ([`Ucontext::disassociate`]): every
+    /// command and mapping gets `EIO`.
+    disassociated: AtomicBool,
     #[pin]
     pub(crate) objects: Mutex<Objects>,
     /// Counts the context as a user of its device node until it is gone
@@ -129,6 +137,8 @@ impl Ucontext {
                 async_queue,
                 device_slot,
                 async_fd_taken: AtomicBool::new(false),
+                fatal_told: AtomicBool::new(false),
+                disassociated: AtomicBool::new(false),
                 objects <- new_mutex!(Objects {
                     pds: Table::new(MAX_OBJECTS),
                     mrs: Table::new(MAX_OBJECTS),
@@ -147,11 +157,45 @@ impl Ucontext {
     /// channels are closed (readers get `EIO`, pollers `EPOLLERR`). Its
     /// objects stay until it closes the context.
     pub(crate) fn device_fatal(&self) {
-        self.async_queue.post(&self.device_slot, EVENT_DEVICE_FATAL);
+        self.tell_fatal();
         let channels = self.objects.lock();
         for ch in channels.channels.iter() {
             ch.close();
         }
+    }
+
+    /// Posts `DEVICE_FATAL` on the async-event file, once.
+    fn tell_fatal(&self) {
+        if !self.fatal_told.swap(true, Ordering::AcqRel) {
+            self.async_queue.post(&self.device_slot, EVENT_DEVICE_FATAL);
+        }
+    }
+
+    /// The device goes away under the open context (a PCI function's
+    /// unbind, [`super::node::Users::disassociate`]), as ib_uverbs
+    /// disassociates mlx5_ib's contexts: from now on every command and
+    /// `mmap` gets `EIO`; its UAR page leaves the process first, so its
+    /// later stores to the mapping land in a page of memory, never in the
+    /// device; the process is then told `DEVICE_FATAL` (still readable
+    /// from the async-event file, which then reads `EIO`); its objects are
+    /// destroyed on the device now, while it still runs, its completion
+    /// channels closed, and the UAR given back. The queue buffers it
+    /// mapped stay (each page holds a reference). The rest goes when the
+    /// process closes the file.
+    pub(crate) fn disassociate(&self) {
+        self.disassociated.store(true, Ordering::Release);
+        self.uar.revoke();
+        self.tell_fatal();
+        self.async_queue.close_after_pending();
+        for ch in self.destroy_objects().iter() {
+            ch.close();
+        }
+        self.uar.give_back();
+    }
+
+    /// Whether [`Ucontext::disassociate`] has run.
+    pub(crate) fn is_disassociated(&self) -> bool {
+        self.disassociated.load(Ordering::Acquire)
     }
 
     /// The address CQs and QPs name the context's UAR page by.
@@ -161,11 +205,12 @@ impl Ucontext {
 
     /// Destroys everything the context created, in dependency order: QPs
     /// (which use CQs, PDs and the UAR), MRs (unpinned and uncharged), CQs
-    /// (their unread events leave the channels), PDs; then channels and
-    /// the async file see `EIO`. Runs on release, also when the process
-    /// dies mid-use; the HCA stops touching each object as it is
-    /// destroyed, before its memory goes.
-    fn teardown(&self) {
+    /// (their unread events leave the channels), PDs. The tables are
+    /// closed: an object a command in flight creates now is refused with
+    /// `EIO` (and destroyed as it is dropped). Returns the completion
+    /// channels. The HCA stops touching each object as it is destroyed,
+    /// before its memory goes.
+    fn destroy_objects(&self) -> KVec<Arc<EventQueue>> {
         let (qps, mrs, cqs, pds, channels) = {
             let mut o = self.objects.lock();
             let qps = o.qps.drain();
@@ -179,7 +224,14 @@ impl Ucontext {
         drop(mrs);
         drop(cqs);
         drop(pds);
-        for ch in channels.iter() {
+        channels
+    }
+
+    /// Destroys what the context holds (`destroy_objects`); then channels
+    /// and the async file see `EIO`. Runs on release, also when the
+    /// process dies mid-use.
+    fn teardown(&self) {
+        for ch in self.destroy_objects().iter() {
             ch.close();
         }
         self.async_queue.close();
@@ -191,6 +243,9 @@ impl Ucontext {
     /// page or an object of this context; the mapping must be shared, not
     /// executable, and exactly as long as the memory.
     pub(crate) fn mmap(&self, vma: &VmaNew) -> Result {
+        if self.is_disassociated() {
+            return Err(EIO);
+        }
         let len = vma.end().checked_sub(vma.start()).ok_or(EINVAL)?;
         // SAFETY: reading `vm_pgoff` of the VMA being set up; the VMA is
         // exclusively ours for the duration of the mmap call.

@@ -46,7 +46,7 @@ use crate::rmlx5_abi::wire::Wire;
 /// `__poll_t` casts).
 const EPOLLIN: u32 = 0x1;
 /// `EPOLLERR`.
-const EPOLLERR: u32 = 0x8;
+pub(crate) const EPOLLERR: u32 = 0x8;
 /// `EPOLLRDNORM`.
 const EPOLLRDNORM: u32 = 0x40;
 
@@ -242,6 +242,13 @@ impl EventQueue {
         self.wait.notify_all();
         // SAFETY: `fasync` is this queue's list, see `Fasync`.
         unsafe { super::event_file::kill_fasync(self.fasync.0.get()) };
+    }
+
+    /// Marks the queue closed but keeps what is pending: readers get those
+    /// events, then `EIO`; later events are discarded.
+    pub(crate) fn close_after_pending(&self) {
+        self.inner.lock().closed = true;
+        self.wait.notify_all();
     }
 
     /// Marks the queue closed: pending events are dropped, later ones

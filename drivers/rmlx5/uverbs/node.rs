@@ -7,10 +7,12 @@
 //! Open files pin the module (the misc file operations carry
 //! `THIS_MODULE` as owner), so the module's nodes outlive the files opened
 //! on them. A PCI function's node goes at unbind: the node is removed (no
-//! new open), and then the unbind waits for the contexts still open on it
-//! to be closed ([`Users::wait_idle`]), as ib_uverbs does for a driver
-//! that cannot disassociate its contexts: the process's mappings of the
-//! function's UAR pages must be gone before the function is.
+//! new open), and then the contexts still open on it are disassociated
+//! ([`Users::disassociate`]), as ib_uverbs does for mlx5_ib: each is told
+//! `DEVICE_FATAL`, its objects are destroyed on the function and its UAR
+//! page leaves the process (whose later stores land in memory), so the
+//! unbind goes on at once; the process sees `EIO` from then on and frees
+//! the rest when it closes the file.
 
 use kernel::{
     container_of,
@@ -18,11 +20,10 @@ use kernel::{
         MiscDeviceOptions,
         MiscDeviceRegistration, //
     },
-    new_condvar, new_mutex,
+    new_mutex,
     prelude::*,
     sync::{
         Arc,
-        CondVar,
         Mutex, //
     },
 };
@@ -48,13 +49,9 @@ const UVERBS_NAMES: [&CStr; MAX_NODES] = [
 /// The user contexts open on one node.
 #[pin_data]
 pub(crate) struct Users {
-    #[pin]
-    count: Mutex<usize>,
-    #[pin]
-    idle: CondVar,
-    /// The open contexts, for [`Users::device_fatal`]: each is entered by
-    /// [`Users::watch`] once pinned and leaves in its drop, before any of
-    /// its fields goes.
+    /// The open contexts, for [`Users::device_fatal`] and
+    /// [`Users::disassociate`]: each is entered by [`Users::watch`] once
+    /// pinned and leaves in its drop, before any of its fields goes.
     #[pin]
     open: Mutex<KVec<*const Ucontext>>,
 }
@@ -69,8 +66,6 @@ impl Users {
     fn new() -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
-                count <- new_mutex!(0, "rmlx5_uverbs_users"),
-                idle <- new_condvar!("rmlx5_uverbs_idle"),
                 open <- new_mutex!(KVec::new(), "rmlx5_uverbs_open"),
             }),
             GFP_KERNEL,
@@ -104,29 +99,33 @@ impl Users {
         }
     }
 
-    /// Counts one more context until the returned value is dropped.
-    pub(crate) fn enter(self: &Arc<Self>) -> UserRef {
-        *self.count.lock() += 1;
-        UserRef(self.clone())
-    }
-
-    /// Waits until no context is open, saying so in the log if one is.
-    pub(crate) fn wait_idle(&self, index: u16) {
-        let mut n = self.count.lock();
-        if *n > 0 {
+    /// The device is going away (unbind, after the node was removed):
+    /// every open context is disassociated from it
+    /// ([`Ucontext::disassociate`]), saying so in the log. Returns at
+    /// once; no process is waited for. Process context, and no `mmap_lock`
+    /// held (each process's is taken to unmap its UAR page).
+    pub(crate) fn disassociate(&self, index: u16) {
+        let open = self.open.lock();
+        if !open.is_empty() {
             pr_info!(
-                "rmlx5_{}: waiting for {} user context(s) to be closed\n",
+                "rmlx5_{}: disassociating {} user context(s)\n",
                 index,
-                *n
+                open.len()
             );
         }
-        while *n > 0 {
-            self.idle.wait(&mut n);
+        for &ctx in open.iter() {
+            // SAFETY: As in `device_fatal`.
+            unsafe { &*ctx }.disassociate();
         }
+    }
+
+    /// Holds the users for a context until the returned value is dropped.
+    pub(crate) fn enter(self: &Arc<Self>) -> UserRef {
+        UserRef(self.clone())
     }
 }
 
-/// One open context, counted in its node's [`Users`].
+/// The node's users, held by one open context.
 pub(crate) struct UserRef(Arc<Users>);
 
 impl UserRef {
@@ -139,16 +138,6 @@ impl UserRef {
 impl crate::mlx5_core::device::FatalListener for Users {
     fn device_fatal(&self) {
         Users::device_fatal(self);
-    }
-}
-
-impl Drop for UserRef {
-    fn drop(&mut self) {
-        let mut n = self.0.count.lock();
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            self.0.idle.notify_all();
-        }
     }
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct Table<T> {
     slots: KVec<Option<Entry<T>>>,
     live: usize,
     limit: usize,
+    /// Drained ([`Table::drain`]): nothing more is inserted.
+    closed: bool,
 }
 
 impl<T> Table<T> {
@@ -44,6 +46,7 @@ impl<T> Table<T> {
             slots: KVec::new(),
             live: 0,
             limit,
+            closed: false,
         }
     }
 
@@ -54,8 +57,11 @@ impl<T> Table<T> {
     }
 
     /// The handle `insert` will hand out next (the lowest free one), or
-    /// `ENOSPC` when the table is full.
+    /// `ENOSPC` when the table is full (`EIO` once it was drained).
     pub(crate) fn next_handle(&self) -> Result<u32> {
+        if self.closed {
+            return Err(EIO);
+        }
         let idx = match self.slots.iter().position(|s| s.is_none()) {
             Some(i) => i,
             None if self.slots.len() < self.limit => self.slots.len(),
@@ -151,8 +157,10 @@ impl<T> Table<T> {
     }
 
     /// Removes every object, highest handle first, ignoring users (the
-    /// context is going away and the caller destroys in dependency order).
+    /// context is going away and the caller destroys in dependency order),
+    /// and closes the table.
     pub(crate) fn drain(&mut self) -> KVec<Arc<T>> {
+        self.closed = true;
         let mut out = KVec::new();
         while let Some(slot) = self.slots.pop() {
             if let Some(e) = slot {

@@ -14,7 +14,8 @@ use super::{
     event::{
         EventQueue,
         EventSlot,
-        QueueKind, //
+        QueueKind,
+        EPOLLERR, //
     },
     objects::{
         qp_geometry,
@@ -34,6 +35,7 @@ use crate::rmlx5_abi::uapi::{
     CmdHdr,
     CreateQp,
     EVENT_COMM_EST,
+    EVENT_DEVICE_FATAL,
     EVENT_QP_ACCESS_ERR,
     EVENT_QP_FATAL,
     QPT_RC, //
@@ -64,6 +66,9 @@ mod uverbs_kunit {
         assert_eq!(t.drain().len(), 3);
         assert_eq!(t.len(), 0);
         assert_eq!(t.get(u32::MAX).err(), Some(EINVAL));
+        // Drained for good: a create racing the teardown is refused.
+        assert_eq!(t.insert(Arc::new(60, GFP_KERNEL)?).err(), Some(EIO));
+        assert_eq!(t.next_handle().err(), Some(EIO));
         Ok(())
     }
 
@@ -106,6 +111,29 @@ mod uverbs_kunit {
         let mut out = [0u8; 8];
         assert_eq!(q.pop(&mut out, true).err(), Some(EIO));
         assert!(!q.is_unused());
+        q.detach(&s);
+        assert!(q.is_unused());
+        Ok(())
+    }
+
+    #[test]
+    fn queue_closed_after_pending_delivers_then_reports_eio() -> Result {
+        // A disassociated context's async file: DEVICE_FATAL stays
+        // readable, then EIO, and nothing later is queued.
+        let q = EventQueue::new(QueueKind::Async)?;
+        let s = EventSlot::new(0)?;
+        q.attach()?;
+        q.post(&s, EVENT_DEVICE_FATAL);
+        q.close_after_pending();
+        q.post(&s, 3);
+        assert_eq!(q.pending(), 1);
+        let mut out = [0u8; 16];
+        assert_eq!(q.pop(&mut out, true)?, QueueKind::Async.event_size());
+        let mut ty = [0u8; 4];
+        ty.copy_from_slice(out.get(8..12).ok_or(EINVAL)?);
+        assert_eq!(u32::from_ne_bytes(ty), EVENT_DEVICE_FATAL);
+        assert_eq!(q.pop(&mut out, false).err(), Some(EIO));
+        assert_eq!(q.poll_mask(), EPOLLERR);
         q.detach(&s);
         assert!(q.is_unused());
         Ok(())
