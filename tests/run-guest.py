@@ -245,11 +245,17 @@ class CxEmu:
 
     def qemu_args(self, memory):
         """Guest RAM the emulator can map (a shared memfd) and the devices,
-        one per function, in the functions' order."""
+        one per function, in the functions' order, each alone below a PCIe
+        root port of its own, as a card sits in a slot: the port has AER,
+        so the guest can report an error there and the PCI core's error
+        recovery resets the link below it, this function only."""
         devices = []
-        for path in self.sockets:
-            device = {"driver": "vfio-user-pci", "socket": {"path": path, "type": "unix"}}
-            devices += ["-device", json.dumps(device)]
+        for i, path in enumerate(self.sockets):
+            port = {"driver": "pcie-root-port", "id": f"rp{i}", "bus": "pcie.0",
+                    "chassis": i + 1, "slot": i + 1}
+            device = {"driver": "vfio-user-pci", "bus": f"rp{i}", "id": f"cx{i}",
+                      "socket": {"path": path, "type": "unix"}}
+            devices += ["-device", json.dumps(port), "-device", json.dumps(device)]
         return (["-object", f"memory-backend-memfd,id=mem,size={memory},share=on"], devices)
 
     def stop(self, timeout=30):

@@ -573,8 +573,8 @@ impl pci::Driver for CxDriver {
     }
 }
 
-/// Starts the health poll of a function that is up (`cx_health_ms`, none
-/// if 0).
+/// Starts the health poll of a function that is up (every `cx_health_ms`,
+/// never if 0), which also takes the PCI core's error and reset callbacks.
 ///
 /// # Safety
 ///
@@ -585,10 +585,9 @@ unsafe fn start_health<'bound>(
     irq: &AsyncIrq<'bound>,
     health: &Mutex<Option<Poller<'bound>>>,
 ) -> Result {
+    // With cx_health_ms=0 nothing polls, but the PCI core's callbacks
+    // still reach the monitor.
     let ms = crate::module_parameters::cx_health_ms.value();
-    if ms == 0 {
-        return Ok(());
-    }
     let (fatal, cmdq) = {
         let st = irq.state.lock();
         (st.bus.fatal_flag().clone(), st.bus.cmd_mem_addr())
@@ -596,7 +595,9 @@ unsafe fn start_health<'bound>(
     // SAFETY: Guaranteed by the caller.
     let monitor = unsafe { Monitor::new(pdev, bar, irq, fatal, cmdq) };
     *health.lock() = Some(Poller::start(monitor, ms)?);
-    dev_info!(pdev, "health poll every {} ms\n", ms);
+    if ms > 0 {
+        dev_info!(pdev, "health poll every {} ms\n", ms);
+    }
     Ok(())
 }
 

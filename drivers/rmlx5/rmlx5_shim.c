@@ -290,15 +290,26 @@ void rmlx5_pci_clear_master(struct device *dev)
  * A periodic callback on the system workqueue: the health poll of a
  * ConnectX function. rmlx5_poller_stop() waits for a running call and
  * prevents the next; the callback's memory is the caller's.
+ *
+ * The poller is also what the PCI core's error and reset callbacks of the
+ * function reach (rmlx5_cx_err_handlers below): `event` is called with
+ * `ctx` and an RMLX5_PCI_* code, under rmlx5_pollers_lock, which
+ * rmlx5_poller_stop also takes, so the context is alive during the call.
  */
 struct rmlx5_poller {
 	struct delayed_work dw;
 	void (*fn)(void *ctx);
+	unsigned int (*event)(void *ctx, unsigned int what);
 	void *ctx;
+	struct device *dev;
+	struct list_head list;
 	unsigned long period;
 	bool stopped;
 	spinlock_t lock;
 };
+
+static DEFINE_MUTEX(rmlx5_pollers_lock);
+static LIST_HEAD(rmlx5_pollers);
 
 static void rmlx5_poller_fn(struct work_struct *work)
 {
@@ -312,29 +323,140 @@ static void rmlx5_poller_fn(struct work_struct *work)
 	spin_unlock(&p->lock);
 }
 
-struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *), void *ctx,
-					 unsigned int ms)
+/* Polls every `ms` (never if 0: then only the PCI callbacks reach it). */
+struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *),
+					unsigned int (*event)(void *, unsigned int),
+					void *ctx, unsigned int ms,
+					struct device *dev)
 {
 	struct rmlx5_poller *p = kzalloc(sizeof(*p), GFP_KERNEL);
 
 	if (!p)
 		return NULL;
 	p->fn = fn;
+	p->event = event;
 	p->ctx = ctx;
+	p->dev = dev;
 	p->period = max(msecs_to_jiffies(ms), 1UL);
 	spin_lock_init(&p->lock);
 	INIT_DELAYED_WORK(&p->dw, rmlx5_poller_fn);
-	queue_delayed_work(system_dfl_wq, &p->dw, p->period);
+	mutex_lock(&rmlx5_pollers_lock);
+	list_add(&p->list, &rmlx5_pollers);
+	mutex_unlock(&rmlx5_pollers_lock);
+	if (ms)
+		queue_delayed_work(system_dfl_wq, &p->dw, p->period);
 	return p;
 }
 
 void rmlx5_poller_stop(struct rmlx5_poller *p)
 {
+	mutex_lock(&rmlx5_pollers_lock);
+	list_del(&p->list);
+	mutex_unlock(&rmlx5_pollers_lock);
 	spin_lock(&p->lock);
 	p->stopped = true;
 	spin_unlock(&p->lock);
 	cancel_delayed_work_sync(&p->dw);
 	kfree(p);
+}
+
+/* Hands `what` to the poller of `pdev`; RMLX5_PCI_NONE if it has none. */
+static unsigned int rmlx5_poller_event(struct pci_dev *pdev, unsigned int what)
+{
+	unsigned int r = RMLX5_PCI_NONE;
+	struct rmlx5_poller *p;
+
+	mutex_lock(&rmlx5_pollers_lock);
+	list_for_each_entry(p, &rmlx5_pollers, list) {
+		if (p->dev == &pdev->dev) {
+			r = p->event(p->ctx, what);
+			break;
+		}
+	}
+	mutex_unlock(&rmlx5_pollers_lock);
+	if (r == RMLX5_PCI_NONE)
+		pci_info(pdev, "PCI %s: the function is not up, nothing to do\n",
+			 what == RMLX5_PCI_RESET_PREPARE ? "reset" :
+			 what == RMLX5_PCI_RESET_DONE ? "reset done" :
+			 what == RMLX5_PCI_RESUME ? "resume" : "error");
+	return r;
+}
+
+/*
+ * The PCI core's callbacks for the function (the 7.3 Rust PCI driver has
+ * no err_handler), all under the device lock, so never beside probe or
+ * remove. A reset the core does (sysfs `reset`, a bus reset) and an error
+ * AER reports take the same path as a failure the health poll finds: the
+ * function is failed (DMA off, verbs device fatal) before the reset; after
+ * it, the recovery is queued (unbind, which writes the function off,
+ * then probe, which resets it again and brings it up). The recovery work
+ * waits for the device lock, so it runs once the core is done.
+ */
+static void rmlx5_cx_reset_prepare(struct pci_dev *pdev)
+{
+	rmlx5_poller_event(pdev, RMLX5_PCI_RESET_PREPARE);
+}
+
+static void rmlx5_cx_reset_done(struct pci_dev *pdev)
+{
+	rmlx5_poller_event(pdev, RMLX5_PCI_RESET_DONE);
+}
+
+static pci_ers_result_t rmlx5_cx_error_detected(struct pci_dev *pdev,
+						pci_channel_state_t state)
+{
+	unsigned int what = state == pci_channel_io_perm_failure ?
+		RMLX5_PCI_PERM_FAILURE : state == pci_channel_io_frozen ?
+		RMLX5_PCI_FROZEN : RMLX5_PCI_NORMAL;
+
+	rmlx5_poller_event(pdev, what);
+	/* A function that failed for good stays down until unbound. */
+	return what == RMLX5_PCI_PERM_FAILURE ? PCI_ERS_RESULT_DISCONNECT :
+						 PCI_ERS_RESULT_NEED_RESET;
+}
+
+static pci_ers_result_t rmlx5_cx_slot_reset(struct pci_dev *pdev)
+{
+	/*
+	 * The link was reset: the config space is as the probe saved it
+	 * (BARs, MSI-X), but the function stays failed, without DMA, until
+	 * the recovery probes it again.
+	 */
+	pci_restore_state(pdev);
+	pci_save_state(pdev);
+	pci_clear_master(pdev);
+	pci_info(pdev, "PCI slot reset: config space restored\n");
+	return PCI_ERS_RESULT_RECOVERED;
+}
+
+static void rmlx5_cx_resume(struct pci_dev *pdev)
+{
+	rmlx5_poller_event(pdev, RMLX5_PCI_RESUME);
+}
+
+static const struct pci_error_handlers rmlx5_cx_err_handlers = {
+	.error_detected = rmlx5_cx_error_detected,
+	.slot_reset = rmlx5_cx_slot_reset,
+	.resume = rmlx5_cx_resume,
+	.reset_prepare = rmlx5_cx_reset_prepare,
+	.reset_done = rmlx5_cx_reset_done,
+};
+
+/*
+ * At the end of a probe that brought the function up: its driver gets
+ * the callbacks above (the same for every function the driver binds, so
+ * a second write changes nothing; the driver is registered and bound, so
+ * the structure is ours and writable), and the config space is saved
+ * for slot_reset.
+ */
+void rmlx5_pci_install_err_handlers(struct device *dev)
+{
+	struct pci_dev *pdev = to_pci_dev(dev);
+	struct pci_driver *drv = (struct pci_driver *)to_pci_driver(dev->driver);
+
+	if (drv)
+		WRITE_ONCE(drv->err_handler, &rmlx5_cx_err_handlers);
+	pci_save_state(pdev);
 }
 
 /*

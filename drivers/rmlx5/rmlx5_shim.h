@@ -22,8 +22,23 @@ int rmlx5_pci_request_bar0(struct device *dev);
 void rmlx5_pci_release_bar0(struct device *dev);
 void rmlx5_pci_clear_master(struct device *dev);
 struct rmlx5_poller;
-struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *), void *ctx,
-					 unsigned int ms);
+struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *),
+					unsigned int (*event)(void *, unsigned int),
+					void *ctx, unsigned int ms,
+					struct device *dev);
+/* What the PCI core tells a function's poller (rmlx5_poller_start). */
+enum {
+	RMLX5_PCI_NONE = 0,
+	RMLX5_PCI_RESET_PREPARE = 1,
+	RMLX5_PCI_RESET_DONE = 2,
+	RMLX5_PCI_NORMAL = 3,
+	RMLX5_PCI_FROZEN = 4,
+	RMLX5_PCI_PERM_FAILURE = 5,
+	RMLX5_PCI_RESUME = 6,
+	/* The answer of a poller that took the event. */
+	RMLX5_PCI_TAKEN = 7,
+};
+void rmlx5_pci_install_err_handlers(struct device *dev);
 void rmlx5_poller_stop(struct rmlx5_poller *p);
 void rmlx5_pci_note_written_off(struct device *dev);
 int rmlx5_pci_reset_if_written_off(struct device *dev);

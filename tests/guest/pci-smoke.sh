@@ -488,10 +488,38 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             survived=0
             list=
             k=0
+            # With aer_inject (the test kernel has it), two more: a fatal
+            # and a non-fatal uncorrectable error reported at the root port
+            # above the function; the PCI core's error recovery calls the
+            # driver's error_detected, slot_reset and resume.
+            aer=
+            [ -c /dev/aer_inject ] && aer="aer_fatal aer_nonfatal"
             while [ $k -lt "$faults" ]; do
-                list="$list fatal silent stuck flr"
+                list="$list fatal silent stuck flr $aer"
                 k=$((k + 1))
             done
+            # aer_report STATUS: an uncorrectable error with STATUS bits at
+            # the function's root port (struct aer_error_inj: bus, device,
+            # function, a pad byte, then uncor_status, cor_status, four
+            # header words and the domain, little-endian 32-bit), in one
+            # write.
+            aer_report() {
+                local rp b df fmt v
+                rp=$(basename "$(dirname "$(readlink -f $dev)")")
+                b=${rp#*:}
+                df=${b#*:}
+                b=${b%%:*}
+                fmt=
+                for v in $((0x$b)) $((0x${df%%.*})) $((${df#*.})) 0; do
+                    fmt="$fmt\\$(printf %03o $v)"
+                done
+                for v in $(($1)) 0 0 0 0 0 $((0x${rp%%:*})); do
+                    fmt="$fmt\\$(printf %03o $((v & 255)))\\$(printf %03o $(((v >> 8) & 255)))"
+                    fmt="$fmt\\$(printf %03o $(((v >> 16) & 255)))\\$(printf %03o $(((v >> 24) & 255)))"
+                done
+                echo "rmlx5-guest: aer_inject at root port $rp: uncorrectable status $1"
+                printf "$fmt" > /dev/aer_inject
+            }
             tf0=$(cut -d. -f1 /proc/uptime)
             for fault in $list; do
                 round=$((round + 1))
@@ -502,6 +530,11 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                 case=$fault
                 [ "$faults" -gt 1 ] && case=${fault}_$round
                 f0=$(fatals); o0=$(offs); u0=$(ups); r0=$(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n")
+                fp0=$(dmesg | grep -c "rmlx5_cx $bdf: health: a PCI reset of the function is coming; function failed")
+                fd0=$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI reset done (recovering the function)")
+                fa0=$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI error reported, the link")
+                fs0=$(dmesg | grep -c "rmlx5_cx $bdf: PCI slot reset: config space restored")
+                fr0=$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI link recovered (recovering the function)")
                 rmlx5-pingpong --events --size 64 --iters 1000000 --device $n --peer-device $n > /tmp/pp-fault.log 2>&1 &
                 pp=$!
                 sleep 2
@@ -518,6 +551,10 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                     rmlx5-pingpong --size 64 --iters 10 --device $n --peer-device $n > /tmp/pp-stuck.log 2>&1 &
                     ;;
                 flr) echo 1 > $dev/reset ;;
+                # Malformed TLP: fatal by default, the link frozen and reset.
+                aer_fatal) aer_report 0x40000 || echo "rmlx5-guest: aer_inject refused it" ;;
+                # Completion timeout: non-fatal, the link still working.
+                aer_nonfatal) aer_report 0x4000 || echo "rmlx5-guest: aer_inject refused it" ;;
                 esac
                 t0=$(cut -d. -f1 /proc/uptime)
                 # The pingpong must end (with an error), not hang: its
@@ -544,6 +581,35 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                         fail cx_fault_${case}_survived "$(( $(fatals) - f0 )) failure(s), $(( $(offs) - o0 )) write-off(s), pingpong exit $rc ($(tail -n 1 /tmp/pp-fault.log)), $(( $(dmesg | grep -c "rmlx5-test: PASS ib_remove_rmlx5_$n") - r0 )) ULP remove(s), or pages kept"
                     fi
                     echo "fault $fault: recovered in $((t1 - t0)) s; the pingpong said: $(tail -n 1 /tmp/pp-fault.log)"
+                    # A reset through sysfs reaches the driver through the
+                    # PCI core's reset_prepare and reset_done: the function
+                    # is failed before the FLR, and recovered after it.
+                    # An error AER reports: error_detected fails the
+                    # function (frozen link or not), slot_reset restores
+                    # its config space, resume queues the recovery.
+                    case $fault in
+                    aer_fatal) how=frozen ;;
+                    aer_nonfatal) how="still working" ;;
+                    *) how= ;;
+                    esac
+                    if [ -n "$how" ]; then
+                        if [ "$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI error reported, the link")" = $((fa0 + 1)) ] &&
+                            dmesg | grep "rmlx5_cx $bdf: health: PCI error reported, the link" | tail -n 1 | grep -q "the link $how; function failed" &&
+                            [ "$(dmesg | grep -c "rmlx5_cx $bdf: PCI slot reset: config space restored")" = $((fs0 + 1)) ] &&
+                            [ "$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI link recovered (recovering the function)")" = $((fr0 + 1)) ]; then
+                            pass cx_fault_${case}_error_detected_slot_reset_resume
+                        else
+                            fail cx_fault_${case}_error_detected_slot_reset_resume "no 'PCI error reported, the link $how', 'PCI slot reset' and 'PCI link recovered' for this error: $(dmesg | grep -i "aer\|pcieport" | tail -n 5)"
+                        fi
+                    fi
+                    if [ $fault = flr ]; then
+                        if [ "$(dmesg | grep -c "rmlx5_cx $bdf: health: a PCI reset of the function is coming; function failed")" = $((fp0 + 1)) ] &&
+                            [ "$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI reset done (recovering the function)")" = $((fd0 + 1)) ]; then
+                            pass cx_fault_${case}_told_by_the_pci_core
+                        else
+                            fail cx_fault_${case}_told_by_the_pci_core "no 'a PCI reset of the function is coming' and 'PCI reset done (recovering the function)' pair for this reset"
+                        fi
+                    fi
                     n=$(cxdev)
                     if rmlx5-pingpong --events --size 4096 --iters 200 --device $n --peer-device $n > /tmp/pp-after.log 2>&1; then
                         pass cx_fault_${case}_traffic_after_recovery

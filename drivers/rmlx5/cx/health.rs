@@ -73,15 +73,30 @@ use crate::mlx5_prm::init_seg::{
 /// for hung (mlx5_core's `MAX_MISSES`).
 const MAX_MISSES: u32 = 3;
 
+/// What the PCI core's callbacks tell the poller (`RMLX5_PCI_*` of
+/// `rmlx5_shim.h`).
+mod pci_event {
+    pub(super) const RESET_PREPARE: u32 = 1;
+    pub(super) const RESET_DONE: u32 = 2;
+    pub(super) const NORMAL: u32 = 3;
+    pub(super) const FROZEN: u32 = 4;
+    pub(super) const PERM_FAILURE: u32 = 5;
+    pub(super) const RESUME: u32 = 6;
+    pub(super) const TAKEN: u32 = 7;
+}
+
 extern "C" {
     fn rmlx5_pci_clear_master(dev: *mut c_void);
     fn rmlx5_poller_start(
         f: unsafe extern "C" fn(*mut c_void),
+        event: unsafe extern "C" fn(*mut c_void, u32) -> u32,
         ctx: *mut c_void,
         ms: u32,
+        dev: *mut c_void,
     ) -> *mut c_void;
     fn rmlx5_poller_stop(p: *mut c_void);
     fn rmlx5_pci_note_written_off(dev: *mut c_void);
+    fn rmlx5_pci_install_err_handlers(dev: *mut c_void);
     fn rmlx5_pci_reset_if_written_off(dev: *mut c_void) -> i32;
     fn rmlx5_pci_recover(
         dev: *mut c_void,
@@ -330,10 +345,19 @@ impl<'bound> Monitor<'bound> {
         self.fail(format_args!("{why}"));
     }
 
-    /// Fails the function (see the module documentation), once.
+    /// Fails the function (see the module documentation), once, and
+    /// queues its recovery.
     fn fail(&self, why: core::fmt::Arguments<'_>) {
+        if self.fail_only(why) {
+            self.recover();
+        }
+    }
+
+    /// Steps 1 to 3 of the module documentation: returns whether this
+    /// call failed the function (false if it had failed already).
+    fn fail_only(&self, why: core::fmt::Arguments<'_>) -> bool {
         if !self.fatal.claim() {
-            return;
+            return false;
         }
         let raw = super::raw_bound(self.pdev);
         // SAFETY: The function is bound while the poller runs.
@@ -351,6 +375,12 @@ impl<'bound> Monitor<'bound> {
             );
             dev.set_fatal();
         }
+        true
+    }
+
+    /// Step 4: queues the recovery of the failed function, unless it is
+    /// being unbound, `cx_recover=0`, or it failed within the grace period.
+    fn recover(&self) {
         if self.fatal.no_recovery.load(Ordering::Acquire) {
             dev_info!(
                 self.pdev,
@@ -370,6 +400,7 @@ impl<'bound> Monitor<'bound> {
             return;
         }
         let grace = crate::module_parameters::cx_recover_grace_ms.value();
+        let raw = super::raw_bound(self.pdev);
         // SAFETY: `raw` is the bound function; the queue lives until the
         // module's exit, which waits for it.
         let r = unsafe { rmlx5_pci_recover(raw, wq, grace) };
@@ -387,6 +418,54 @@ impl<'bound> Monitor<'bound> {
         } else {
             dev_err!(self.pdev, "health: cannot queue recovery: error {}\n", r);
         }
+    }
+
+    /// A callback of the PCI core (`rmlx5_shim.c`, under the device lock):
+    /// before a reset or on an error AER reported, the function is failed
+    /// as the poll fails it, without recovery yet (the core is not done
+    /// with the link); after the reset or the link's recovery, the
+    /// recovery is queued, and runs once the core lets go of the device.
+    fn pci_event(&self, what: u32) -> u32 {
+        match what {
+            pci_event::RESET_PREPARE => {
+                self.fail_only(format_args!("a PCI reset of the function is coming"));
+            }
+            pci_event::NORMAL | pci_event::FROZEN => {
+                let how = if what == pci_event::FROZEN {
+                    "frozen"
+                } else {
+                    "still working"
+                };
+                self.fail_only(format_args!("PCI error reported, the link {how}"));
+            }
+            pci_event::PERM_FAILURE => {
+                self.fatal.stop_recovery();
+                self.fail_only(format_args!("PCI error reported, the link failed for good"));
+                dev_err!(
+                    self.pdev,
+                    "health: the function stays down until it is unbound\n"
+                );
+            }
+            pci_event::RESET_DONE | pci_event::RESUME => {
+                let event = if what == pci_event::RESUME {
+                    "link recovered"
+                } else {
+                    "reset done"
+                };
+                let failed = self.fatal.is_set();
+                let then = if failed {
+                    "recovering the function"
+                } else {
+                    "the function had not failed"
+                };
+                dev_info!(self.pdev, "health: PCI {} ({})\n", event, then);
+                if failed {
+                    self.recover();
+                }
+            }
+            _ => {}
+        }
+        pci_event::TAKEN
     }
 }
 
@@ -459,6 +538,18 @@ unsafe extern "C" fn poll(ctx: *mut c_void) {
     m.check();
 }
 
+/// The PCI core's callbacks, through the poller.
+///
+/// # Safety
+///
+/// As for [`poll`]: `ctx` is the poller's monitor, alive during the call
+/// (the shim calls under the lock `rmlx5_poller_stop` takes).
+unsafe extern "C" fn pci_event(ctx: *mut c_void, what: u32) -> u32 {
+    // SAFETY: Guaranteed by the caller (the poller's contract).
+    let m = unsafe { &*ctx.cast::<Monitor<'_>>() };
+    m.pci_event(what)
+}
+
 /// A running health poll; stopping it (or dropping it) waits for a poll
 /// in progress and frees the monitor.
 ///
@@ -477,17 +568,23 @@ unsafe impl Send for Poller<'_> {}
 unsafe impl Sync for Poller<'_> {}
 
 impl<'bound> Poller<'bound> {
-    /// Starts polling with `monitor` every `ms` milliseconds.
+    /// Starts polling with `monitor` every `ms` milliseconds (never if
+    /// 0), and gives the PCI core's error and reset callbacks to the
+    /// function: they reach `monitor` through the poller.
     pub(super) fn start(monitor: Monitor<'bound>, ms: u32) -> Result<Self> {
+        let dev = super::raw_bound(monitor.pdev);
         let monitor = KBox::into_raw(KBox::new(monitor, GFP_KERNEL)?);
         // SAFETY: `monitor` stays valid until `rmlx5_poller_stop` has
-        // returned (see `Drop`).
-        let raw = unsafe { rmlx5_poller_start(poll, monitor.cast(), ms) };
+        // returned (see `Drop`); `dev` is the bound function, which
+        // outlives the poller (stopped at unbind at the latest).
+        let raw = unsafe { rmlx5_poller_start(poll, pci_event, monitor.cast(), ms, dev) };
         if raw.is_null() {
             // SAFETY: Not handed to anyone.
             drop(unsafe { KBox::from_raw(monitor) });
             return Err(ENOMEM);
         }
+        // SAFETY: `dev` is bound to this driver (the probe's end).
+        unsafe { rmlx5_pci_install_err_handlers(dev) };
         // INVARIANT: started just above with `monitor`.
         Ok(Self { raw, monitor })
     }
