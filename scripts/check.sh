@@ -189,11 +189,12 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 # function (tests/guest/pci-smoke.sh, rmlx5.cxfaults=1).
                 # Its commands take 100 µs, as on a card, for the command
                 # modes it measures (cx/events.rs); before the faults, the
-                # no-lost-event and SIGKILL stress scenarios run on the
-                # function at a small scale (make stress runs them larger).
+                # no-lost-event, SIGKILL and fuzzer (5,000 calls) stress
+                # scenarios run on the function at a small scale (make
+                # stress runs them larger).
                 pci_guest "guest with an emulated ConnectX that fails and recovers" \
                     "PCI guest, faults" pci-faults-console.log \
-                    --append "rmlx5.cxfaults=1 rmlx5.cxstress=completions=100000,kills=3" \
+                    --append "rmlx5.cxfaults=1 rmlx5.cxstress=completions=100000,kills=3,calls=5000" \
                     --cx-emu-cmd-latency-us 100 "${guest_tools[@]}" \
                     --program "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-stress-tests" \
                     --timeout 1200

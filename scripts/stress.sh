@@ -8,7 +8,7 @@
 #   4. the CVE regression tests (rmlx5-cve-tests) in a loop;
 # then rmmod and a kmemleak scan; then, in a second guest with the
 # emulated ConnectX, a loop of device faults mid-traffic (PCIFAULTS
-# passes of four, default 10). Prints a table and writes it to
+# passes of six, default 10). Prints a table and writes it to
 # results/stress-<UTC time>/summary.txt (results/ is not committed), next
 # to the console log. Exits non-zero on any failed part, kernel splat,
 # leak, lost event or unexpected errno, printing the seed and the console
@@ -51,31 +51,34 @@ python3 "$top/tests/run-guest.py" --mode stress --kernel "$kdir/arch/x86/boot/bz
 guest_rc=${PIPESTATUS[0]}
 
 # The emulated ConnectX's fault loop: PCIFAULTS passes (default 10, divided
-# by STRESS's scale) of the four faults tests/guest/pci-smoke.sh injects
-# mid-traffic (fatal syndrome, hung firmware, lost command, FLR behind the
-# driver), each to be survived by failing, writing off and recovering the
-# function.
+# by STRESS's scale) of the six faults tests/guest/pci-smoke.sh injects
+# mid-traffic (fatal syndrome, hung firmware, lost command, a reset through
+# sysfs, a fatal and a non-fatal AER error at the root port), each to be
+# survived by failing, writing off and recovering the function.
 scale=$(echo "${STRESS:-}" | tr ' ,' '\n\n' | sed -n 's/^scale=//p' | tail -n1)
 passes=$(( ${PCIFAULTS:-10} / ${scale:-1} ))
 [ "$passes" -lt 1 ] && passes=1
-# Before the faults, the no-lost-event and SIGKILL scenarios run on the
-# function: 10^6 completions and 20 kill rounds, divided by the scale.
+# Before the faults, the no-lost-event, SIGKILL and fuzzer scenarios run on
+# the function: 10^6 completions, 20 kill rounds and 50,000 fuzzed calls,
+# divided by the scale.
 cxcompletions=$(( 1000000 / ${scale:-1} ))
 cxkills=$(( 20 / ${scale:-1} ))
 [ "$cxkills" -lt 1 ] && cxkills=1
+cxcalls=$(( 50000 / ${scale:-1} ))
+[ "$cxcalls" -lt 1 ] && cxcalls=1
 pcilog=$out/pci-faults-console.log
 pci_rc=1
 if qemu=$(bash "$here/qemu.sh") && cargo build --quiet --release -p cx-emu --bins &&
     RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --release \
         --target x86_64-unknown-linux-gnu --target-dir "$top/target/guest" -p cx-emu --bins &&
     make -s KDIR="$kdir" ulp; then
-    log "booting the PCI guest: $passes pass(es) of four device faults"
+    log "booting the PCI guest: $passes pass(es) of six device faults"
     python3 "$top/tests/run-guest.py" --mode pci-smoke --kernel "$kdir/arch/x86/boot/bzImage" \
         --ksrc "$KSRC" --qemu "$qemu" --cx-emu "$top/target/release/rmlx5-cx-emu" \
         --tool "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-pci-peek" \
         "${guest_tools[@]}" --module "$top/build/module/rmlx5.ko" --kunit-filter none \
         --program "$top/target/guest/x86_64-unknown-linux-gnu/release/rmlx5-stress-tests" \
-        --append "rmlx5.cxfaults=$passes rmlx5.cxstress=completions=$cxcompletions,kills=$cxkills" \
+        --append "rmlx5.cxfaults=$passes rmlx5.cxstress=completions=$cxcompletions,kills=$cxkills,calls=$cxcalls" \
         --cx-emu-cmd-latency-us 100 --timeout $(( 1200 + passes * 120 )) \
         --log "$pcilog" | tee "$out/pci-guest-run.txt"
     pci_rc=${PIPESTATUS[0]}
@@ -88,7 +91,7 @@ secs() { grep -a "@@STRESS-TIME part=$1 " "$consolelog" | sed 's/.*secs=//' | he
 problems=$(( $(grep -c '^guest: FAIL' "$out/guest-run.txt") + $(grep -c '^guest: FAIL' "$out/pci-guest-run.txt") ))
 pcifig() { grep -a "@@STRESS pcifaults " "$pcilog" 2>/dev/null | sed 's/.*@@STRESS pcifaults //' | head -n1; }
 # The function's scenarios: "@@STRESS <part> ..." and "@@STRESS-TIME part=cx_<scenario>".
-pcipart() { grep -a "@@STRESS $1 " "$pcilog" 2>/dev/null | sed "s/.*@@STRESS $1 //" | head -n1; }
+pcipart() { grep -a "@@STRESS $1 " "$pcilog" 2>/dev/null | sed "s/.*@@STRESS $1 //" | sed -n "${2:-1}p"; }
 pcisecs() { grep -a "@@STRESS-TIME part=cx_$1 " "$pcilog" 2>/dev/null | sed 's/.*secs=//' | head -n1; }
 {
     echo "rmlx5 make stress, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -104,6 +107,7 @@ pcisecs() { grep -a "@@STRESS-TIME part=cx_$1 " "$pcilog" 2>/dev/null | sed 's/.
         "$(fig events 2), during traffic: $(fig failslab_traffic), control: $(fig failslab_control), in all: $(fig failslab)"
     printf '%-28s %8s  %s\n' "CVE regressions, looped" "" "$(fig cve)"
     printf '%-28s %8s  %s\n' "mlx5_ib driver data fuzzed" "$(secs mlx5fuzz)" "$(fig mlx5fuzz), left: $(fig mlx5left)"
+    printf '%-28s %8s  %s\n' "ConnectX: fuzzed ioctls" "$(pcisecs fuzz_ioctl_sequences)" "$(pcipart fuzz 2) (emulated function)"
     printf '%-28s %8s  %s\n' "ConnectX: SIGKILL" "$(pcisecs kill_mid_traffic)" "$(pcipart kill) (emulated function)"
     printf '%-28s %8s  %s\n' "ConnectX: no lost event" "$(pcisecs no_lost_event)" "$(pcipart events) (emulated function)"
     printf '%-28s %8s  %s\n' "ConnectX faults mid-traffic" "" "$(pcifig) (emulated function; PCI guest kernel reports: $(grep -c 'guest: FAIL kernel_log' "$out/pci-guest-run.txt"))"

@@ -442,20 +442,23 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             fi
             # The stress scenarios on the function (rmlx5.cxstress=KNOBS,
             # from make check's fault guest and make stress): completions
-            # on one channel with no event lost or doubled, and, with
-            # kills=N, processes killed mid-traffic between two contexts of
-            # the function; after each, every object the function counted
+            # on one channel with no event lost or doubled; with kills=N,
+            # processes killed mid-traffic between two contexts of the
+            # function; with calls=N, N fuzzed uverbs calls on the function
+            # (fuzzdev); after each, every object the function counted
             # (debugfs rmlx5/objects) must be back at the baseline.
             cxstress=$(sed -n 's/.*rmlx5.cxstress=\([^ ]*\).*/\1/p' /proc/cmdline)
             if [ -n "$cxstress" ]; then
                 if [ -x /tests/rmlx5-stress-tests ]; then
                     cat /sys/kernel/debug/rmlx5/objects
-                    # kills=N asks for the SIGKILL rounds too (make stress).
+                    # kills=N asks for the SIGKILL rounds too, calls=N for
+                    # the fuzzer.
                     scs=no_lost_event
                     case ",$cxstress," in *,kills=*) scs="$scs kill_mid_traffic" ;; esac
+                    case ",$cxstress," in *,calls=*) scs="$scs fuzz_ioctl_sequences" ;; esac
                     for sc in $scs; do
                         t0=$(date +%s)
-                        RMLX5_STRESS="$cxstress,dev=$n,dev0=$n,dev1=$n" /tests/rmlx5-stress-tests $sc
+                        RMLX5_STRESS="$cxstress,dev=$n,dev0=$n,dev1=$n,fuzzdev=$n" /tests/rmlx5-stress-tests $sc
                         echo "@@STRESS-TIME part=cx_$sc rc=$? secs=$(($(date +%s) - t0))"
                     done
                     cat /sys/kernel/debug/rmlx5/objects

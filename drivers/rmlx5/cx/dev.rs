@@ -1452,8 +1452,15 @@ impl Backend for CxBackend {
             ..Qpc::default()
         };
         let port = if a.port == 0 { 1 } else { a.port };
+        let caps = self.caps()?;
         self.with_state(|ctl, st| {
             let t = CxBackend::tracked(ctl, qpn).ok_or(EINVAL)?;
+            // The IB spec's transition table and value ranges, as the
+            // software HCA checks them (and mlx5_ib with
+            // ib_modify_qp_is_ok): a request the firmware would refuse
+            // (INIT2RTR without a path, a wrong current state) is refused
+            // here, before any command.
+            crate::hca_model::qp_modify::check(t.service, t.state, m, &caps).map_err(|_| EINVAL)?;
             if t.service == QpService::Ud {
                 CxBackend::modify_ud(st, qpn, t.state, m)?;
                 CxBackend::set_tracked(ctl, qpn, m);

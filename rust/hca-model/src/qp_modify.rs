@@ -203,7 +203,7 @@ fn transition(service: QpService, cur: QpState, next: QpState) -> Option<(AttrMa
 /// `cur_state` does not match; [`Error::Invalid`] if a value is out of
 /// range or an unsupported attribute is named (Q_Key on an RC QP
 /// included).
-pub(super) fn check(
+pub fn check(
     service: QpService,
     cur: QpState,
     m: &QpModify,

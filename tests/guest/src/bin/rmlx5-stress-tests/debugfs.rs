@@ -129,6 +129,70 @@ fn counted_objects(text: &str) -> Vec<(usize, u64)> {
         .collect()
 }
 
+/// What a ConnectX function holds for its users, kind by kind, as its
+/// line of `rmlx5/objects` counts the commands that made and destroyed
+/// them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FnObjects {
+    pub(crate) pds: u64,
+    pub(crate) cqs: u64,
+    pub(crate) qps: u64,
+    /// Memory keys.
+    pub(crate) mrs: u64,
+    /// UAR pages (one per open context).
+    pub(crate) uars: u64,
+}
+
+impl FnObjects {
+    /// The sum of `self` and `o`, kind by kind.
+    pub(crate) fn plus(&self, o: &FnObjects) -> FnObjects {
+        FnObjects {
+            pds: self.pds + o.pds,
+            cqs: self.cqs + o.cqs,
+            qps: self.qps + o.qps,
+            mrs: self.mrs + o.mrs,
+            uars: self.uars + o.uars,
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "pd {} cq {} qp {} mr {} uar {}",
+            self.pds, self.cqs, self.qps, self.mrs, self.uars
+        )
+    }
+}
+
+/// The counts of `rmlx5_<dev>` in the text of `rmlx5/objects`, each kind
+/// by its name (`None`: no such line, or a kind missing).
+fn function_objects_of(text: &str, dev: u32) -> Option<FnObjects> {
+    let name = format!("rmlx5_{dev}");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+    let toks: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let get = |k: &str| -> Option<u64> {
+        toks.chunks(2)
+            .find(|c| c.first() == Some(&k))
+            .and_then(|c| c.get(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some(FnObjects {
+        pds: get("pd")?,
+        cqs: get("cq")?,
+        qps: get("qp")?,
+        mrs: get("mr")?,
+        uars: get("uar")?,
+    })
+}
+
+/// The counts of ConnectX function `rmlx5_<dev>` now.
+pub(crate) fn function_objects(dev: u32) -> Result<FnObjects, String> {
+    let path = "/sys/kernel/debug/rmlx5/objects";
+    let t = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    function_objects_of(&t, dev).ok_or(format!("{path} has no line for rmlx5_{dev}: {t:?}"))
+}
+
 /// The CQ and QP tables of every HCA, for failure messages.
 pub(crate) fn dump_tables(n: usize) -> String {
     let mut s = String::new();
@@ -238,6 +302,32 @@ mod tests {
         };
         assert_eq!(now.excess_over(&base), 6);
         assert_eq!(base.excess_over(&now), 0);
+    }
+
+    #[test]
+    fn function_counts_by_kind() {
+        let t = "rmlx5_2 pd 1 cq 2 qp 3 mr 4 uar 5\nrmlx5_3 pd 0 cq 0 qp 0 mr 0 uar 0\n";
+        let o = function_objects_of(t, 2).unwrap();
+        assert_eq!(
+            o,
+            FnObjects {
+                pds: 1,
+                cqs: 2,
+                qps: 3,
+                mrs: 4,
+                uars: 5
+            }
+        );
+        assert_eq!(o.describe(), "pd 1 cq 2 qp 3 mr 4 uar 5");
+        assert_eq!(function_objects_of(t, 3), Some(FnObjects::default()));
+        assert_eq!(o.plus(&o).uars, 10);
+        // No line for the device, a prefix of another's name, a kind missing.
+        assert_eq!(function_objects_of(t, 0), None);
+        assert_eq!(
+            function_objects_of("rmlx5_22 pd 1 cq 1 qp 1 mr 1 uar 1", 2),
+            None
+        );
+        assert_eq!(function_objects_of("rmlx5_2 pd 1 cq 1 qp 1 mr 1", 2), None);
     }
 
     #[test]

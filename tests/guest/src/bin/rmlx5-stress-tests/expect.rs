@@ -102,6 +102,18 @@ pub(crate) fn documented(cmd: Option<Command>) -> u128 {
     common | bits(own)
 }
 
+/// The errnos a ConnectX function's commands return besides the
+/// documented ones: `EOPNOTSUPP` for `KICK` (documented: the device sees
+/// the doorbells itself) and for a `MODIFY_QP` without `QP_STATE`
+/// (cx/dev.rs `modify_qp`: the function only moves QPs; not in
+/// Documentation/uverbs.md's table).
+pub(crate) fn function_only(cmd: Command) -> u128 {
+    match cmd {
+        Command::Kick | Command::ModifyQp => bit(libc::EOPNOTSUPP),
+        _ => 0,
+    }
+}
+
 /// How a call's argument is presented, beyond its fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Shape {
@@ -135,7 +147,9 @@ pub(crate) enum Shape {
     WrongCmd(u32),
 }
 
-fn shape_errno(s: Shape) -> Option<i32> {
+/// The errno a presentation gives whatever the fields (`None`: the
+/// command runs).
+pub(crate) fn shape_errno(s: Shape) -> Option<i32> {
     match s {
         Shape::Small(_) | Shape::Flags(_) | Shape::OutField(..) => Some(libc::EINVAL),
         Shape::Huge(_) | Shape::Tail(..) => Some(libc::E2BIG),
@@ -331,6 +345,12 @@ mod tests {
         assert_eq!(documented(Some(Command::DestroyQp)) & bit(libc::EBUSY), 0);
         assert!(documented(Some(Command::GetAsyncFd)) & bit(libc::EEXIST) != 0);
         assert_eq!(documented(None), bit(libc::ENOTTY));
+        // On a function, KICK and attribute-only MODIFY_QP are refused.
+        for c in Command::ALL {
+            let f = function_only(*c);
+            assert_eq!(f != 0, matches!(c, Command::Kick | Command::ModifyQp));
+            assert_eq!(documented(Some(*c)) & f, 0, "{c:?}");
+        }
     }
 
     #[test]

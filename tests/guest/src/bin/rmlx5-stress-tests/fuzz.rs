@@ -3,9 +3,23 @@
 //! Scenario `fuzz_ioctl_sequences`: the state-aware generator of uverbs
 //! calls (`Fuzz`, which runs in the guest), the memory it presents
 //! arguments and MRs in, and the scenario that drives it.
+//!
+//! It runs against the software HCAs (the default), or with
+//! `fuzzdev=N` against ConnectX function `rmlx5_N` alone ([`FnTarget`]),
+//! whose differences it knows: limits from QUERY_DEVICE and the port's LID
+//! from QUERY_PORT; KICK refused with `EOPNOTSUPP`, doorbells rung by
+//! stores to the mapped UAR page instead; REG_MR's IOVA at the memory's
+//! offset in its page; MODIFY_QP as cx/dev.rs does it
+//! ([`crate::rules::fn_modify`]); and the function's object counts
+//! (debugfs `rmlx5/objects`) for the audit instead of the software HCA's
+//! tables. The emulated function fails the run on any command or doorbell
+//! it refuses, so on it the fuzzer writes to device-visible memory and
+//! registers only what a correct provider writes, and sends no MODIFY_QP
+//! that would reach a firmware refusing it (Documentation/reliability.md).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::RawFd;
+use std::sync::atomic::{fence, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use rmlx5_abi::ioctl::{cmd_nr, iowr, Command};
@@ -15,16 +29,23 @@ use rmlx5_abi::wire::Wire;
 use rmlx5_guest_tests::raw::errno;
 use rmlx5_guest_tests::{ensure, TestResult};
 
-use crate::debugfs::{check_eqs, debugfs, dump_tables, num_hcas, snapshot, wait_baseline, Objects};
-use crate::expect::{bit, bits, combine, documented, out_fields, show, wrong_cmd, Expect, Shape};
+use crate::debugfs::{
+    check_eqs, debugfs, dump_tables, function_objects, num_hcas, snapshot, wait_baseline,
+    FnObjects, Objects,
+};
+use crate::expect::{
+    bit, bits, combine, documented, function_only, out_fields, shape_errno, show, wrong_cmd,
+    Expect, Shape,
+};
 use crate::knobs::{scale, Gen};
 use crate::objects::{lowest_free, CqM, CtxM, FdKind, MapM, MapObj, Model, MrM, ObjKind, PdM, QpM};
 use crate::rules::{
-    cq_geometry, modify_outcome, qp_caps_in_range, qp_geometry, transition, DevLimits,
+    cq_geometry, fn_modify, fn_modify_any, modify_outcome, qp_caps_in_range, qp_geometry,
+    transition, DevLimits, FnModify, FIRST_MULTICAST_LID,
 };
 use crate::sys::{
     anon, close_fd, enc, errno_name, ioctl, mmap_fd, munmap, open_dev, peek, poke, poll_now,
-    raw_call, read_fd, set_nonblock, Res, PAGE, RW,
+    raw_call, read_fd, set_nonblock, store32, store64, Res, PAGE, RW,
 };
 use crate::window::{window, WindowPlan};
 
@@ -183,11 +204,31 @@ impl Tally {
     }
 }
 
+/// The ConnectX function the fuzzer runs on (`fuzzdev=N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FnTarget {
+    /// Its index: `rmlx5_<dev>`, `/dev/rmlx5_uverbs<dev>`.
+    dev: u32,
+    /// Its port's LID (QUERY_PORT), which its QPs name it by.
+    lid: u32,
+    /// What it held at the start (debugfs `rmlx5/objects`).
+    base: FnObjects,
+}
+
+/// A device index that names no device: the peer of a QP whose address
+/// vector names a LID the fuzzer has no device for.
+const NOWHERE: u32 = u32::MAX - 1;
+
 struct Fuzz {
     gen: Gen,
     seed: u64,
+    /// Software HCAs (their debugfs tables are in every snapshot).
     n: u32,
-    lim: Vec<DevLimits>,
+    /// The ConnectX function every context is opened on, if not the
+    /// software HCAs.
+    func: Option<FnTarget>,
+    /// The limits of each device the fuzzer opens, by index.
+    lim: BTreeMap<u32, DevLimits>,
     model: Model,
     tally: Tally,
     scratch: Vec<u8>,
@@ -366,6 +407,8 @@ impl Fuzz {
         ));
         let doc = if matches!(shape, Shape::WrongCmd(_)) {
             documented(None)
+        } else if self.func.is_some() {
+            documented(Some(cmd)) | function_only(cmd)
         } else {
             documented(Some(cmd))
         };
@@ -482,10 +525,40 @@ impl Fuzz {
         (TAG | s, s)
     }
 
+    // -- devices -------------------------------------------------------------
+
+    /// The device a new context is opened on: a software HCA at random, or
+    /// the function.
+    fn pick_dev(&mut self) -> u32 {
+        match self.func {
+            Some(f) => f.dev,
+            None => self.gen.below32(self.n),
+        }
+    }
+
+    /// The LID a QP's address vector names device `dev` by.
+    fn lid_of(&self, dev: u32) -> u32 {
+        match self.func {
+            Some(f) => f.lid,
+            None => dev + 1,
+        }
+    }
+
+    /// The device an address vector's LID names (for the model's peers):
+    /// on the software HCAs the HCA before it; on the function its own
+    /// LID names it and any other LID nothing the fuzzer has.
+    fn dev_of_lid(&self, dlid: u32) -> u32 {
+        match self.func {
+            Some(f) if dlid == f.lid => f.dev,
+            Some(_) => NOWHERE,
+            None => dlid.saturating_sub(1),
+        }
+    }
+
     // -- contexts ----------------------------------------------------------
 
     fn op_open(&mut self) -> Result<usize, String> {
-        let dev = self.gen.below32(self.n);
+        let dev = self.pick_dev();
         let fd = open_dev(dev)?;
         self.tally.note(Ok(()));
         let c = self.model.open_ctx(fd, dev);
@@ -526,8 +599,10 @@ impl Fuzz {
             )?;
             if o.ok() {
                 let d: QueryDevice = o.answer()?;
-                let want = self.lim.get(dev as usize).copied();
-                if d.device_index != dev || Some(DevLimits::from_query(&d)) != want {
+                let want = self.lim.get(&dev).copied();
+                // A function's doorbells are stores to its UAR page.
+                let flags_ok = self.func.is_none() || d.device_flags & DEVICE_UAR_DOORBELLS != 0;
+                if d.device_index != dev || Some(DevLimits::from_query(&d)) != want || !flags_ok {
                     return Err(self.fail(format!(
                         "QUERY_DEVICE on rmlx5_{dev} answered {d:?}, limits were {want:?}"
                     )));
@@ -557,7 +632,7 @@ impl Fuzz {
             )?;
             if o.ok() {
                 let p: QueryPort = o.answer()?;
-                if p.lid != dev + 1 || p.state != PORT_ACTIVE {
+                if p.lid != self.lid_of(dev) || p.state != PORT_ACTIVE {
                     return Err(self.fail(format!("QUERY_PORT on rmlx5_{dev}: {p:?}")));
                 }
             }
@@ -640,7 +715,7 @@ impl Fuzz {
         };
         let pd = self.pick_handle(c, ObjKind::Pd);
         let pd_live = self.ctx(c)?.pds.contains_key(&pd);
-        let max = self.lim.first().map_or(1 << 32, |l| l.max_mr_size);
+        let max = self.lim.values().next().map_or(1 << 32, |l| l.max_mr_size);
         let mut access = self.gen.below32(16);
         if access & (ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC) != 0 {
             access |= ACCESS_LOCAL_WRITE;
@@ -728,10 +803,24 @@ impl Fuzz {
             }
             _ => {}
         }
+        // A function's MR maps whole pages from the one holding the first
+        // byte, so the IOVA must sit at the memory's offset in its page
+        // (uverbs/objects.rs `Umr::new`): mostly moved there, else refused.
+        let offset_ok = a.iova % PAGE as u64 == a.addr % PAGE as u64;
+        let mut fn_offset_err = None;
+        if self.func.is_some() && !offset_ok && check_err.is_none() {
+            if self.gen.chance(3, 4) {
+                a.iova = (a.iova & !(PAGE as u64 - 1)) | (a.addr % PAGE as u64);
+            } else {
+                fn_offset_err = Some(libc::EINVAL);
+            }
+        }
         let sem = if let Some(e) = check_err.or(pin_err) {
             Expect::err(e)
         } else if !pd_live {
             Expect::err(libc::EINVAL)
+        } else if let Some(e) = fn_offset_err {
+            Expect::err(e)
         } else {
             Expect::OK
         };
@@ -1001,7 +1090,7 @@ impl Fuzz {
             }
             (x.fd.unwrap_or(-1), x.dev)
         };
-        let l = self.lim.get(dev as usize).copied().ok_or("no limits")?;
+        let l = self.lim.get(&dev).copied().ok_or("no limits")?;
         let big_ok = self.model.big_cqs() < 2;
         let cqe = match self.gen.below(24) {
             0 => 0,
@@ -1136,7 +1225,7 @@ impl Fuzz {
             }
             (x.fd.unwrap_or(-1), x.dev)
         };
-        let l = self.lim.get(dev as usize).copied().ok_or("no limits")?;
+        let l = self.lim.get(&dev).copied().ok_or("no limits")?;
         let big_ok = self.model.big_qps() < 2;
         let pd = self.pick_handle(c, ObjKind::Pd);
         let scq = self.pick_handle(c, ObjKind::Cq);
@@ -1323,7 +1412,11 @@ impl Fuzz {
             QP_ACCESS_FLAGS => m.qp_access_flags = self.gen.below32(16),
             QP_PORT => m.port_num = 1,
             QP_AV => {
-                m.dlid = 1 + self.gen.below32(self.n);
+                m.dlid = match self.func {
+                    // Its own port: the loopback the emulated fabric runs.
+                    Some(f) => f.lid,
+                    None => 1 + self.gen.below32(self.n),
+                };
                 m.sl = self.gen.below32(16);
             }
             QP_PATH_MTU => m.path_mtu = 1 + self.gen.below32(5),
@@ -1336,10 +1429,10 @@ impl Fuzz {
             QP_MAX_DEST_RD_ATOMIC => m.max_dest_rd_atomic = self.gen.below32(l.max_rd_atom + 1),
             QP_MIN_RNR_TIMER => m.min_rnr_timer = self.gen.below32(32),
             QP_DEST_QPN => {
-                let dev = if m.dlid > 0 {
-                    m.dlid - 1
-                } else {
-                    self.gen.below32(self.n)
+                let dev = match self.func {
+                    Some(f) => f.dev,
+                    None if m.dlid > 0 => m.dlid - 1,
+                    None => self.gen.below32(self.n),
                 };
                 m.dest_qp_num = self.pick_dest_qpn(dev);
             }
@@ -1416,10 +1509,13 @@ impl Fuzz {
                     .unwrap_or(1 << 6)
             }
             1 => {
-                m.dlid = self
-                    .gen
-                    .pick(&[0, self.n + 1, 0xffff, 0x1_0000])
-                    .unwrap_or(0)
+                // LIDs naming no HCA; on a function, those the kernel
+                // refuses (any unicast LID would go to the firmware).
+                let bad = match self.func {
+                    Some(_) => FIRST_MULTICAST_LID + self.gen.below32(0x4000),
+                    None => self.n + 1,
+                };
+                m.dlid = self.gen.pick(&[0, bad, 0xffff, 0x1_0000]).unwrap_or(0)
             }
             2 => m.sl = 16 + self.gen.below32(100),
             3 => m.path_mtu = self.gen.pick(&[0, 6, u32::MAX]).unwrap_or(0),
@@ -1441,7 +1537,7 @@ impl Fuzz {
             let x = self.ctx(c)?;
             (x.fd.unwrap_or(-1), x.dev)
         };
-        let l = self.lim.get(dev as usize).copied().ok_or("no limits")?;
+        let l = self.lim.get(&dev).copied().ok_or("no limits")?;
         let h = self.pick_handle(c, ObjKind::Qp);
         let cur = self.ctx(c)?.qps.get(&h).map(|q| q.state);
         let guess = match cur {
@@ -1453,6 +1549,9 @@ impl Fuzz {
         } else {
             self.walk_modify(h, guess, &l)
         };
+        if self.func.is_some() {
+            return self.fn_modify_op(c, fd, h, cur, &m, &l);
+        }
         let sem = match cur {
             None => Expect::err(libc::EINVAL),
             Some(None) => {
@@ -1520,6 +1619,91 @@ impl Fuzz {
             _ => {}
         }
         Ok(())
+    }
+
+    /// MODIFY_QP `m` of QP handle `h` (state `cur` in the model: `None`
+    /// no such QP, `Some(None)` unknown) on the function, as
+    /// [`fn_modify`] predicts it. A request that would reach a firmware
+    /// refusing it (a forward move of a QP of unknown state) is not sent,
+    /// unless its presentation is refused first.
+    fn fn_modify_op(
+        &mut self,
+        c: usize,
+        fd: RawFd,
+        h: u32,
+        cur: Option<Option<u32>>,
+        m: &ModifyQp,
+        l: &DevLimits,
+    ) -> Res {
+        let outcome = match cur {
+            // The argument check, then the handle: EINVAL either way.
+            None => Some(FnModify::Refused(libc::EINVAL)),
+            Some(Some(s)) => Some(fn_modify(s, m, l)),
+            Some(None) => fn_modify_any(m, l),
+        };
+        let shape = self.shape(Command::ModifyQp);
+        let sem = match outcome {
+            Some(FnModify::Refused(e)) => Expect::err(e),
+            Some(FnModify::Moves(_)) => Expect::OK,
+            None => {
+                if shape_errno(shape).is_none() {
+                    *self.ops.entry("modify_withheld").or_insert(0) += 1;
+                    return Ok(());
+                }
+                // Refused for its presentation: the fields are not read.
+                Expect::err(libc::EINVAL)
+            }
+        };
+        let o = self.call(
+            fd,
+            Command::ModifyQp,
+            &enc(m),
+            sem,
+            shape,
+            &format!(
+                "ctx{c} qp {h} state {cur:?} mask {:#x} -> {} dlid {} dest {:#x}",
+                m.attr_mask, m.qp_state, m.dlid, m.dest_qp_num
+            ),
+        )?;
+        if let (true, Some(FnModify::Moves(next))) = (o.ok(), outcome) {
+            self.fn_moved(c, h, next, m);
+        }
+        Ok(())
+    }
+
+    /// The function moved QP `h` of context `c` to `next` as `m` asked.
+    /// The state is known again after RESET and ERR, which no traffic
+    /// leaves (RESET also empties the queues and forgets the peer); a QP
+    /// that receives (RTR, RTS) while traffic may reach it
+    /// ([`Model::exposed`]) may go to ERR by itself, so it is tainted as
+    /// one carrying traffic. INIT2RTR sets the peer to what the command
+    /// carried (the path's LID, and the QPN, 0 if the mask left it out).
+    fn fn_moved(&mut self, c: usize, h: u32, next: u32, m: &ModifyQp) {
+        let exposed = self.model.exposed(c, h);
+        let peer = (
+            self.dev_of_lid(m.dlid),
+            if m.attr_mask & QP_DEST_QPN != 0 {
+                m.dest_qp_num
+            } else {
+                0
+            },
+        );
+        let Some(q) = self.model.ctxs.get_mut(&c).and_then(|x| x.qps.get_mut(&h)) else {
+            return;
+        };
+        q.state = Some(next);
+        match next {
+            QPS_RESET => {
+                q.dest = (0, 0);
+                q.posted = 0;
+                q.recvs = 0;
+            }
+            QPS_RTR => q.dest = peer,
+            _ => {}
+        }
+        if matches!(next, QPS_RTR | QPS_RTS) && exposed {
+            self.model.taint_qp(c, h);
+        }
     }
 
     fn op_query_qp(&mut self) -> Res {
@@ -1791,6 +1975,15 @@ impl Fuzz {
         if !self.model.map_target_live(&m) {
             return self.check_orphan_map(i);
         }
+        if self.func.is_some() && m.kind != Kind::CqBuf {
+            // A function's UAR page is its registers, and it reads a live
+            // QP's queues and any doorbell record whenever it likes (a
+            // doorbell is a posted write that may reach it late): garbage
+            // there is a refused doorbell, which fails the emulated run.
+            // The kernel reads none of it. Only CQ rings take garbage.
+            *self.ops.entry("touch_withheld").or_insert(0) += 1;
+            return Ok(());
+        }
         if !m.writable {
             // SAFETY: a readable mapping of ours.
             let _ = unsafe { peek(m.addr + self.gen.index(m.len), 1) };
@@ -1966,6 +2159,9 @@ impl Fuzz {
             let x = self.ctx(c)?;
             (x.fd.unwrap_or(-1), x.dev)
         };
+        if self.func.is_some() {
+            return self.fn_kick(c, fd);
+        }
         let mut k = Kick::default();
         let mut taint = None;
         let sem;
@@ -2111,6 +2307,67 @@ impl Fuzz {
         Ok(())
     }
 
+    /// KICK on the function: after its argument check (a known kind, no
+    /// UAR offset but for sends), refused with `EOPNOTSUPP` whatever it
+    /// names, and nothing reaches the device (the doorbells are the
+    /// stores of `op_post` and `arm_cq`).
+    fn fn_kick(&mut self, c: usize, fd: RawFd) -> Res {
+        let mut k = Kick::default();
+        let sem = match self.gen.below(6) {
+            0 => {
+                k.kind = self.gen.pick(&[0, 5, 6, 0x100, u32::MAX]).unwrap_or(0);
+                k.handle = self.pick_handle(c, ObjKind::Qp);
+                Expect::err(libc::EINVAL)
+            }
+            1 => {
+                k.kind = self
+                    .gen
+                    .pick(&[KICK_CQ_ARM, KICK_RECV])
+                    .unwrap_or(KICK_RECV);
+                k.handle = self.pick_handle(c, ObjKind::Qp);
+                k.uar_offset = 1 + self.gen.below32(4096);
+                Expect::err(libc::EINVAL)
+            }
+            2 => {
+                k.kind = KICK_CQ_ARM;
+                k.handle = self.pick_handle(c, ObjKind::Cq);
+                Expect::err(libc::EOPNOTSUPP)
+            }
+            3 => {
+                k.kind = KICK_RECV;
+                k.handle = self.pick_handle(c, ObjKind::Qp);
+                Expect::err(libc::EOPNOTSUPP)
+            }
+            _ => {
+                k.kind = self
+                    .gen
+                    .pick(&[KICK_SEND, KICK_SEND_BLUEFLAME])
+                    .unwrap_or(KICK_SEND);
+                let h = self.pick_handle(c, ObjKind::Qp);
+                k.handle = h;
+                let bf = self.ctx(c)?.qps.get(&h).map(|q| q.bf_offset);
+                k.uar_offset = match bf {
+                    Some(o) if self.gen.chance(3, 4) => o + self.gen.below32(2) * 256,
+                    _ => self.gen.u32(),
+                };
+                Expect::err(libc::EOPNOTSUPP)
+            }
+        };
+        let shape = self.shape(Command::Kick);
+        self.call(
+            fd,
+            Command::Kick,
+            &enc(&k),
+            sem,
+            shape,
+            &format!(
+                "ctx{c} kind {} handle {} offset {:#x} (function)",
+                k.kind, k.handle, k.uar_offset
+            ),
+        )?;
+        Ok(())
+    }
+
     /// Applies a MODIFY_QP the model predicts, with a plain argument.
     fn modify_plain(&mut self, c: usize, h: u32, m: &ModifyQp) -> Res {
         let (fd, dev, cur) = {
@@ -2121,7 +2378,34 @@ impl Fuzz {
                 x.qps.get(&h).and_then(|q| q.state),
             )
         };
-        let l = self.lim.get(dev as usize).copied().ok_or("no limits")?;
+        let l = self.lim.get(&dev).copied().ok_or("no limits")?;
+        if self.func.is_some() {
+            // On the function, only what [`fn_modify`] knows the outcome of
+            // and the firmware takes (a QP that went exposed to RTR stays
+            // there).
+            let outcome = match cur {
+                Some(s) => Some(fn_modify(s, m, &l)),
+                None => fn_modify_any(m, &l),
+            };
+            let sem = match outcome {
+                Some(FnModify::Refused(e)) => Expect::err(e),
+                Some(FnModify::Moves(_)) => Expect::OK,
+                None => return Ok(()),
+            };
+            let o = self.call(
+                fd,
+                Command::ModifyQp,
+                &enc(m),
+                sem,
+                Shape::Plain,
+                &format!("ctx{c} qp {h} connect -> {}", m.qp_state),
+            )?;
+            if let (true, Some(FnModify::Moves(next))) = (o.ok(), outcome) {
+                *self.ops.entry("connect_steps_ok").or_insert(0) += 1;
+                self.fn_moved(c, h, next, m);
+            }
+            return Ok(());
+        }
         let next = cur.and_then(|s| modify_outcome(s, m, &l, self.n));
         let sem = match (cur, next) {
             (Some(_), Some(_)) => Expect::OK,
@@ -2252,7 +2536,7 @@ impl Fuzz {
                     | QP_MAX_DEST_RD_ATOMIC
                     | QP_MIN_RNR_TIMER,
                 qp_state: QPS_RTR,
-                dlid: peer.2 + 1,
+                dlid: self.lid_of(peer.2),
                 sl: self.gen.below32(16),
                 path_mtu: 1 + self.gen.below32(5),
                 dest_qp_num: peer.3,
@@ -2307,6 +2591,14 @@ impl Fuzz {
                 x.qps.get(&h).cloned().ok_or("model: no QP")?,
             )
         };
+        if self.func.is_some() && q.posted >= q.sq_cnt {
+            // A provider never announces more WQEs than the SQ holds: the
+            // function refuses a record beyond what it completed plus the
+            // SQ's size, and the fuzzer does not read the CQ to learn what
+            // completed. So a QP's SQ is used once, until RESET.
+            *self.ops.entry("post_sq_full").or_insert(0) += 1;
+            return Ok(());
+        }
         let peer = self.model.ctxs.iter().find_map(|(pc, x)| {
             x.qps
                 .iter()
@@ -2425,6 +2717,46 @@ impl Fuzz {
         let half = q.bf_offset + self.gen.below32(2) * q.bf_size;
         let blueflame = self.gen.chance(1, 2);
         let pi = q.posted.wrapping_add(1);
+        if self.func.is_some() {
+            // The function's own doorbell: the WQE, then the record's send
+            // counter as one word, then the UAR store the device takes as
+            // the doorbell (8 bytes) or a BlueFlame copy (the WQEBB in
+            // 8-byte stores), each ordered after the one before. No KICK.
+            // SAFETY: one WQEBB of the SQ, inside our writable mapping of
+            // the QP buffer.
+            unsafe { poke(buf + q.sq_off as usize + idx * 64, &w) };
+            fence(AtomicOrdering::SeqCst);
+            // SAFETY: the send counter (bytes 4..8) of our writable,
+            // page-aligned doorbell record mapping.
+            unsafe { store32(dbr + 4, (pi & 0xffff).to_be_bytes()) };
+            fence(AtomicOrdering::SeqCst);
+            let words = if blueflame { w.len() / 8 } else { 1 };
+            for i in 0..words {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(w.get(i * 8..i * 8 + 8).unwrap_or(&[0; 8]));
+                // SAFETY: 8 aligned bytes of the QP's BlueFlame half (256
+                // bytes at a multiple of 256) in our writable UAR mapping.
+                unsafe { store64(uar + half as usize + i * 8, b) };
+            }
+            if let Some(qq) = self.model.ctxs.get_mut(&c).and_then(|x| x.qps.get_mut(&h)) {
+                qq.posted = pi;
+            }
+            let st = match q.state {
+                Some(_) => "post_on_rts",
+                None => "post_on_tainted",
+            };
+            *self.ops.entry(st).or_insert(0) += 1;
+            self.note_log(format!(
+                "#{} ctx{c} qp {h} rung: opcode {opcode:#x} len {len} lkey {lkey:#x} \
+                 rkey {rkey:#x} to {:?}, WQE {}, {}",
+                self.tally.calls,
+                q.dest,
+                q.posted,
+                if blueflame { "BlueFlame" } else { "doorbell" }
+            ));
+            self.model.taint_qp(c, h);
+            return Ok(());
+        }
         // SAFETY: one WQEBB of the SQ, the send counter of the doorbell
         // record and one BlueFlame half, all inside our writable mappings.
         unsafe {
@@ -2499,6 +2831,20 @@ impl Fuzz {
         let mut db = [0u8; 8];
         db[..4].copy_from_slice(&arm.to_be_bytes());
         db[4..].copy_from_slice(&cq.cqn.to_be_bytes());
+        if self.func.is_some() {
+            // The record's ARM word, then the doorbell, one store each:
+            // the function takes the arm from the store. No KICK.
+            // SAFETY: the ARM word (bytes 4..8) of our writable,
+            // page-aligned doorbell record mapping.
+            unsafe { store32(dbr + 4, arm.to_be_bytes()) };
+            fence(AtomicOrdering::SeqCst);
+            // SAFETY: the 8-byte CQ doorbell at 0x20 of our writable,
+            // page-aligned UAR mapping.
+            unsafe { store64(uar + 0x20, db) };
+            *self.ops.entry("arm_rung").or_insert(0) += 1;
+            self.note_log(format!("ctx{c} cq {h} armed: {arm:#x}"));
+            return Ok(());
+        }
         // SAFETY: the ARM word of the doorbell record and the CQ doorbell
         // of the UAR page, in our writable mappings.
         unsafe {
@@ -2548,6 +2894,25 @@ impl Fuzz {
         }
         let idx = (q.recvs % q.rq_cnt) as usize;
         let rpi = q.recvs.wrapping_add(1);
+        if self.func.is_some() {
+            if q.recvs >= q.rq_cnt {
+                // As for the SQ (`op_post`): the RQ is filled once.
+                return Ok(());
+            }
+            // SAFETY: one receive WQE of the RQ (at offset 0 of the
+            // buffer), in our writable mapping.
+            unsafe { poke(buf + idx * stride, &wqe) };
+            fence(AtomicOrdering::SeqCst);
+            // SAFETY: the receive counter (bytes 0..4) of our writable,
+            // page-aligned doorbell record mapping.
+            unsafe { store32(dbr, (rpi & 0xffff).to_be_bytes()) };
+            if let Some(qq) = self.model.ctxs.get_mut(&c).and_then(|x| x.qps.get_mut(&h)) {
+                qq.recvs = rpi;
+            }
+            self.note_log(format!("receive posted on ctx{c} qp {h}, counter {rpi}"));
+            self.model.taint_qp(c, h);
+            return Ok(());
+        }
         // SAFETY: one receive WQE of the RQ (at offset 0 of the buffer) and
         // the receive counter of the doorbell record, in our writable
         // mappings.
@@ -2608,6 +2973,23 @@ impl Fuzz {
     /// debugfs must list exactly the model's CQs, QPs and MRs above the
     /// baseline.
     fn audit(&mut self) -> Res {
+        if let Some(f) = self.func {
+            // The function's own count of what its commands made and
+            // destroyed: exactly the model's objects above the baseline.
+            let now = function_objects(f.dev)?;
+            let want = f.base.plus(&self.model.fn_counts());
+            if now != want {
+                return Err(self.fail(format!(
+                    "rmlx5/objects disagrees with the model: rmlx5_{} holds {}, the model \
+                     says {} (baseline {})",
+                    f.dev,
+                    now.describe(),
+                    want.describe(),
+                    f.base.describe()
+                )));
+            }
+            return Ok(());
+        }
         let now = snapshot(self.n as usize)?;
         let (cqs, qps, mrs) = self.model.counts(self.n as usize);
         let want_cqs: Vec<u64> = cqs
@@ -2636,9 +3018,11 @@ impl Fuzz {
     /// destroys its objects (and closes a channel and the device file).
     fn op_window(&mut self) -> Res {
         self.windows += 1;
-        let dev = self.gen.below32(self.n);
+        let dev = self.pick_dev();
         let plan = WindowPlan {
             dev,
+            lid: self.lid_of(dev),
+            function: self.func.is_some(),
             seed_a: self.gen.u64(),
             seed_b: self.gen.u64(),
             ops: 100 + self.gen.below(100),
@@ -2777,8 +3161,17 @@ impl Fuzz {
             return Err(e);
         }
         if !back {
+            let function = match self.func {
+                Some(f) => format!(
+                    " | rmlx5_{}: {} (baseline {})",
+                    f.dev,
+                    function_objects(f.dev).map_or_else(|e| e, |o| o.describe()),
+                    f.base.describe()
+                ),
+                None => String::new(),
+            };
             println!(
-                "rmlx5-stress: after closing everything: {} (baseline {}){}",
+                "rmlx5-stress: after closing everything: {} (baseline {}){}{function}",
                 now.describe(),
                 self.base.describe(),
                 dump_tables(self.n as usize)
@@ -2815,14 +3208,34 @@ pub(crate) fn fuzz_ioctl_sequences() -> TestResult {
     println!("@@STRESS fuzz seed={seed}");
     let n = num_hcas();
     let base = snapshot(n)?;
-    let mut lim = Vec::new();
-    for dev in 0..n as u32 {
-        let fd = open_dev(dev)?;
-        let q = raw_call(fd, Command::QueryDevice, &QueryDevice::default());
-        let _ = close_fd(fd);
-        let q = q.map_err(|e| format!("QUERY_DEVICE rmlx5_{dev}: {}", errno_name(e)))?;
-        lim.push(DevLimits::from_query(&q));
-    }
+    let mut lim = BTreeMap::new();
+    // fuzzdev=N: ConnectX function rmlx5_N alone, not the software HCAs.
+    let func = match sc.given("fuzzdev") {
+        Some(d) => {
+            let dev = u32::try_from(d)
+                .ok()
+                .filter(|d| *d < 64)
+                .ok_or(format!("RMLX5_STRESS: fuzzdev={d} is outside 0..=63"))?;
+            let (t, l) = function_target(dev)?;
+            lim.insert(dev, l);
+            println!(
+                "rmlx5-stress: fuzz on ConnectX function rmlx5_{dev} (LID {}), which holds {}",
+                t.lid,
+                t.base.describe()
+            );
+            Some(t)
+        }
+        None => {
+            for dev in 0..n as u32 {
+                let fd = open_dev(dev)?;
+                let q = raw_call(fd, Command::QueryDevice, &QueryDevice::default());
+                let _ = close_fd(fd);
+                let q = q.map_err(|e| format!("QUERY_DEVICE rmlx5_{dev}: {}", errno_name(e)))?;
+                lim.insert(dev, DevLimits::from_query(&q));
+            }
+            None
+        }
+    };
     // SAFETY: a NUL-terminated path.
     let devnull = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     ensure!(devnull >= 0, "open /dev/null: {}", errno_name(errno()));
@@ -2834,6 +3247,7 @@ pub(crate) fn fuzz_ioctl_sequences() -> TestResult {
         gen: Gen::new(seed),
         seed,
         n: n as u32,
+        func,
         lim,
         model,
         tally: Tally::default(),
@@ -2875,6 +3289,29 @@ pub(crate) fn fuzz_ioctl_sequences() -> TestResult {
         counts.join(" "),
         ops.join(" ")
     );
+    if let Some(t) = func {
+        println!(
+            "rmlx5-stress: fuzz rmlx5_{}: {} (baseline {})",
+            t.dev,
+            function_objects(t.dev).map_or_else(|e| e, |o| o.describe()),
+            t.base.describe()
+        );
+        run?;
+        let leaked = leaked?;
+        // The function's own count, kind by kind (part of the leak count
+        // above too); its EQs are not in debugfs: the emulator fails the
+        // run if one overruns.
+        let now = function_objects(t.dev)?;
+        ensure!(
+            leaked == 0 && now == t.base,
+            "{leaked} object(s) above the baseline after closing everything; rmlx5_{} holds {}, \
+             it held {} (seed={seed})",
+            t.dev,
+            now.describe(),
+            t.base.describe()
+        );
+        return Ok(());
+    }
     for dev in 0..n {
         if let Ok(st) = debugfs(dev, "stats") {
             if let Some(l) = st.lines().find(|l| l.starts_with("model ")) {
@@ -2892,20 +3329,55 @@ pub(crate) fn fuzz_ioctl_sequences() -> TestResult {
     Ok(())
 }
 
+/// ConnectX function `rmlx5_<dev>` for `fuzzdev`, checked to be one (it
+/// counts its objects in `rmlx5/objects`, and QUERY_DEVICE reports
+/// `DEVICE_UAR_DOORBELLS`), with its port's LID, what it holds now, and its
+/// limits.
+fn function_target(dev: u32) -> Result<(FnTarget, DevLimits), String> {
+    let not = |why: String| format!("fuzzdev={dev}: rmlx5_{dev} is no ConnectX function: {why}");
+    let base = function_objects(dev).map_err(not)?;
+    let fd = open_dev(dev)?;
+    let q = raw_call(fd, Command::QueryDevice, &QueryDevice::default());
+    let port = QueryPort {
+        port_num: 1,
+        ..QueryPort::default()
+    };
+    let p = raw_call(fd, Command::QueryPort, &port);
+    let _ = close_fd(fd);
+    let q = q.map_err(|e| format!("QUERY_DEVICE rmlx5_{dev}: {}", errno_name(e)))?;
+    let p = p.map_err(|e| format!("QUERY_PORT rmlx5_{dev}: {}", errno_name(e)))?;
+    if q.device_flags & DEVICE_UAR_DOORBELLS == 0 || q.device_index != dev {
+        return Err(not(format!("QUERY_DEVICE answered {q:?}")));
+    }
+    // Its QPs loop back through its own port.
+    if p.state != PORT_ACTIVE || p.lid == 0 || p.lid >= FIRST_MULTICAST_LID {
+        return Err(format!(
+            "fuzzdev={dev}: the port of rmlx5_{dev} is not active with a unicast LID: {p:?}"
+        ));
+    }
+    let t = FnTarget {
+        dev,
+        lid: p.lid,
+        base,
+    };
+    Ok((t, DevLimits::from_query(&q)))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
 
-    /// The state walk only generates transitions the state machine takes.
-    #[test]
-    fn walk_modify_is_always_accepted() {
-        let mut f = Fuzz {
-            gen: Gen::new(11),
-            seed: 11,
+    /// A generator with `seed` on two devices, on `func` if given, with
+    /// the devices' limits `lim`; nothing opened.
+    fn fuzz_for_test(seed: u64, func: Option<FnTarget>, lim: BTreeMap<u32, DevLimits>) -> Fuzz {
+        Fuzz {
+            gen: Gen::new(seed),
+            seed,
             n: 2,
-            lim: vec![DevLimits::DOC; 2],
+            func,
+            lim,
             model: Model::default(),
             tally: Tally::default(),
             scratch: Vec::new(),
@@ -2918,7 +3390,17 @@ mod tests {
             next_audit: 0,
             windows: 0,
             ops: BTreeMap::new(),
-        };
+        }
+    }
+
+    /// The state walk only generates transitions the state machine takes.
+    #[test]
+    fn walk_modify_is_always_accepted() {
+        let mut f = fuzz_for_test(
+            11,
+            None,
+            BTreeMap::from([(0, DevLimits::DOC), (1, DevLimits::DOC)]),
+        );
         let l = DevLimits::DOC;
         let mut seen = BTreeSet::new();
         for _ in 0..5000 {
@@ -2957,5 +3439,52 @@ mod tests {
         assert!(ok > 10 && ok < 4000, "{ok}");
         // The arena's read-only pages start out zero.
         assert!(f.arena.ro_untouched());
+    }
+
+    /// On a function the walk names the function's own LID and stays
+    /// within what its firmware takes; random masks reach a refusing
+    /// firmware only where the fuzzer withholds them.
+    #[test]
+    fn function_walks_are_sent_and_taken() {
+        let l = DevLimits::DOC;
+        let target = FnTarget {
+            dev: 2,
+            lid: 0x17,
+            base: FnObjects::default(),
+        };
+        let mut f = fuzz_for_test(12, Some(target), BTreeMap::from([(2, l)]));
+        assert_eq!(f.pick_dev(), 2);
+        assert_eq!(
+            (f.lid_of(2), f.dev_of_lid(0x17), f.dev_of_lid(3)),
+            (0x17, 2, NOWHERE)
+        );
+        let mut moved = BTreeSet::new();
+        for _ in 0..5000 {
+            let cur = f.gen.below32(QPS_ERR + 1);
+            let m = f.walk_modify(1, cur, &l);
+            if m.attr_mask & QP_AV != 0 {
+                assert_eq!(m.dlid, 0x17);
+            }
+            match fn_modify(cur, &m, &l) {
+                FnModify::Moves(n) => {
+                    moved.insert((cur, n));
+                }
+                FnModify::Refused(_) => {}
+            }
+            // Random masks: LIDs the kernel refuses, or the function's.
+            let m = f.random_modify(1, cur, &l);
+            if m.attr_mask & QP_AV != 0 && (1..FIRST_MULTICAST_LID).contains(&m.dlid) {
+                assert_eq!(m.dlid, 0x17, "{m:?}");
+            }
+        }
+        for t in [
+            (QPS_RESET, QPS_INIT),
+            (QPS_INIT, QPS_RTR),
+            (QPS_RTR, QPS_RTS),
+            (QPS_RTS, QPS_ERR),
+            (QPS_ERR, QPS_RESET),
+        ] {
+            assert!(moved.contains(&t), "{t:?} never generated");
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 // RMLX5_STRESS
 
 /// Keys `RMLX5_STRESS` may carry for this program.
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 12] = [
     "calls",
     "seed",
     "kills",
@@ -18,10 +18,13 @@ const KEYS: [&str; 11] = [
     "cqs",
     "scale",
     "inject",
-    // The devices: no_lost_event's, and kill_mid_traffic's pair.
+    // The devices: no_lost_event's, kill_mid_traffic's pair, and the
+    // ConnectX function fuzz_ioctl_sequences runs on instead of the
+    // software HCAs.
     "dev",
     "dev0",
     "dev1",
+    "fuzzdev",
 ];
 /// Keys of other parts of `make stress` (Documentation/reliability.md),
 /// accepted and ignored here so that one `RMLX5_STRESS` can serve all.
@@ -85,6 +88,11 @@ impl Scale {
         } else {
             Err(format!("RMLX5_STRESS: {key}={v} is outside {lo}..={hi}"))
         }
+    }
+
+    /// `key` if it was given (not scaled).
+    pub(crate) fn given(&self, key: &str) -> Option<u64> {
+        self.values.get(key).copied()
     }
 
     /// The given seed, or a random one.
@@ -203,6 +211,11 @@ mod tests {
         assert_eq!(s.get("kills", 5), 1);
         assert_eq!(s.get("completions", 200_000), 2000);
         assert_eq!(s.get("threads", 4), 4);
+        // fuzzdev: given or not, never scaled.
+        let s = Scale::parse("scale=10,fuzzdev=2,calls=100").unwrap();
+        assert_eq!(s.given("fuzzdev"), Some(2));
+        assert_eq!(s.get("calls", 7), 10);
+        assert_eq!(Scale::parse("calls=1").unwrap().given("fuzzdev"), None);
         let s = Scale::parse("threads=0").unwrap();
         assert!(s.get_in("threads", 4, 1, 64).is_err());
         assert_eq!(s.get_in("cqs", 4, 1, 64), Ok(4));

@@ -14,7 +14,10 @@
 //!   close in the middle of use, and windows in which a second thread
 //!   destroys what the first one uses. Every errno must be documented for
 //!   its command, valid calls must succeed, and the debugfs object tables
-//!   must agree with the model and end at their baseline.
+//!   must agree with the model and end at their baseline. With `fuzzdev=N`
+//!   it runs on ConnectX function `rmlx5_N` instead, knowing what the
+//!   function does differently (`fuzz.rs`), and audits the function's own
+//!   counts (debugfs `rmlx5/objects`).
 //! - `kill_mid_traffic`: helper processes (this program re-executed with
 //!   `--stress-child`) run traffic on `rmlx5_0`/`rmlx5_1` in polling and
 //!   event mode, or churn raw objects, and are SIGKILLed at random points;
@@ -26,9 +29,11 @@
 //!
 //! Scale: the environment variable `RMLX5_STRESS`, comma-separated
 //! `key=value` (`calls`, `seed`, `kills`, `completions`, `threads`,
-//! `cqs`, `dev` for no_lost_event's device and `dev0`, `dev1` for
-//! kill_mid_traffic's pair (a ConnectX function in the PCI guest, whose
-//! objects debugfs `rmlx5/objects` counts for the baseline), and `scale`,
+//! `cqs`, `dev` for no_lost_event's device, `dev0`, `dev1` for
+//! kill_mid_traffic's pair and `fuzzdev` for the fuzzer's function (a
+//! ConnectX function in the PCI guest, whose objects debugfs
+//! `rmlx5/objects` counts for the baseline; without `fuzzdev` the fuzzer
+//! runs on the software HCAs), and `scale`,
 //! which divides the three counts); the defaults are
 //! a smoke scale (`calls=20000 kills=5 completions=200000 threads=4
 //! cqs=4`, each scenario well under a minute in a TCG guest); keys of the

@@ -11,6 +11,7 @@ use std::os::fd::RawFd;
 
 use rmlx5_abi::mmap::Kind;
 
+use crate::debugfs::FnObjects;
 use crate::expect::Expect;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -462,6 +463,36 @@ impl Model {
         (cqs, qps, mrs)
     }
 
+    /// What a ConnectX function holds for the model's contexts (all on
+    /// it): its PDs, CQs, QPs, memory keys (one per MR) and UAR pages (one
+    /// per context, until the context goes).
+    pub(crate) fn fn_counts(&self) -> FnObjects {
+        let sum = |f: fn(&CtxM) -> usize| self.ctxs.values().map(|x| f(x) as u64).sum::<u64>();
+        FnObjects {
+            pds: sum(|x| x.pds.len()),
+            cqs: sum(|x| x.cqs.len()),
+            qps: sum(|x| x.qps.len()),
+            mrs: sum(|x| x.mrs.len()),
+            uars: self.ctxs.len() as u64,
+        }
+    }
+
+    /// Whether traffic may reach QP `h` of context `c` once it receives
+    /// (RTR on): another QP may name its number, or one of its CQs may
+    /// have overrun. A missing QP counts as exposed.
+    pub(crate) fn exposed(&self, c: usize, h: u32) -> bool {
+        let Some(x) = self.ctxs.get(&c) else {
+            return true;
+        };
+        let Some(q) = x.qps.get(&h) else {
+            return true;
+        };
+        self.tainted_qpns.contains(&(x.dev, q.qpn))
+            || [q.scq, q.rcq]
+                .iter()
+                .any(|cq| x.cqs.get(cq).is_some_and(|k| k.tainted))
+    }
+
     pub(crate) fn big_cqs(&self) -> usize {
         self.ctxs
             .values()
@@ -679,5 +710,68 @@ mod tests {
         // Writing into a CQ taints its QPs.
         md.taint_cq(c, 2);
         assert_eq!(st(&md, c, 2), None);
+        // Exposed: a QPN some QP named, or a CQ that may have overrun.
+        assert!(md.exposed(b, 1));
+        assert!(md.exposed(a, 3));
+        let d = md.open_ctx(6, 1);
+        let ctx = md.ctxs.get_mut(&d).unwrap();
+        ctx.cqs.insert(1, cq(300, 0x40, None));
+        md.add_qp(d, 1, qpm(0, 1, 1, 0x130));
+        assert!(!md.exposed(d, 1));
+        assert!(md.exposed(d, 2));
+        md.tainted_qpns.insert((1, 0x130));
+        assert!(md.exposed(d, 1));
+    }
+
+    #[test]
+    fn function_counts() {
+        let mut md = Model::default();
+        let a = md.open_ctx(3, 2);
+        let b = md.open_ctx(4, 2);
+        md.ctxs.get_mut(&a).unwrap().pds.insert(1, PdM::default());
+        md.ctxs
+            .get_mut(&a)
+            .unwrap()
+            .cqs
+            .insert(1, cq(1, 0x40, None));
+        md.add_qp(a, 1, qpm(1, 1, 1, 0x100));
+        let mr = MrM {
+            pd: 1,
+            key: 0x200,
+            addr: 0x1000,
+            len: 0x1000,
+            access: 0,
+        };
+        md.add_mr(a, 1, mr);
+        md.ctxs.get_mut(&b).unwrap().pds.insert(1, PdM::default());
+        let want = FnObjects {
+            pds: 2,
+            cqs: 1,
+            qps: 1,
+            mrs: 1,
+            uars: 2,
+        };
+        assert_eq!(md.fn_counts(), want);
+        // A closed context held by a mapping keeps its UAR and objects.
+        md.add_map(MapM {
+            ctx: a,
+            addr: 0x1000,
+            len: 4096,
+            kind: Kind::Uar,
+            obj: MapObj::Uar,
+            writable: true,
+        });
+        md.close_ctx_fd(a);
+        md.close_ctx_fd(b);
+        assert_eq!(
+            md.fn_counts(),
+            FnObjects {
+                pds: 1,
+                uars: 1,
+                ..want
+            }
+        );
+        md.remove_map(0);
+        assert_eq!(md.fn_counts(), FnObjects::default());
     }
 }

@@ -186,8 +186,36 @@ pub(crate) fn transition(cur: u32, next: u32) -> Option<(u32, u32)> {
 /// attributes outside the mask zero), the peer LID naming an HCA, then the
 /// state machine (transition, required and allowed attributes, CUR_STATE).
 pub(crate) fn modify_outcome(cur: u32, m: &ModifyQp, l: &DevLimits, num_hcas: u32) -> Option<u32> {
-    if m.hdr.flags != 0 || m.attr_mask & !QP_ATTR_MASK_ALL != 0 {
+    if !modify_args_ok(m, l) {
         return None;
+    }
+    let mask = m.attr_mask;
+    if mask & QP_AV != 0 && m.dlid > num_hcas {
+        return None;
+    }
+    let next = if mask & QP_STATE != 0 {
+        m.qp_state
+    } else {
+        cur
+    };
+    if mask & QP_CUR_STATE != 0 && m.cur_qp_state != cur {
+        return None;
+    }
+    let (req, opt) = transition(cur, next)?;
+    let given = mask & !QP_STATE;
+    if given & req != req || given & !(req | opt) != 0 {
+        return None;
+    }
+    Some(next)
+}
+
+/// Whether a MODIFY_QP argument passes the ABI's check (rmlx5-abi
+/// `ModifyQp::check`, the same on every device): no flags, known mask
+/// bits, each attribute the mask names in its range and every other one
+/// zero.
+pub(crate) fn modify_args_ok(m: &ModifyQp, l: &DevLimits) -> bool {
+    if m.hdr.flags != 0 || m.attr_mask & !QP_ATTR_MASK_ALL != 0 {
+        return false;
     }
     let mask = m.attr_mask;
     let attrs: [(u32, u32, bool); 16] = [
@@ -224,29 +252,90 @@ pub(crate) fn modify_outcome(cur: u32, m: &ModifyQp, l: &DevLimits, num_hcas: u3
         (QP_AV, m.dlid, (1..=0xffff).contains(&m.dlid)),
         (QP_AV, m.sl, m.sl <= 15),
     ];
-    for (b, value, in_range) in attrs {
-        let ok = if mask & b == 0 { value == 0 } else { in_range };
-        if !ok {
-            return None;
-        }
+    attrs.iter().all(
+        |&(b, value, in_range)| {
+            if mask & b == 0 {
+                value == 0
+            } else {
+                in_range
+            }
+        },
+    )
+}
+
+/// The first LID that names no port: a ConnectX function takes any
+/// unicast LID as a peer (`peer_of_dlid` in drivers/rmlx5/cx/dev.rs; the
+/// emulator's fabric, hca-model's `index_of_lid`, the same).
+pub(crate) const FIRST_MULTICAST_LID: u32 = 0xc000;
+
+/// What MODIFY_QP does on a ConnectX function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FnModify {
+    /// The kernel refuses it before any command reaches the function.
+    Refused(i32),
+    /// The function accepts the command: the QP's new state.
+    Moves(u32),
+}
+
+/// What MODIFY_QP `m` does on a ConnectX function to a QP the driver last
+/// moved to `cur` (which is the device's state unless the device moved
+/// the QP to ERR by itself). The kernel's order (uverbs/commands.rs
+/// `modify_qp`, cx/dev.rs `modify_qp`): the ABI's argument check, the
+/// peer LID, then a mask without `QP_STATE` is `EOPNOTSUPP` (the function
+/// only moves QPs); then the IB spec's transition table, as on the
+/// software HCA (`QP_CUR_STATE`, required and allowed attributes; the
+/// driver runs hca-model's `qp_modify::check`), and of what it allows only
+/// RESET and ERR from anywhere, RESET to INIT, INIT to RTR and RTR to RTS
+/// are commands; any other transition is `EINVAL`.
+pub(crate) fn fn_modify(cur: u32, m: &ModifyQp, l: &DevLimits) -> FnModify {
+    if !modify_args_ok(m, l) {
+        return FnModify::Refused(libc::EINVAL);
     }
-    if mask & QP_AV != 0 && m.dlid > num_hcas {
-        return None;
+    let mask = m.attr_mask;
+    if mask & QP_AV != 0 && m.dlid >= FIRST_MULTICAST_LID {
+        return FnModify::Refused(libc::EINVAL);
     }
-    let next = if mask & QP_STATE != 0 {
-        m.qp_state
-    } else {
-        cur
-    };
+    if mask & QP_STATE == 0 {
+        return FnModify::Refused(libc::EOPNOTSUPP);
+    }
+    let next = m.qp_state;
     if mask & QP_CUR_STATE != 0 && m.cur_qp_state != cur {
-        return None;
+        return FnModify::Refused(libc::EINVAL);
     }
-    let (req, opt) = transition(cur, next)?;
+    let Some((req, opt)) = transition(cur, next) else {
+        return FnModify::Refused(libc::EINVAL);
+    };
     let given = mask & !QP_STATE;
     if given & req != req || given & !(req | opt) != 0 {
+        return FnModify::Refused(libc::EINVAL);
+    }
+    match (cur, next) {
+        (_, QPS_RESET)
+        | (_, QPS_ERR)
+        | (QPS_RESET, QPS_INIT)
+        | (QPS_INIT, QPS_RTR)
+        | (QPS_RTR, QPS_RTS) => FnModify::Moves(next),
+        _ => FnModify::Refused(libc::EINVAL),
+    }
+}
+
+/// What MODIFY_QP `m` does on a ConnectX function to a QP whose state is
+/// not known (traffic may have moved it to ERR behind the driver's back,
+/// and the firmware refuses a command whose source state is not the
+/// QP's: the emulator would count that as the driver's mistake), if that
+/// is the same whatever the state and no command can meet a firmware
+/// that disagrees with the driver about the state: refusals before any
+/// command, and moves to RESET or ERR, which the firmware takes from any
+/// state. `None` for the rest (never issued).
+pub(crate) fn fn_modify_any(m: &ModifyQp, l: &DevLimits) -> Option<FnModify> {
+    let first = fn_modify(QPS_RESET, m, l);
+    if !(QPS_RESET..=QPS_ERR).all(|s| fn_modify(s, m, l) == first) {
         return None;
     }
-    Some(next)
+    match first {
+        FnModify::Moves(n) if n != QPS_RESET && n != QPS_ERR => None,
+        o => Some(o),
+    }
 }
 
 #[cfg(test)]
@@ -460,5 +549,185 @@ mod tests {
         let mut x = m(QP_STATE, QPS_ERR);
         x.hdr.flags = 1;
         assert_eq!(modify_outcome(QPS_RESET, &x, &l, 2), None);
+    }
+
+    #[test]
+    fn function_modify_outcomes() {
+        use FnModify::{Moves, Refused};
+        let l = DevLimits::DOC;
+        let inval = Refused(libc::EINVAL);
+        // RESET and ERR from anywhere; the three forward moves from their
+        // own state only; the rest is the kernel's EINVAL.
+        for s in 0..=QPS_ERR {
+            assert_eq!(fn_modify(s, &m(QP_STATE, QPS_RESET), &l), Moves(QPS_RESET));
+            assert_eq!(fn_modify(s, &m(QP_STATE, QPS_ERR), &l), Moves(QPS_ERR));
+            for next in [QPS_SQD, QPS_SQE] {
+                assert_eq!(fn_modify(s, &m(QP_STATE, next), &l), inval);
+            }
+        }
+        // The IB table as on the software HCA: required attributes and
+        // CUR_STATE are checked before any command.
+        let init = m(QP_STATE, QPS_INIT);
+        assert_eq!(fn_modify(QPS_RESET, &init, &l), inval);
+        assert_eq!(modify_outcome(QPS_RESET, &init, &l, 2), None);
+        let init = ModifyQp {
+            port_num: 1,
+            ..m(
+                QP_STATE | QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS,
+                QPS_INIT,
+            )
+        };
+        assert_eq!(fn_modify(QPS_RESET, &init, &l), Moves(QPS_INIT));
+        let x = ModifyQp {
+            cur_qp_state: QPS_RTS,
+            attr_mask: init.attr_mask | QP_CUR_STATE,
+            ..init
+        };
+        assert_eq!(fn_modify(QPS_RESET, &x, &l), inval);
+        let x = ModifyQp {
+            timeout: 3,
+            attr_mask: init.attr_mask | QP_TIMEOUT,
+            ..init
+        };
+        assert_eq!(fn_modify(QPS_RESET, &x, &l), inval);
+        // INIT to INIT is in the table but not a command of the function.
+        assert_eq!(fn_modify(QPS_INIT, &m(QP_STATE, QPS_INIT), &l), inval);
+        assert_eq!(fn_modify(QPS_RTS, &m(QP_STATE, QPS_RTS), &l), inval);
+        assert_eq!(fn_modify(QPS_RTS, &m(QP_STATE, QPS_SQD), &l), inval);
+        // INIT to RTR needs its whole path (the firmware would refuse it
+        // without one: the kernel refuses it first).
+        let (rtr_req, _) = transition(QPS_INIT, QPS_RTR).unwrap_or_default();
+        let rtr = ModifyQp {
+            dlid: 0xbfff,
+            path_mtu: MTU_4096,
+            ..m(QP_STATE | rtr_req, QPS_RTR)
+        };
+        assert_eq!(fn_modify(QPS_INIT, &rtr, &l), Moves(QPS_RTR));
+        assert_eq!(modify_outcome(QPS_INIT, &rtr, &l, 0xc000), Some(QPS_RTR));
+        assert_eq!(fn_modify(QPS_RESET, &rtr, &l), inval);
+        let mut x = rtr;
+        x.attr_mask &= !QP_PATH_MTU;
+        x.path_mtu = 0;
+        assert_eq!(fn_modify(QPS_INIT, &x, &l), inval);
+        let mut x = rtr;
+        x.attr_mask &= !QP_AV;
+        x.dlid = 0;
+        assert_eq!(fn_modify(QPS_INIT, &x, &l), inval);
+        let rts = ModifyQp {
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            ..m(
+                QP_STATE
+                    | QP_SQ_PSN
+                    | QP_TIMEOUT
+                    | QP_RETRY_CNT
+                    | QP_RNR_RETRY
+                    | QP_MAX_QP_RD_ATOMIC,
+                QPS_RTS,
+            )
+        };
+        assert_eq!(fn_modify(QPS_RTR, &rts, &l), Moves(QPS_RTS));
+        // A multicast LID, or a bad argument, before anything else.
+        let mut x = rtr;
+        x.dlid = 0xc000;
+        assert_eq!(fn_modify(QPS_INIT, &x, &l), inval);
+        let mut x = rtr;
+        x.sl = 16;
+        assert_eq!(fn_modify(QPS_INIT, &x, &l), inval);
+        // Attributes alone: the function only moves QPs.
+        let attrs = ModifyQp {
+            timeout: 5,
+            ..m(QP_TIMEOUT, 0)
+        };
+        assert_eq!(fn_modify(QPS_RTS, &attrs, &l), Refused(libc::EOPNOTSUPP));
+        let mut x = attrs;
+        x.retry_cnt = 8;
+        x.attr_mask |= QP_RETRY_CNT;
+        assert_eq!(fn_modify(QPS_RTS, &x, &l), inval);
+        // A QP of unknown state: only what every state gives alike, and no
+        // forward move (the firmware checks the source state).
+        assert_eq!(
+            fn_modify_any(&m(QP_STATE, QPS_ERR), &l),
+            Some(Moves(QPS_ERR))
+        );
+        assert_eq!(
+            fn_modify_any(&m(QP_STATE, QPS_RESET), &l),
+            Some(Moves(QPS_RESET))
+        );
+        assert_eq!(fn_modify_any(&m(QP_STATE, QPS_SQD), &l), Some(inval));
+        assert_eq!(fn_modify_any(&attrs, &l), Some(Refused(libc::EOPNOTSUPP)));
+        assert_eq!(fn_modify_any(&m(QP_STATE, 7), &l), Some(inval));
+        // Without their attributes, the forward moves are refused from
+        // every state; with them, only from their own.
+        for next in [QPS_INIT, QPS_RTR, QPS_RTS] {
+            assert_eq!(fn_modify_any(&m(QP_STATE, next), &l), Some(inval), "{next}");
+        }
+        assert_eq!(fn_modify_any(&rtr, &l), None);
+    }
+
+    /// What the function's firmware does with the command cx/dev.rs
+    /// makes of `m` for a QP the driver tracks in `tracked` while the
+    /// device has it in `device`: `Some(true)` accepted, `Some(false)`
+    /// refused, `None` no command.
+    fn firmware_takes(tracked: u32, device: u32, m: &ModifyQp, l: &DevLimits) -> Option<bool> {
+        match fn_modify(tracked, m, l) {
+            FnModify::Refused(_) => None,
+            // 2RST and 2ERR from any state; the forward moves only from
+            // their own source state.
+            FnModify::Moves(QPS_RESET | QPS_ERR) => Some(true),
+            FnModify::Moves(_) => Some(tracked == device),
+        }
+    }
+
+    /// The fuzzer's rule on a function never sends a MODIFY_QP its
+    /// firmware refuses: with the state known the driver's and the
+    /// device's agree; unknown, the device may have moved a QP the driver
+    /// moved to RTR or RTS on to ERR.
+    #[test]
+    fn function_modifies_sent_are_taken() {
+        let l = DevLimits::DOC;
+        let mut g = crate::knobs::Gen::new(5);
+        let mut sent = 0;
+        for _ in 0..20_000 {
+            let mut x = ModifyQp {
+                attr_mask: g.u32() & QP_ATTR_MASK_ALL,
+                qp_state: g.below32(8),
+                ..ModifyQp::default()
+            };
+            // Half of them a transition of the table with its required
+            // attributes and some of its optional ones.
+            if g.below32(2) == 0 {
+                let (cur, next) = (g.below32(QPS_ERR + 1), g.below32(QPS_ERR + 1));
+                if let Some((req, opt)) = transition(cur, next) {
+                    x.attr_mask = QP_STATE | req | (g.u32() & opt);
+                    x.qp_state = next;
+                }
+            }
+            if x.attr_mask & QP_AV != 0 {
+                x.dlid = *[1u32, 7, 0xbfff, 0xc000, 0].get(g.index(5)).unwrap_or(&1);
+            }
+            if x.attr_mask & QP_PATH_MTU != 0 {
+                x.path_mtu = g.below32(7);
+            }
+            if x.attr_mask & QP_PORT != 0 {
+                x.port_num = 1;
+            }
+            for known in 0..=QPS_ERR {
+                if firmware_takes(known, known, &x, &l).is_some() {
+                    sent += 1;
+                }
+                assert_ne!(firmware_takes(known, known, &x, &l), Some(false), "{x:?}");
+            }
+            if fn_modify_any(&x, &l).is_some() {
+                for tracked in 0..=QPS_ERR {
+                    for device in [tracked, QPS_ERR] {
+                        let t = firmware_takes(tracked, device, &x, &l);
+                        assert_ne!(t, Some(false), "{tracked} {device} {x:?}");
+                    }
+                }
+            }
+        }
+        assert!(sent > 1000);
     }
 }

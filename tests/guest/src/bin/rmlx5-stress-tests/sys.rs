@@ -32,6 +32,7 @@ pub(crate) fn errno_name(e: i32) -> String {
         libc::ENOSPC => "ENOSPC",
         libc::ENOENT => "ENOENT",
         libc::EOVERFLOW => "EOVERFLOW",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
         _ => return format!("E#{e}"),
     };
     n.to_string()
@@ -158,6 +159,35 @@ pub(crate) unsafe fn peek(addr: usize, len: usize) -> Vec<u8> {
         // SAFETY: inside the mapping, as the caller guarantees.
         .map(|i| unsafe { std::ptr::read_volatile((addr + i) as *const u8) })
         .collect()
+}
+
+/// One aligned volatile 32-bit store of `bytes` (already in the device's
+/// byte order) at `addr`: a doorbell-record word, which a device may read
+/// at any moment and must never see half-written.
+///
+/// # Safety
+///
+/// `addr` is 4-byte aligned and `addr..addr + 4` lies in a writable
+/// mapping of this process that nothing in this program borrows.
+pub(crate) unsafe fn store32(addr: usize, bytes: [u8; 4]) {
+    debug_assert!(addr.is_multiple_of(4));
+    // SAFETY: aligned and inside the mapping, as the caller guarantees.
+    unsafe { std::ptr::write_volatile(addr as *mut u32, u32::from_ne_bytes(bytes)) };
+}
+
+/// One aligned volatile 64-bit store of `bytes` (already in the device's
+/// byte order) at `addr`: a doorbell, or 8 bytes of a BlueFlame copy, in a
+/// device's UAR page (a ConnectX takes a doorbell only as one store of 8
+/// bytes or more).
+///
+/// # Safety
+///
+/// `addr` is 8-byte aligned and `addr..addr + 8` lies in a writable
+/// mapping of this process that nothing in this program borrows.
+pub(crate) unsafe fn store64(addr: usize, bytes: [u8; 8]) {
+    debug_assert!(addr.is_multiple_of(8));
+    // SAFETY: aligned and inside the mapping, as the caller guarantees.
+    unsafe { std::ptr::write_volatile(addr as *mut u64, u64::from_ne_bytes(bytes)) };
 }
 
 /// `poll()` of one descriptor without waiting; the revents.

@@ -2,6 +2,13 @@
 
 //! The fuzzer's concurrent windows: one thread destroys objects and
 //! closes the device file while another uses them.
+//!
+//! On a ConnectX function (`WindowPlan::function`) the user thread stores
+//! nothing to the UAR page (the function's registers, where a stray byte
+//! is a refused doorbell) and takes no QP to RTS (a QP in RTR may have
+//! been moved to ERR by traffic of the main thread's QPs, which can name
+//! its number; RTR2RTS would then meet a firmware that refuses it), and
+//! KICK is refused with `EOPNOTSUPP`.
 
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
@@ -12,7 +19,7 @@ use rmlx5_abi::ioctl::Command;
 use rmlx5_abi::mmap::{encode, Kind};
 use rmlx5_abi::uapi::*;
 
-use crate::expect::{bit, bits, documented};
+use crate::expect::{bit, bits, documented, function_only};
 use crate::fuzz::Tally;
 use crate::knobs::Gen;
 use crate::sys::{
@@ -22,6 +29,10 @@ use crate::sys::{
 
 pub(crate) struct WindowPlan {
     pub(crate) dev: u32,
+    /// The LID of the device's port (a QP's peer on it).
+    pub(crate) lid: u32,
+    /// The device is a ConnectX function (see the module documentation).
+    pub(crate) function: bool,
     pub(crate) seed_a: u64,
     pub(crate) seed_b: u64,
     pub(crate) ops: u64,
@@ -39,11 +50,21 @@ struct WindowObjs {
 
 /// Checks a result of a window thread: any documented errno, plus EBADF
 /// and ENOTTY once the device file may have been closed (its number may
-/// even name a new channel).
-fn window_check(t: &mut Tally, what: &str, cmd: Command, r: Result<(), i32>) -> Res {
+/// even name a new channel), plus on a function what its commands refuse
+/// besides.
+fn window_check(
+    t: &mut Tally,
+    what: &str,
+    cmd: Command,
+    r: Result<(), i32>,
+    function: bool,
+) -> Res {
     t.note(r);
     if let Err(e) = r {
-        let allowed = documented(Some(cmd)) | bits(&[libc::EBADF, libc::ENOTTY]);
+        let mut allowed = documented(Some(cmd)) | bits(&[libc::EBADF, libc::ENOTTY]);
+        if function {
+            allowed |= function_only(cmd);
+        }
         if allowed & bit(e) == 0 {
             return Err(format!(
                 "{what}: {cmd:?} failed with undocumented {}",
@@ -134,7 +155,12 @@ fn window_setup(p: &WindowPlan, t: &mut Tally) -> Result<WindowObjs, String> {
 /// The destroying thread: destroys random handles, closes the first
 /// channel, then the device file, and keeps going. Returns whether it
 /// closed the device file.
-fn window_destroyer(o: &WindowObjs, seed: u64, ops: u64) -> Result<(Tally, bool), String> {
+fn window_destroyer(
+    o: &WindowObjs,
+    seed: u64,
+    ops: u64,
+    function: bool,
+) -> Result<(Tally, bool), String> {
     let mut g = Gen::new(seed);
     let mut t = Tally::default();
     let close_chan_at = ops / 3;
@@ -165,7 +191,7 @@ fn window_destroyer(o: &WindowObjs, seed: u64, ops: u64) -> Result<(Tally, bool)
             ..Destroy::default()
         };
         let r = raw_call(o.fd, cmd, &d).map(|_| ());
-        window_check(&mut t, "destroyer", cmd, r)?;
+        window_check(&mut t, "destroyer", cmd, r, function)?;
         if g.chance(1, 4) {
             std::thread::yield_now();
         }
@@ -175,16 +201,17 @@ fn window_destroyer(o: &WindowObjs, seed: u64, ops: u64) -> Result<(Tally, bool)
 
 /// The using thread: creates, modifies, kicks, maps and touches whatever
 /// the handles name at the moment. Returns its tally, the channel fds it
-/// created and its mappings.
+/// created and its mappings (address, length, whether a device's page).
 fn window_user(
     p: &WindowPlan,
     o: &WindowObjs,
     t: &mut Tally,
     fds: &mut Vec<RawFd>,
-    maps: &mut Vec<(usize, usize)>,
+    maps: &mut Vec<(usize, usize, bool)>,
 ) -> Res {
     let mut g = Gen::new(p.seed_a);
     let fd = o.fd;
+    let f = p.function;
     for _ in 0..p.ops {
         let h = 1 + g.below32(8);
         match g.below(12) {
@@ -201,7 +228,7 @@ fn window_user(
                     ..CreateQp::default()
                 };
                 let r = raw_call(fd, Command::CreateQp, &a).map(|_| ());
-                window_check(t, "user", Command::CreateQp, r)?;
+                window_check(t, "user", Command::CreateQp, r, f)?;
             }
             1 | 2 => {
                 let mut m = ModifyQp {
@@ -209,7 +236,12 @@ fn window_user(
                     attr_mask: QP_STATE,
                     ..ModifyQp::default()
                 };
-                match g.below(5) {
+                // No RTS on a function (the module documentation): ERR.
+                let step = match g.below(5) {
+                    2 if f => 3,
+                    s => s,
+                };
+                match step {
                     0 => {
                         m.qp_state = QPS_INIT;
                         m.attr_mask |= QP_PKEY_INDEX | QP_PORT | QP_ACCESS_FLAGS;
@@ -224,7 +256,7 @@ fn window_user(
                             | QP_RQ_PSN
                             | QP_MAX_DEST_RD_ATOMIC
                             | QP_MIN_RNR_TIMER;
-                        m.dlid = p.dev + 1;
+                        m.dlid = p.lid;
                         m.path_mtu = MTU_4096;
                         m.dest_qp_num = g.pick(&o.qpns).unwrap_or(0x100);
                         m.max_dest_rd_atomic = 1;
@@ -246,7 +278,7 @@ fn window_user(
                     _ => m.qp_state = QPS_RESET,
                 }
                 let r = raw_call(fd, Command::ModifyQp, &m).map(|_| ());
-                window_check(t, "user", Command::ModifyQp, r)?;
+                window_check(t, "user", Command::ModifyQp, r, f)?;
             }
             3 => {
                 let a = QueryQp {
@@ -254,7 +286,7 @@ fn window_user(
                     ..QueryQp::default()
                 };
                 let r = raw_call(fd, Command::QueryQp, &a).map(|_| ());
-                window_check(t, "user", Command::QueryQp, r)?;
+                window_check(t, "user", Command::QueryQp, r, f)?;
             }
             4 | 5 => {
                 let (kind, off) = match g.below(3) {
@@ -276,7 +308,7 @@ fn window_user(
                     ..Kick::default()
                 };
                 let r = raw_call(fd, Command::Kick, &k).map(|_| ());
-                window_check(t, "user", Command::Kick, r)?;
+                window_check(t, "user", Command::Kick, r, f)?;
             }
             6 | 7 => {
                 let kind = g
@@ -298,9 +330,15 @@ fn window_user(
                 t.note(r.map(|_| ()));
                 match r {
                     Ok(addr) => {
-                        // SAFETY: our new writable mapping of `len` bytes.
-                        unsafe { poke(addr + g.index(len), &[0xa5]) };
-                        maps.push((addr, len));
+                        // A function's UAR page is its registers, not
+                        // memory: nothing is stored there.
+                        let device = f && kind == Kind::Uar;
+                        if !device {
+                            // SAFETY: our new writable mapping of `len`
+                            // bytes.
+                            unsafe { poke(addr + g.index(len), &[0xa5]) };
+                        }
+                        maps.push((addr, len, device));
                     }
                     Err(e) => {
                         let allowed =
@@ -318,7 +356,7 @@ fn window_user(
                     ..CreateCq::default()
                 };
                 let r = raw_call(fd, Command::CreateCq, &a).map(|_| ());
-                window_check(t, "user", Command::CreateCq, r)?;
+                window_check(t, "user", Command::CreateCq, r, f)?;
             }
             9 => {
                 let a = RegMr {
@@ -330,7 +368,7 @@ fn window_user(
                     ..RegMr::default()
                 };
                 let r = raw_call(fd, Command::RegMr, &a).map(|_| ());
-                window_check(t, "user", Command::RegMr, r)?;
+                window_check(t, "user", Command::RegMr, r, f)?;
             }
             10 => {
                 let r = raw_call(
@@ -341,7 +379,7 @@ fn window_user(
                 if let Ok(a) = r {
                     fds.push(a.fd);
                 }
-                window_check(t, "user", Command::CreateCompChannel, r.map(|_| ()))?;
+                window_check(t, "user", Command::CreateCompChannel, r.map(|_| ()), f)?;
             }
             _ => {
                 let cmd = g
@@ -360,7 +398,7 @@ fn window_user(
                     )
                     .map(|_| ())
                 };
-                window_check(t, "user", cmd, r)?;
+                window_check(t, "user", cmd, r, f)?;
             }
         }
     }
@@ -373,8 +411,8 @@ pub(crate) fn window(p: &WindowPlan) -> Result<Tally, String> {
     let mut t = Tally::default();
     let o = Arc::new(window_setup(p, &mut t)?);
     let ob = o.clone();
-    let (seed_b, ops) = (p.seed_b, p.ops);
-    let b = std::thread::spawn(move || window_destroyer(&ob, seed_b, ops));
+    let (seed_b, ops, function) = (p.seed_b, p.ops, p.function);
+    let b = std::thread::spawn(move || window_destroyer(&ob, seed_b, ops, function));
     let mut fds = Vec::new();
     let mut maps = Vec::new();
     let a = window_user(p, &o, &mut t, &mut fds, &mut maps);
@@ -403,7 +441,11 @@ pub(crate) fn window(p: &WindowPlan) -> Result<Tally, String> {
     for fd in fds {
         let _ = close_fd(fd);
     }
-    for (addr, len) in maps {
+    for (addr, len, device) in maps {
+        if device {
+            let _ = munmap(addr, len);
+            continue;
+        }
         // SAFETY: our writable mapping; the pages stay valid after the
         // objects and the context are gone.
         let back = unsafe {
