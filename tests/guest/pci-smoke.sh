@@ -630,8 +630,14 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
             # within cx_recover_grace_ms (4 s here) of the last recovery
             # leaves the function down, bound and failed; unbinding and
             # binding it brings it back (its probe resets it first: it was
-            # written off).
+            # written off). Past the grace of the loop's last fault, one
+            # fault recovered, then at once another one.
             if [ "$survived" = "$round" ]; then
+                sleep 5
+                u0=$(ups)
+                rmlx5-pci-peek $dev/resource0 0x1f00000=0x101 > /dev/null
+                wait_for 40 fn_up $((u0 + 1)) ||
+                    fail cx_fault_again_within_grace_first "the first fault was not recovered within 40 s"
                 f0=$(fatals)
                 u0=$(ups)
                 rmlx5-pci-peek $dev/resource0 0x1f00000=0x101 > /dev/null
