@@ -176,20 +176,22 @@ impl Ucontext {
     /// disassociates mlx5_ib's contexts: from now on every command and
     /// `mmap` gets `EIO`; its UAR page leaves the process first, so its
     /// later stores to the mapping land in a page of memory, never in the
-    /// device; the process is then told `DEVICE_FATAL` (still readable
-    /// from the async-event file, which then reads `EIO`); its objects are
-    /// destroyed on the device now, while it still runs, its completion
-    /// channels closed, and the UAR given back. The queue buffers it
+    /// device; its objects are destroyed on the device now, while it still
+    /// runs, and its completion channels closed; then the process is told
+    /// `DEVICE_FATAL` (still readable from the async-event file, which
+    /// then reads `EIO`), and the UAR is given back. The queue buffers it
     /// mapped stay (each page holds a reference). The rest goes when the
     /// process closes the file.
     pub(crate) fn disassociate(&self) {
         self.disassociated.store(true, Ordering::Release);
         self.uar.revoke();
-        self.tell_fatal();
-        self.async_queue.close_after_pending();
         for ch in self.destroy_objects().iter() {
             ch.close();
         }
+        // Last: a process that reads the event finds everything else in
+        // its final state already.
+        self.tell_fatal();
+        self.async_queue.close_after_pending();
         self.uar.give_back();
     }
 

@@ -169,8 +169,13 @@ fn want_eio(r: Result<(), i32>) -> Check {
     }
 }
 
-/// A non-blocking read must fail with `EIO`.
+/// The file reports an error to poll (within 5 s), and then a
+/// non-blocking read fails with `EIO`.
 fn eio_read(fd: i32, buf: &mut [u8]) -> Check {
+    let r = poll_fd(fd, libc::POLLIN, 5000).map_err(|e| format!("poll: errno {e}"))?;
+    if r & libc::POLLERR == 0 {
+        return Err(format!("poll gave {r:#x}, not POLLERR"));
+    }
     set_nonblock(fd, true).map_err(|e| format!("O_NONBLOCK: errno {e}"))?;
     want_eio(read_fd(fd, buf).map(|_| ()))
 }
