@@ -19,6 +19,13 @@
 //! while held). Nothing under `state` allocates except `GFP_ATOMIC` pushes
 //! of the DMA registry.
 //!
+//! An interrupt the model raises (an irq_work on this CPU) can fire only
+//! once `state` is released, since the lock keeps interrupts off. An
+//! engine run therefore ends after the step that raised one
+//! (`SoftPlatform::yield_engine`), and [`SoftHca::run_engine`] takes the
+//! lock again for the rest of its budget, so a completion's interrupt
+//! waits for one WQE, not for the whole budget.
+//!
 //! # The model's clock
 //!
 //! Every engine run first sets the fabric's time to the monotonic clock
@@ -377,6 +384,14 @@ impl SoftHca {
     /// `st`, then arms the clock timer for the earliest retry deadline.
     /// Returns whether work remains that can run now.
     pub(crate) fn engine_locked(&self, st: &mut Locked) -> bool {
+        self.engine_report(st).more
+    }
+
+    /// As [`SoftHca::engine_locked`], returning what the run did. The run
+    /// ends early after a step that raised an interrupt (see
+    /// `SoftPlatform::yield_engine`), so that it fires when `st` is
+    /// released rather than after the rest of the budget.
+    fn engine_report(&self, st: &mut Locked) -> RunReport {
         let start = self.perf.now();
         let report = st.run_engine_at(self.model_now());
         self.arm_clock(st);
@@ -384,7 +399,7 @@ impl SoftHca {
         self.perf
             .engine_units
             .fetch_add(u64::from(report.used), Ordering::Relaxed);
-        report.more
+        report
     }
 
     /// Starts the clock timer at the fabric's next deadline unless it is
@@ -414,15 +429,25 @@ impl SoftHca {
         }
     }
 
-    /// Runs the engine once under the lock and continues from the engine
-    /// work if the budget ran out.
+    /// Runs the engine for one budget and continues from the engine work
+    /// if the budget ran out. A run that yielded after raising an
+    /// interrupt releases the lock (the interrupt fires there, on this
+    /// CPU) and the next one goes on with what is left of the budget.
     pub(crate) fn run_engine(self: &Arc<Self>) {
-        let more = {
-            let mut st = self.state.lock();
-            self.engine_locked(&mut st)
-        };
-        if more {
-            self.kick_engine();
+        let mut used = 0u32;
+        loop {
+            let r = {
+                let mut st = self.state.lock();
+                self.engine_report(&mut st)
+            };
+            if !r.more {
+                return;
+            }
+            used = used.saturating_add(r.used);
+            if r.used == 0 || used >= ENGINE_BUDGET {
+                self.kick_engine();
+                return;
+            }
         }
     }
 

@@ -112,6 +112,8 @@ pub(crate) struct Perf {
     pub(crate) bh_run: Timed,
     /// CQ handler calls made by the dispatch.
     pub(crate) cq_handler: Timed,
+    /// User CQs' completion events delivered by the EQ handler itself.
+    pub(crate) cq_direct: Timed,
     /// When the model last raised an interrupt nobody handled yet.
     pub(crate) irq_raised: Stamp,
     /// When the first CQ of the next dispatch was queued.
@@ -138,6 +140,7 @@ impl Perf {
             bh_delay: Timed::default(),
             bh_run: Timed::default(),
             cq_handler: Timed::default(),
+            cq_direct: Timed::default(),
             irq_raised: Stamp::default(),
             bh_queued: Stamp::default(),
         }
@@ -164,6 +167,7 @@ impl Perf {
             &self.bh_delay,
             &self.bh_run,
             &self.cq_handler,
+            &self.cq_direct,
         ] {
             t.reset();
         }
@@ -218,7 +222,12 @@ impl fmt::Display for Perf {
             .show(f, "bh_delay", "first CQ queued -> BH dispatch")?;
         self.bh_run.show(f, "bh_run", "BH dispatch run")?;
         self.cq_handler
-            .show(f, "cq_handler", "CQ completion handler (wake-up included)")
+            .show(f, "cq_handler", "CQ completion handler (wake-up included)")?;
+        self.cq_direct.show(
+            f,
+            "cq_direct",
+            "user CQ event from the EQ handler (wake-up included)",
+        )
     }
 }
 

@@ -27,6 +27,17 @@
 //! `busy` is set the table or the destroyer holds a reference, so the
 //! dispatcher's is never the last: memory is freed in process context.
 //!
+//! # User CQs skip the dispatcher
+//!
+//! A user CQ's completion event only queues its channel (rmlx5's own, or
+//! ib_uverbs' for rdma-core) under an interrupt-safe spinlock and wakes the
+//! reader, as mlx5_ib's EQ interrupt does. The EQ handler therefore takes
+//! such CQs itself (`EventTables::queue_cq_irq`, at most
+//! `DirectCqs::MAX` per pass, busy raised under the table lock like
+//! here), releases the table lock and calls their handlers in hard-IRQ
+//! context, saving the BH hop. `busy` is a count, since the dispatcher may
+//! hold the same CQ at the same time. Kernel ULPs' handlers stay here.
+//!
 //! # Budget
 //!
 //! At most [`DISPATCH_BUDGET`] handler calls or [`DISPATCH_TIME_US`] per
@@ -68,7 +79,7 @@ pub(crate) const DISPATCH_TIME_US: i64 = 1000;
 /// exists (the table's, or that of the destroy waiting for the flag), so
 /// ours is never the last one: an object's memory, a PCI function's
 /// coherent DMA memory among it, is never freed here in BH context.
-fn release<T: ?Sized>(t: Arc<T>, clear: impl FnOnce(&T)) {
+pub(crate) fn release<T: ?Sized>(t: Arc<T>, clear: impl FnOnce(&T)) {
     let p = Arc::as_ptr(&t);
     drop(t);
     // SAFETY: `p` stays valid: the object is busy, so another `Arc` to it

@@ -38,7 +38,10 @@ use kernel::{
 
 use super::{
     device::Device,
-    events::AsyncEvent, //
+    events::{
+        AsyncEvent,
+        DirectCqs, //
+    },
 };
 use crate::backend::Backend;
 use crate::mem::DmaBuf;
@@ -207,6 +210,7 @@ pub(crate) fn eq_interrupt(dev: &Arc<Device>, vector: usize) -> Result<bool> {
     let mut ci = eq.ci.load(Ordering::Relaxed);
     let mut consumed = 0u32;
     let mut dispatch = false;
+    let mut direct = DirectCqs::new();
     {
         // The EQEs are read by owner bit, as from a device: the backend's
         // lock is not needed for that, only for the doorbell below.
@@ -219,7 +223,7 @@ pub(crate) fn eq_interrupt(dev: &Arc<Device>, vector: usize) -> Result<bool> {
             consumed += 1;
             let element = match eqe.data {
                 EqeData::Comp { cqn } => {
-                    dispatch |= tables.queue_cq(cqn);
+                    dispatch |= tables.queue_cq_irq(cqn, &mut direct);
                     continue;
                 }
                 EqeData::CqError { cqn, .. } => cqn,
@@ -239,6 +243,9 @@ pub(crate) fn eq_interrupt(dev: &Arc<Device>, vector: usize) -> Result<bool> {
             dispatch = true;
         }
     }
+    // User CQs get their completion events here, with the table lock
+    // released: a channel post wakes the reader without the BH hop.
+    direct.deliver(perf);
     eq.ci.store(ci, Ordering::Relaxed);
     eq.eqes.fetch_add(u64::from(consumed), Ordering::Relaxed);
     // Consumer index and arm: the device interrupts again for the next

@@ -34,6 +34,60 @@ use crate::mlx5_prm::opcode::EventType;
 /// Pending asynchronous events kept per HCA before they are dropped.
 const ASYNC_RING: usize = 64;
 
+/// CQs the EQ handler delivers to itself, after it has released the table
+/// lock (at most [`DirectCqs::MAX`] per EQ pass; the rest go to the BH
+/// dispatcher).
+pub(crate) struct DirectCqs {
+    cqs: [Option<Arc<dyn CompTarget>>; DirectCqs::MAX],
+    len: usize,
+}
+
+impl DirectCqs {
+    pub(crate) const MAX: usize = 8;
+
+    pub(crate) const fn new() -> Self {
+        Self {
+            cqs: [const { None }; Self::MAX],
+            len: 0,
+        }
+    }
+
+    /// Keeps a reference to `cq`: `Some(true)` if kept now, `Some(false)`
+    /// if it was already, `None` when full.
+    fn push(&mut self, cq: &Arc<dyn CompTarget>) -> Option<bool> {
+        let kept = self.cqs[..self.len]
+            .iter()
+            .flatten()
+            .any(|c| core::ptr::addr_eq(Arc::as_ptr(c), Arc::as_ptr(cq)));
+        if kept {
+            return Some(false);
+        }
+        let slot = self.cqs.get_mut(self.len)?;
+        *slot = Some(cq.clone());
+        self.len += 1;
+        Some(true)
+    }
+
+    /// How many CQs are kept.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Calls the completion handler of each kept CQ, in the order they
+    /// were kept, then lowers its busy count (after which its destroy may
+    /// return). The caller holds no lock: hard-IRQ context, from the EQ
+    /// handler.
+    pub(crate) fn deliver(&mut self, perf: &crate::perf::Perf) {
+        let n = core::mem::take(&mut self.len);
+        for cq in self.cqs[..n].iter_mut().filter_map(Option::take) {
+            let t = perf.now();
+            cq.complete();
+            perf.cq_direct.add(perf.now().saturating_sub(t));
+            super::dispatch::release(cq, |c| c.set_busy(false));
+        }
+    }
+}
+
 /// An asynchronous event for the ULP event handler.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AsyncEvent {
@@ -77,6 +131,12 @@ pub(crate) trait CompTarget: Send + Sync {
     /// Whether the CQ takes its own async events (a user CQ: its process'
     /// async file); else they go to the device's ULP event handler.
     fn takes_async(&self) -> bool;
+    /// Whether [`CompTarget::complete`] may be called in hard-IRQ context:
+    /// a user CQ, whose completion event only queues on a channel under
+    /// an interrupt-safe spinlock and wakes its readers. The EQ handler
+    /// delivers those itself; kernel ULPs' handlers run in the BH
+    /// dispatcher.
+    fn irq_safe(&self) -> bool;
     /// Delivers an async event of the CQ itself (BH context).
     fn async_event(&self, event_type: u8);
 }
@@ -260,6 +320,25 @@ impl EventTables {
                 false
             }
         }
+    }
+
+    /// The EQ handler's [`EventTables::queue_cq`]: a CQ whose handler may
+    /// run in hard-IRQ context goes to `direct` (once, marked busy) while it
+    /// has room; any other is queued for the BH dispatcher. Returns whether
+    /// the dispatcher must run.
+    pub(crate) fn queue_cq_irq(&mut self, cqn: u32, direct: &mut DirectCqs) -> bool {
+        if let Some(Some(cq)) = self.cqs.get(cqn as usize) {
+            if cq.irq_safe() {
+                if let Some(new) = direct.push(cq) {
+                    cq.note_event();
+                    if new {
+                        cq.set_busy(true);
+                    }
+                    return false;
+                }
+            }
+        }
+        self.queue_cq(cqn)
     }
 
     /// Queues every CQ that takes completion events, as if each had an

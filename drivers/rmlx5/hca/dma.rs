@@ -235,6 +235,23 @@ pub(crate) struct SoftPlatform<'a> {
     pub(crate) irqs_per_hca: u32,
     /// Where raised interrupts are stamped (the event path's figures).
     pub(crate) perf: &'a Perf,
+    /// An interrupt was raised through this platform. The engine runs
+    /// under the fabric lock with interrupts off, so a raised interrupt
+    /// fires only once the lock is released: the engine yields after the
+    /// step that raised it ([`Platform::yield_engine`]) rather than finish
+    /// its budget first.
+    raised: bool,
+}
+
+impl<'a> SoftPlatform<'a> {
+    pub(crate) fn new(dma: &'a DmaRegistry, irqs_per_hca: u32, perf: &'a Perf) -> Self {
+        Self {
+            dma,
+            irqs_per_hca,
+            perf,
+            raised: false,
+        }
+    }
 }
 
 impl DmaMemory for SoftPlatform<'_> {
@@ -285,6 +302,11 @@ impl Platform for SoftPlatform<'_> {
         let hwirq = u32::from(irq.hca) * self.irqs_per_hca + u32::from(irq.vector);
         self.perf.irq_raised.mark(self.perf.now());
         crate::hca::irq::raise(hwirq);
+        self.raised = true;
+    }
+
+    fn yield_engine(&self) -> bool {
+        self.raised
     }
 }
 
@@ -315,11 +337,8 @@ mod tests {
             reg.add_raw(u64::MAX, 2, RegionKind::UserMr).err(),
             Some(EINVAL)
         );
-        let mut p = SoftPlatform {
-            dma: &reg,
-            irqs_per_hca: 1,
-            perf: &Perf::new(),
-        };
+        let perf = Perf::new();
+        let mut p = SoftPlatform::new(&reg, 1, &perf);
         let data = [0x5au8; 16];
         let mut back = [0u8; 16];
         // First and last bytes inside, and the whole region.
@@ -346,11 +365,7 @@ mod tests {
         assert_eq!(around, [0]);
         reg.remove(start, len);
         assert_eq!(reg.count(RegionKind::UserMr), 0);
-        let p = SoftPlatform {
-            dma: &reg,
-            irqs_per_hca: 1,
-            perf: &Perf::new(),
-        };
+        let p = SoftPlatform::new(&reg, 1, &perf);
         assert!(p.dma.check(start, 1).is_err());
         Ok(())
     }

@@ -188,11 +188,7 @@ impl Locked {
             trap,
             ..
         } = self;
-        let mut p = super::dma::SoftPlatform {
-            dma,
-            irqs_per_hca: *irqs_per_hca,
-            perf,
-        };
+        let mut p = super::dma::SoftPlatform::new(dma, *irqs_per_hca, perf);
         let mut doorbells = 0u64;
         let mut arms = 0u64;
         for h in 0..trap.qps.len() {

@@ -215,11 +215,7 @@ impl Locked {
         (
             &mut self.fabric,
             (
-                super::dma::SoftPlatform {
-                    dma: &self.dma,
-                    irqs_per_hca: self.irqs_per_hca,
-                    perf: &self.perf,
-                },
+                super::dma::SoftPlatform::new(&self.dma, self.irqs_per_hca, &self.perf),
                 &mut self.watch,
             ),
         )

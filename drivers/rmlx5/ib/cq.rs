@@ -74,8 +74,11 @@ use crate::mlx5_prm::{
 pub(crate) type CompHandler = (unsafe extern "C" fn(*mut Cq, *mut c_void), usize);
 
 /// Where the events of a user-space object go (uverbs: the completion
-/// channel and the context's async file). Called in BH context by the
-/// dispatcher: implementations never sleep or allocate.
+/// channel and the context's async file). `comp_event` is called in
+/// hard-IRQ context by the EQ handler (or in BH context by the dispatcher),
+/// `async_event` in BH context: implementations never sleep or allocate,
+/// and take only interrupt-safe spinlocks (as ib_uverbs' completion
+/// handler, which mlx5_ib calls from its EQ interrupt).
 pub(crate) trait EventSink: Send + Sync {
     /// The CQ got a completion while armed.
     fn comp_event(&self);
@@ -242,8 +245,9 @@ struct CqPoll {
 ///
 /// `buf` holds `1 << log_size` CQEs; `buf` and `dbr` are the device's
 /// from creation until `destroy` succeeds (`Backend::create_cq`). `busy`
-/// is set only by the dispatcher under the HCA's table lock while the CQ
-/// is in its CQN table, and cleared when the handler returns.
+/// is raised only under the HCA's table lock while the CQ is in its CQN
+/// table (by the dispatcher, or the EQ handler delivering to a user CQ
+/// directly), and lowered when that handler call returns.
 #[pin_data]
 pub struct Cq {
     dev: Arc<Device>,
@@ -258,8 +262,8 @@ pub struct Cq {
     poll: SpinLockIrq<CqPoll>,
     /// Completion events received (the low 2 bits are the arm `sn`).
     arm_sn: AtomicU32,
-    /// The dispatcher is calling the handler.
-    busy: AtomicBool,
+    /// Handler calls running (the dispatcher's and the EQ handler's).
+    busy: AtomicU32,
     /// Completion events (debugfs).
     pub(crate) events: AtomicU64,
     destroyed: AtomicBool,
@@ -344,7 +348,7 @@ impl Cq {
             handler,
             poll <- new_spinlock_irq!(CqPoll { ci: 0 }, "rmlx5_cq_poll"),
             arm_sn: AtomicU32::new(0),
-            busy: AtomicBool::new(false),
+            busy: AtomicU32::new(0),
             events: AtomicU64::new(0),
             destroyed: AtomicBool::new(false),
             qps: AtomicU32::new(0),
@@ -410,8 +414,15 @@ impl Cq {
         self.events.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a handler call starting (`true`) or finished (`false`): the
+    /// BH dispatcher and the EQ handler's direct delivery (a user CQ) may
+    /// each have one running.
     pub(crate) fn set_busy(&self, busy: bool) {
-        self.busy.store(busy, Ordering::Release);
+        if busy {
+            self.busy.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.busy.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// Calls the completion handler (BH context, from the dispatcher).
@@ -687,7 +698,7 @@ impl Cq {
                 self.destroyed.store(true, Ordering::Release);
             }
         }
-        while self.busy.load(Ordering::Acquire) {
+        while self.busy.load(Ordering::Acquire) != 0 {
             fsleep(Delta::from_micros(100));
         }
         Ok(())
@@ -709,6 +720,10 @@ impl CompTarget for Cq {
 
     fn takes_async(&self) -> bool {
         self.sink().is_some()
+    }
+
+    fn irq_safe(&self) -> bool {
+        matches!(self.handler, Some(Handler::User(_)))
     }
 
     fn async_event(&self, event_type: u8) {

@@ -41,6 +41,38 @@ unsafe extern "C" fn count_handler(_cq: *mut Cq, ctx: *mut c_void) {
     n.fetch_add(1, Ordering::AcqRel);
 }
 
+/// A user CQ's event sink that counts completion events.
+struct CountSink(AtomicU32);
+
+impl EventSink for CountSink {
+    fn comp_event(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn async_event(&self, _event_type: u8) {}
+}
+
+/// A CQ of 16 CQEs on memory of its own, reporting to `sink` as a user
+/// CQ does.
+fn user_cq(dev: &Arc<crate::mlx5_core::device::Device>, sink: Arc<CountSink>) -> Result<Arc<Cq>> {
+    use crate::mlx5_prm::{
+        cqe::{
+            CQE_SIZE,
+            OP_OWN_OFFSET, //
+        },
+        doorbell::CQ_DBR_SIZE,
+        ring,
+    };
+    let buf = dev.be.alloc_queue(16 * CQE_SIZE)?;
+    buf.fill_strided(OP_OWN_OFFSET, CQE_SIZE, 16, ring::CQE_INIT_OP_OWN)?;
+    let mem = CqMem {
+        buf,
+        dbr: dev.be.alloc_queue(CQ_DBR_SIZE)?,
+        uar_addr: dev.be.kernel_uar()?,
+    };
+    Cq::new_on(dev, 4, mem, 0, sink)
+}
+
 /// Two connected RC QPs on rmlx5_0 and rmlx5_1 with their memory.
 pub(super) struct Pair {
     pub(super) pds: [Pd; 2],
@@ -624,6 +656,53 @@ mod dispatch {
         assert_eq!(calls.load(Ordering::Acquire), 1);
         cq.destroy()?;
         Ok(())
+    }
+
+    /// The EQ handler delivers a user CQ's completion event itself (once
+    /// however many EQEs name it, up to `DirectCqs::MAX` CQs per pass) and
+    /// queues a kernel ULP's CQ, and user CQs past the limit, for the BH
+    /// dispatcher. A delivered CQ's busy count is back to zero: its
+    /// destroy returns at once.
+    #[test]
+    fn user_cq_events_in_the_eq_handler_ulp_cqs_in_bh() -> Result {
+        use crate::mlx5_core::events::DirectCqs;
+        let dev = crate::mlx5_core::device::get(0)?;
+        let calls = AtomicU32::new(0);
+        let p: *const AtomicU32 = &calls;
+        let kcq = Cq::new(&dev, 16, 0, Some((count_handler, p as usize)))?;
+        let sink = Arc::new(CountSink(AtomicU32::new(0)), GFP_KERNEL)?;
+        let mut ucqs = KVec::new();
+        let run = (|| -> Result {
+            for _ in 0..=DirectCqs::MAX {
+                ucqs.push(user_cq(&dev, sink.clone())?, GFP_KERNEL)?;
+            }
+            let mut direct = DirectCqs::new();
+            {
+                let mut t = dev.events.lock();
+                for cq in ucqs.iter().take(DirectCqs::MAX) {
+                    assert!(!t.queue_cq_irq(cq.cqn, &mut direct));
+                    assert!(!t.queue_cq_irq(cq.cqn, &mut direct));
+                }
+                assert_eq!(direct.len(), DirectCqs::MAX);
+                // Past the limit, and a ULP's CQ: to the dispatcher.
+                if let Some(last) = ucqs.last() {
+                    assert!(t.queue_cq_irq(last.cqn, &mut direct));
+                }
+                assert!(t.queue_cq_irq(kcq.cqn, &mut direct));
+            }
+            direct.deliver(&dev.perf);
+            assert_eq!(direct.len(), 0);
+            assert_eq!(sink.0.load(Ordering::Acquire), DirectCqs::MAX as u32);
+            dev.kick_dispatch();
+            assert!(wait_for(&calls, 1));
+            assert!(wait_for(&sink.0, DirectCqs::MAX as u32 + 1));
+            Ok(())
+        })();
+        for cq in ucqs.iter() {
+            cq.destroy()?;
+        }
+        kcq.destroy()?;
+        run
     }
 
     /// CVE-2025-68209: an EQ's completion event was handled for a CQ that

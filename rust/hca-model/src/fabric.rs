@@ -177,8 +177,9 @@ impl<H: HcaSet, X: BorrowMut<Scratch>> Fabric<H, X> {
     }
 
     /// Executes queued work (send WQEs, flushes, retries that are due, SQ
-    /// drained events) until `budget` units are used or nothing is left,
-    /// taking instances and QPs in turn.
+    /// drained events) until `budget` units are used, nothing is left or
+    /// the platform asks to yield ([`Platform::yield_engine`]), taking
+    /// instances and QPs in turn.
     pub fn run<P: Platform>(&mut self, p: &mut P, budget: u32) -> RunReport {
         let now = self.now;
         let hcas = self.set.hcas();
@@ -200,6 +201,9 @@ impl<H: HcaSet, X: BorrowMut<Scratch>> Fabric<H, X> {
             used =
                 used.saturating_add(exec::step(hcas, self.scratch.borrow_mut(), now, p, a, slot));
             self.cursor = self.cursor.wrapping_add(1);
+            if p.yield_engine() {
+                break;
+            }
         }
         RunReport {
             used,

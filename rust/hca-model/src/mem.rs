@@ -64,4 +64,14 @@ pub trait Platform: DmaMemory {
     /// the embedder should only queue the interrupt here (the kernel fires
     /// it from an `irq_work`), not handle it in place.
     fn interrupt(&mut self, irq: Interrupt);
+
+    /// Whether [`Fabric::run`](super::fabric::Fabric::run) should stop
+    /// after the step it just executed, whatever budget is left. An
+    /// embedder whose interrupts can fire only after the engine returns (the
+    /// kernel runs it under a lock with interrupts off) answers `true` once
+    /// [`Platform::interrupt`] was called, so that a completion's interrupt
+    /// is not held back by the rest of the budget. The default never stops.
+    fn yield_engine(&self) -> bool {
+        false
+    }
 }

@@ -70,6 +70,44 @@ fn arm_is_one_shot() {
     assert_eq!(comp_irqs(&p.w, 0), 2);
 }
 
+/// A platform that yields after an interrupt gets the engine back at once:
+/// the run that raised it stops after that WQE, with the rest still queued,
+/// and the next run goes on where it stopped.
+#[test]
+fn engine_yields_after_an_interrupt() {
+    let mut p = Pair::new(false);
+    p.w.arm_cq(&p.acq, false).unwrap();
+    p.w.mem.yield_on_irq = true;
+    let mut last = (0, 0);
+    for i in 0..4 {
+        last = p.w.build_wqe(&mut p.a, &Wr::new(i, WrOp::Nop, &[]));
+    }
+    p.w.ring_sq(&mut p.a, last.0, last.1, Ring::Plain).unwrap();
+    let r = p.w.fabric.run(&mut p.w.mem, 64);
+    assert_eq!((r.used, r.more), (1, true), "stopped after the first CQE");
+    assert_eq!(comp_irqs(&p.w, 0), 1);
+    // The arm was one-shot: nothing raises now, so the run goes on to the
+    // end of the queue.
+    p.w.mem.raised = false;
+    let r = p.w.fabric.run(&mut p.w.mem, 64);
+    assert_eq!((r.used, r.more), (3, false));
+    p.acq.arm_sn += 1;
+    let ids: Vec<u64> = p.apoll().iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2, 3]);
+    // Without the yield, one run executes them all.
+    p.w.mem.yield_on_irq = false;
+    assert_eq!(comp_cqns(&mut p.w, 0), [p.acq.cqn]);
+    p.w.eq_arm(0, false);
+    p.w.arm_cq(&p.acq, false).unwrap();
+    for i in 4..8 {
+        last = p.w.build_wqe(&mut p.a, &Wr::new(i, WrOp::Nop, &[]));
+    }
+    p.w.ring_sq(&mut p.a, last.0, last.1, Ring::Plain).unwrap();
+    let r = p.w.fabric.run(&mut p.w.mem, 64);
+    assert_eq!((r.used, r.more), (4, false));
+    assert_eq!(comp_irqs(&p.w, 0), 2);
+}
+
 #[test]
 fn armed_with_pending_fires_at_once() {
     let mut p = Pair::new(false);

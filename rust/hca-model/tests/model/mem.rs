@@ -55,6 +55,10 @@ pub struct TestMem {
     pub strict: bool,
     /// Interrupts raised, in order.
     pub irqs: Vec<Interrupt>,
+    /// Ask the engine to stop after a step that raised an interrupt, as
+    /// the kernel does ([`Platform::yield_engine`]); `raised` says one was.
+    pub yield_on_irq: bool,
+    pub raised: bool,
     /// Device reads and writes, for the benchmarks' sanity.
     pub accesses: u64,
     /// Check device accesses (turned off by the benchmark to time the
@@ -87,6 +91,8 @@ impl TestMem {
             violations: Vec::new(),
             strict: true,
             irqs: Vec::new(),
+            yield_on_irq: false,
+            raised: false,
             accesses: 0,
             checks: true,
             iova_pages: Vec::new(),
@@ -282,5 +288,10 @@ impl DmaMemory for TestMem {
 impl Platform for TestMem {
     fn interrupt(&mut self, irq: Interrupt) {
         self.irqs.push(irq);
+        self.raised = true;
+    }
+
+    fn yield_engine(&self) -> bool {
+        self.yield_on_irq && self.raised
     }
 }
