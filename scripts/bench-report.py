@@ -703,7 +703,7 @@ def summary(meta, runs, cells, stray, log):
 # (step, label): the debugfs rows the breakdown shows, as averages in µs.
 PATH_STEPS = [("kick_send", "kick µs"), ("engine", "engine µs"), ("irq_delay", "irq wait µs"),
               ("eq_handler", "EQ hdl µs"), ("bh_delay", "BH wait µs"),
-              ("cq_handler", "CQ hdl µs")]
+              ("cq_handler", "CQ hdl µs"), ("cq_direct", "CQ in IRQ µs")]
 
 
 def path_table(runs):
@@ -740,6 +740,74 @@ def path_table(runs):
                               for i, (c, w) in enumerate(zip(r, widths)))
     return (["", f"{BASE} path breakdown (debugfs rmlx5/perf, averages over the runs of a case; "
              "messages = iterations x QPs):", fmt(head)] + [fmt(r) for r in rows])
+
+
+# ------------------------------------------------------- QP creation (big)
+
+QPC_BEGIN_RE = re.compile(r"@@QPCREATE-BEGIN n=(\d+) round=(\d+)")
+QPC_END_RE = re.compile(r"@@QPCREATE-END rc=(\d+)")
+QPC_PHASE_RE = re.compile(r"^\s*(create|destroy)\s+([\d.]+) ms in all\s+([\d.]+) us per QP")
+QPC_MEM_RE = re.compile(r"memory: (\d+) KiB for (\d+) QPs, (\d+) bytes per QP")
+
+
+def parse_qp_create(text):
+    """The `rmlx5-perf --test qp_create` blocks of the `big` group:
+    [{"n", "round", "rc", "create_us", "destroy_us", "create_ms",
+    "bytes_per_qp"}] (a figure the block lacks is None)."""
+    out = []
+    cur = None
+    for raw in text.splitlines():
+        line = ANSI_RE.sub("", raw).replace("\x00", "")
+        m = QPC_BEGIN_RE.search(line)
+        if m:
+            cur = {"n": int(m.group(1)), "round": int(m.group(2)), "rc": None,
+                   "create_us": None, "destroy_us": None, "create_ms": None,
+                   "bytes_per_qp": None}
+            out.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = QPC_END_RE.search(line)
+        if m:
+            cur["rc"] = int(m.group(1))
+            cur = None
+            continue
+        m = QPC_PHASE_RE.search(line)
+        if m:
+            cur[f"{m.group(1)}_us"] = float(m.group(3))
+            if m.group(1) == "create":
+                cur["create_ms"] = float(m.group(2))
+            continue
+        m = QPC_MEM_RE.search(line)
+        if m:
+            cur["bytes_per_qp"] = int(m.group(3))
+    return out
+
+
+def qp_create_table(blocks):
+    """Lines of the QP creation table: per QP count, the median over
+    rounds of each figure; [] without blocks."""
+    if not blocks:
+        return []
+    by_n = {}
+    for b in blocks:
+        by_n.setdefault(b["n"], []).append(b)
+    head = ["QPs", "create ms", "create µs/QP", "destroy µs/QP", "bytes/QP", "runs ok"]
+    rows = []
+    for n in sorted(by_n):
+        ok = [b for b in by_n[n] if b["rc"] == 0 and b["create_us"] is not None]
+
+        def med(k, fmt):
+            vals = [b[k] for b in ok if b[k] is not None]
+            return fmt.format(statistics.median(vals)) if vals else "—"
+        rows.append([f"{n:,}", med("create_ms", "{:.1f}"), med("create_us", "{:.1f}"),
+                     med("destroy_us", "{:.1f}"), med("bytes_per_qp", "{:,.0f}"),
+                     f"{len(ok)}/{len(by_n[n])}"])
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.rjust(w) for c, w in zip(r, widths))  # noqa: E731
+    return (["", f"{BASE} QP creation (rmlx5-perf qp_create on rmlx5_0, one process, "
+             "contexts of 1,000 QPs; bytes/QP from MemFree; medians over rounds):",
+             fmt(head)] + [fmt(r) for r in rows])
 
 
 # ------------------------------------------------------------------ output
@@ -931,6 +999,10 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     cells = build_cells(runs, skips)
     txt, md, devices = summary(meta, runs, cells, stray, args.log)
+    qpc = qp_create_table(parse_qp_create(text))
+    if qpc:
+        txt += "\n".join(qpc) + "\n"
+        md += "\n" + "\n".join(["```"] + qpc[1:] + ["```"]) + "\n"
     write_raw(args.out, meta, runs, cells, args.log, stray)
     with open(os.path.join(args.out, "summary.txt"), "w", encoding="utf-8") as f:
         f.write(txt)

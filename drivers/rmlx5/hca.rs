@@ -104,13 +104,15 @@ use dma::{
 
 /// Largest number of completion EQs per HCA (module parameter bound).
 pub(crate) const MAX_COMP_EQS: usize = 8;
-/// Object table sizes of each instance. 4096 QPs and CQs per HCA let a
-/// benchmark run 1,000 connected QP pairs with room to spare; the tables
-/// live in `KVVec`s (a QP slot is a few hundred bytes).
+/// Object table sizes of each instance. 16,384 QPs, CQs and MRs per HCA
+/// let a benchmark run 10,000 connected QP pairs (one end on each HCA);
+/// the tables are allocated whole at load, in `KVVec`s (a model QP slot is
+/// 240 bytes, a CQ slot 96, an MR slot 64: about 6.5 MiB per HCA with the
+/// core's event tables, see Documentation/benchmarking.md, "Scale").
 pub(crate) const MAX_PDS: usize = 1024;
-pub(crate) const MAX_MRS: usize = 4096;
-pub(crate) const MAX_CQS: usize = 4096;
-pub(crate) const MAX_QPS: usize = 4096;
+pub(crate) const MAX_MRS: usize = 16384;
+pub(crate) const MAX_CQS: usize = 16384;
+pub(crate) const MAX_QPS: usize = 16384;
 const MAX_EQS: usize = MAX_COMP_EQS + 1;
 /// Budget units of one engine run under the lock (WQEs, 4 KiB moved).
 pub(crate) const ENGINE_BUDGET: u32 = 64;

@@ -93,7 +93,7 @@ void rmlx5_ibu_zap_uars(int index);
  * Caps: 2^15 WQEBBs in an SQ, 2^15 WQEs in an RQ), which ibu.rs checks
  * against the model's own figures.
  */
-#define RMLX5_IBU_QP_TAB 4096
+#define RMLX5_IBU_QP_TAB 16384
 #define RMLX5_IBU_MAX_SQ_WQEBBS (1U << 15)
 #define RMLX5_IBU_MAX_RQ_WQES (1U << 15)
 

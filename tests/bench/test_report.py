@@ -422,4 +422,46 @@ class PathFigures(unittest.TestCase):
             # kick: (2 + 6) ms / 400 kicks = 20.0 µs; engine: 8 ms / 400 = 20.0 µs;
             # irq wait: no events (—); kicks per message: 400 / (2 x 100 x 2) = 1.00;
             # engine ns per unit: 8 ms / 800 units = 10000.
-            self.assertEqual(cols[-8:], ["20.0", "20.0", "—", "—", "—", "—", "1.00", "10000"])
+            self.assertEqual(cols[-9:],
+                             ["20.0", "20.0", "—", "—", "—", "—", "—", "1.00", "10000"])
+
+
+class QpCreate(unittest.TestCase):
+    """The `big` group's qp_create blocks become a table of medians over
+    rounds; a failed block counts in "runs ok" and not in the figures."""
+
+    @staticmethod
+    def block(n, rnd, create_ms, us, dus, per_qp, rc=0):
+        return [
+            f"@@QPCREATE-BEGIN n={n} round={rnd}",
+            f"qp_create: {n} RC QPs (16 send / 16 recv WRs) on rmlx5_0 in 1 context(s), "
+            "1 thread(s)",
+            f"  create        {create_ms} ms in all {us:>10} us per QP       100 per second",
+            f"  destroy          1.000 ms in all {dus:>10} us per QP       100 per second",
+            f"  commands: {2 * n} in 1.000 s, 100/s",
+            f"  memory: {per_qp * n // 1024} KiB for {n} QPs, {per_qp} bytes per QP "
+            "(MemFree before and after creating)",
+            f"@@QPCREATE-END rc={rc}",
+        ]
+
+    def test_table(self):
+        lines = (self.block(1000, 1, "900.000", "900.000", "300.000", 20480)
+                 + self.block(1000, 2, "1100.000", "1100.000", "500.000", 22528)
+                 + self.block(1000, 3, "5000.000", "5000.000", "900.000", 99999, rc=124)
+                 + self.block(1, 1, "1.500", "1500.000", "700.000", 40960)
+                 + PathFigures.run_block(1, 200, 2_000_000))
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "console.log")
+            with open(log, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            out = os.path.join(tmp, "out")
+            proc = run_report(log, out, "--no-plots")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(os.path.join(out, "summary.txt"), encoding="utf-8") as f:
+                txt = f.read()
+            after = txt.split("rmlx5 QP creation", 1)[1].splitlines()
+            rows = {l.split()[0]: l.split()[1:] for l in after[2:] if l.strip()}
+            self.assertEqual(rows["1"], ["1.5", "1500.0", "700.0", "40,960", "1/1"])
+            self.assertEqual(rows["1,000"], ["1000.0", "1000.0", "400.0", "21,504", "2/3"])
+            with open(os.path.join(out, "summary.md"), encoding="utf-8") as f:
+                self.assertIn("1,000", f.read())

@@ -13,7 +13,7 @@
 #
 # Knobs (kernel command line rmlx5.bench=key=value,...): rounds, lat_iters,
 # bw_iters, big_iters, scale_msgs, quick (1: two sizes and QP counts 1 and 16),
-# groups (which of lat+rate+bw+scale to run, joined by '+'; default all),
+# groups (which of lat+rate+bw+scale+big to run, joined by '+'; default all),
 # devs (which of rmlx5+rxe+siw; default all), sizes and qpcounts (lists
 # joined by '+', replacing the defaults).
 export PATH=/usr/bin:/bin:/tests
@@ -25,7 +25,8 @@ bw_iters=5120
 big_iters=1000
 scale_msgs=65536
 quick=0
-groups=lat+rate+bw+scale
+groups=lat+rate+bw+scale+big
+big_qps=10000
 devs="rmlx5 rxe siw"
 # A client that has not finished after this many seconds is killed: perftest
 # in event mode has been seen to stall for good on siw (and once on rxe),
@@ -37,7 +38,7 @@ scale_timeout=240
 knobs=$(sed -n 's/.*rmlx5.bench=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
 for kv in $knobs; do
     case "$kv" in
-    rounds=* | lat_iters=* | bw_iters=* | big_iters=* | scale_msgs=* | quick=* | groups=* | *_timeout=*)
+    rounds=* | lat_iters=* | bw_iters=* | big_iters=* | scale_msgs=* | quick=* | groups=* | big_qps=* | *_timeout=*)
         eval "$kv" ;;
     devs=* | sizes=* | qpcounts=*)
         eval "$(echo "$kv" | tr '+' ' ' | sed 's/=\(.*\)/="\1"/')" ;;
@@ -253,6 +254,31 @@ want scale && for q in $qpcounts; do
     [ $cqm -gt $tx ] && cqm=$tx
     each write_bw 64 poll 1 $q $it $tx $cqm
 done
+
+# rmlx5 at large QP counts (a software HCA holds 16,384 QPs): the time
+# and memory to create 1, 1,000 and big_qps RC QPs in one process
+# (rmlx5-perf qp_create: contexts of 1,000 QPs, the memory from MemFree),
+# then the 64-byte WRITE rate over big_qps pairs, one message in flight per
+# QP. rxe and siw are not run here: setting up thousands of their QPs
+# takes many minutes under TCG.
+run_timeout=$((scale_timeout * 3))
+if want big; then
+    r=1
+    while [ $r -le $rounds ]; do
+        for n in 1 1000 $big_qps; do
+            echo "@@QPCREATE-BEGIN n=$n round=$r"
+            timeout $run_timeout rmlx5-perf --test qp_create --iters $n --device 0 2>&1
+            echo "@@QPCREATE-END rc=$?"
+        done
+        r=$((r + 1))
+    done
+    devs_all=$devs
+    devs=rmlx5
+    it=$((scale_msgs * 4 / big_qps))
+    [ $it -lt 16 ] && it=16
+    each write_bw 64 poll 1 $big_qps $it 1 1
+    devs=$devs_all
+fi
 
 echo "bench: kernel log (without the dummy device's speed warnings)"
 dmesg | grep -v "speed is unknown"

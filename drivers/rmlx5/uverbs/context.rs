@@ -67,8 +67,10 @@ use crate::rmlx5_abi::mmap::{
     Kind, //
 };
 
-/// Most objects of each type one context may hold.
-pub(crate) const MAX_OBJECTS: usize = 1024;
+/// Most objects of each type one context may hold: as many as a software
+/// HCA has QPs, so one process can drive 10,000 QPs (the handle tables
+/// grow as objects are made).
+pub(crate) const MAX_OBJECTS: usize = 16384;
 /// Most completion channels one context may keep open.
 pub(crate) const MAX_CHANNELS: usize = 256;
 

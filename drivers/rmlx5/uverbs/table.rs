@@ -30,10 +30,14 @@ pub(crate) struct Entry<T> {
 /// # Invariants
 ///
 /// `live` is the number of `Some` slots, at most `limit`; `slots.len()`
-/// never exceeds `limit`, so every handle fits [`MAX_HANDLE`].
+/// never exceeds `limit`, so every handle fits [`MAX_HANDLE`]. Every slot
+/// below `free_from` is `Some`.
 pub(crate) struct Table<T> {
-    slots: KVec<Option<Entry<T>>>,
+    slots: KVVec<Option<Entry<T>>>,
     live: usize,
+    /// Where the search for the lowest free slot starts, so that making
+    /// N objects costs N steps, not N^2 / 2.
+    free_from: usize,
     limit: usize,
     /// Drained ([`Table::drain`]): nothing more is inserted.
     closed: bool,
@@ -43,8 +47,9 @@ impl<T> Table<T> {
     /// An empty table of at most `limit` objects.
     pub(crate) const fn new(limit: usize) -> Self {
         Self {
-            slots: KVec::new(),
+            slots: KVVec::new(),
             live: 0,
+            free_from: 0,
             limit,
             closed: false,
         }
@@ -62,8 +67,9 @@ impl<T> Table<T> {
         if self.closed {
             return Err(EIO);
         }
-        let idx = match self.slots.iter().position(|s| s.is_none()) {
-            Some(i) => i,
+        let below = self.free_from.min(self.slots.len());
+        let idx = match self.slots.iter().skip(below).position(|s| s.is_none()) {
+            Some(i) => below + i,
             None if self.slots.len() < self.limit => self.slots.len(),
             None => return Err(ENOSPC),
         };
@@ -87,6 +93,8 @@ impl<T> Table<T> {
             *slot = entry;
         }
         self.live += 1;
+        // The lowest free slot was taken: all below `idx + 1` are used.
+        self.free_from = idx + 1;
         Ok(h)
     }
 
@@ -142,14 +150,14 @@ impl<T> Table<T> {
     /// `EINVAL` if there is none, `EBUSY` while other objects use it
     /// (nothing changes).
     pub(crate) fn remove(&mut self, handle: u32) -> Result<Arc<T>> {
-        let slot = Self::index(handle)
-            .and_then(|i| self.slots.get_mut(i))
-            .ok_or(EINVAL)?;
+        let i = Self::index(handle).ok_or(EINVAL)?;
+        let slot = self.slots.get_mut(i).ok_or(EINVAL)?;
         match slot {
             Some(e) if e.users > 0 => Err(EBUSY),
             Some(_) => {
                 let e = slot.take().ok_or(EINVAL)?;
                 self.live -= 1;
+                self.free_from = self.free_from.min(i);
                 Ok(e.obj)
             }
             None => Err(EINVAL),
@@ -170,6 +178,7 @@ impl<T> Table<T> {
             }
         }
         self.live = 0;
+        self.free_from = 0;
         out
     }
 }

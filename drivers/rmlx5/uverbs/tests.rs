@@ -72,6 +72,37 @@ mod uverbs_kunit {
         Ok(())
     }
 
+    /// The lowest free handle is handed out whatever the order of
+    /// removals, with a table large enough that a scan from 0 for each
+    /// insert would show.
+    #[test]
+    fn table_reuses_the_lowest_free_handle() -> Result {
+        const N: u32 = 16384;
+        let mut t: Table<u32> = Table::new(N as usize);
+        for i in 1..=N {
+            assert_eq!(t.insert(Arc::new(i, GFP_KERNEL)?)?, i);
+        }
+        assert_eq!(t.next_handle().err(), Some(ENOSPC));
+        for h in [9000, 17, 5000, 16384] {
+            t.remove(h)?;
+        }
+        for h in [17, 5000, 9000, 16384] {
+            assert_eq!(t.next_handle()?, h);
+            assert_eq!(t.insert(Arc::new(0, GFP_KERNEL)?)?, h);
+        }
+        assert_eq!(t.len(), N as usize);
+        // Every even handle goes, then comes back in order.
+        for h in (2..=N).step_by(2) {
+            t.remove(h)?;
+        }
+        for h in (2..=N).step_by(2) {
+            assert_eq!(t.insert(Arc::new(h, GFP_KERNEL)?)?, h);
+        }
+        assert_eq!(*t.obj(N)?, N);
+        assert_eq!(t.drain().len(), N as usize);
+        Ok(())
+    }
+
     #[test]
     fn comp_events_coalesce_and_leave_with_their_cq() -> Result {
         let q = EventQueue::new(QueueKind::Comp)?;

@@ -80,8 +80,9 @@ pub const BW_RX_DEPTH: u32 = 512;
 /// Empty polls between two looks at the control connection.
 const PEER_CHECK: u32 = 1 << 16;
 
-/// Highest `--qps`.
-pub const MAX_QPS: u32 = 1024;
+/// Highest `--qps` (a software HCA has 16,384 QPs; each side makes one
+/// QP and one MR per pair on its device).
+pub const MAX_QPS: u32 = 16384;
 
 /// Version word of the handshake line.
 const HELLO: &str = "RMLX5-PERF 1";

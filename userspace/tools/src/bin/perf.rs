@@ -549,7 +549,7 @@ fn qp_thread(
     (k, t, n): (u64, u64, u64),
     ready: &Meet,
     created: &Meet,
-) -> Result<(Span, Span), String> {
+) -> Result<(Span, Span, Option<u64>), String> {
     let init = QpInit {
         max_send_wr: 16,
         max_recv_wr: 16,
@@ -579,6 +579,9 @@ fn qp_thread(
     }
     let sets = sets?;
     let mut res = Ok(());
+    // Thread 0 reads the free memory once every thread has its contexts,
+    // and again once all have made their QPs.
+    let free_before = if k == 0 { mem_free_kib() } else { None };
     let start = Instant::now();
     for i in 0..mine {
         let (_, pd, cq) = &sets[(i / QPS_PER_CONTEXT) as usize];
@@ -598,13 +601,24 @@ fn qp_thread(
         res?;
         return Err(STOPPED.into());
     }
+    let used = match (free_before, mem_free_kib()) {
+        (Some(b), Some(a)) if k == 0 => Some(b.saturating_sub(a)),
+        _ => None,
+    };
     let start = Instant::now();
     drop(qps);
     let destroy = Span {
         start,
         end: Instant::now(),
     };
-    Ok((create, destroy))
+    Ok((create, destroy, used))
+}
+
+/// `MemFree` of /proc/meminfo, in KiB.
+fn mem_free_kib() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemFree:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `--test qp_create --iters N [--threads T]`: how long creating and
@@ -620,6 +634,7 @@ fn qp_create(dev: &rmlx5::Device, n: u64, threads: usize) -> Result<(), String> 
     let spans = on_threads(t, |k| qp_thread(dev, (k, t, n), &ready, &created))?;
     let create = wall(spans.iter().map(|s| s.0));
     let destroy = wall(spans.iter().map(|s| s.1));
+    let used_kib = spans.iter().find_map(|s| s.2);
     let contexts: u64 = (0..t)
         .map(|k| share(n, t, k).div_ceil(QPS_PER_CONTEXT))
         .sum();
@@ -632,6 +647,17 @@ fn qp_create(dev: &rmlx5::Device, n: u64, threads: usize) -> Result<(), String> 
     );
     phase_line("create", "QP", n, create);
     phase_line("destroy", "QP", n, destroy);
+    // What the QPs took: the kernel's objects and queue pages, the model's
+    // state (whose tables are allocated at load, so only the queues), and
+    // this process's mappings of them.
+    if let Some(kib) = used_kib {
+        println!(
+            "  memory: {} KiB for {} QPs, {} bytes per QP (MemFree before and after creating)",
+            kib,
+            n,
+            kib * 1024 / n.max(1)
+        );
+    }
     // One CREATE_QP and one DESTROY_QP per QP, in the two phases' time.
     commands_line(2 * n, create + destroy);
     Ok(())
