@@ -19,6 +19,8 @@
 //! ([`crate::rmlx5_abi::uapi::UAR_DOORBELL_BITS_OFFSET`]) with an atomic
 //! OR, and the watcher takes each word with an atomic swap, so a pass costs
 //! the QPs that rang, not all of them (1,000 QP pairs are 2,000 records).
+//! There are 4,096 bits and up to [`super::MAX_QPS`] QPs, so a bit stands
+//! for every watched QP whose QPN has its remainder (four at most).
 //!
 //! While it runs, the watch word in the UAR page of every watched QP's
 //! process is set ([`crate::rmlx5_abi::uapi::UAR_WATCH_OFFSET`]), and a
@@ -258,19 +260,23 @@ impl Locked {
                 while word != 0 {
                     let b = word.trailing_zeros() as usize;
                     word &= word - 1;
-                    // Bit `qpn % 4096`: the one QPN of the HCA's range.
+                    // Bit `qpn % 4096`: every watched QP of the HCA's range
+                    // with that remainder (one per 4,096 slots of the
+                    // table) may have rung.
                     let n = w * 64 + b;
-                    let slot =
+                    let first =
                         (n + DOORBELL_BITS - QPN_BASE as usize % DOORBELL_BITS) % DOORBELL_BITS;
-                    if slot >= bits.len() || bits.next_bit(slot) != Some(slot) {
-                        continue;
-                    }
-                    let Ok(s) = u32::try_from(slot) else {
-                        continue;
-                    };
-                    if let Ok(true) = m.send_doorbell_record(&mut p, QPN_BASE + s) {
-                        found += 1;
-                        taken.set_bit(slot);
+                    for slot in (first..bits.len()).step_by(DOORBELL_BITS) {
+                        if bits.next_bit(slot) != Some(slot) {
+                            continue;
+                        }
+                        let Ok(s) = u32::try_from(slot) else {
+                            continue;
+                        };
+                        if let Ok(true) = m.send_doorbell_record(&mut p, QPN_BASE + s) {
+                            found += 1;
+                            taken.set_bit(slot);
+                        }
                     }
                 }
             }
