@@ -69,6 +69,7 @@ impl DirectCqs {
     }
 
     /// How many CQs are kept.
+    #[cfg(CONFIG_KUNIT)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

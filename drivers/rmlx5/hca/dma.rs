@@ -323,21 +323,35 @@ impl DmaMemory for SoftPlatform<'_> {
 }
 
 impl SoftPlatform<'_> {
-    /// Atomically takes the aligned 64-bit word at `addr` (replacing it
-    /// with 0): a word of doorbell hints a process sets with atomic ORs
-    /// (the UAR page's doorbell bits, `hca/watch.rs`).
-    pub(crate) fn take_u64(&mut self, addr: u64) -> Result<u64, DmaFault> {
+    /// Atomically takes (replacing it with 0) each nonzero one of the `n`
+    /// aligned 64-bit words from `addr` on, and calls `f` with its index
+    /// and value: words of doorbell hints a process sets with atomic ORs
+    /// (the UAR page's doorbell bits, `hca/watch.rs`). The range is
+    /// checked once, and a word that reads zero is left alone: no atomic
+    /// exchange, and no write to a cache line the process is setting bits
+    /// in, for each of the many words with nothing in them.
+    pub(crate) fn take_u64s(
+        &mut self,
+        addr: u64,
+        n: usize,
+        mut f: impl FnMut(usize, u64),
+    ) -> Result<(), DmaFault> {
         if addr % 8 != 0 {
             return Err(DmaFault);
         }
-        let p = self.dma.check(addr, 8)?;
-        // SAFETY: `check` found the 8 bytes inside a registered region,
-        // which is valid while registered (type invariant of
-        // `DmaRegistry`), and `addr` is 8-byte aligned, the alignment of
-        // `AtomicU64`. The other party (the process that maps the page)
-        // accesses this word only with 64-bit atomic operations.
-        let word = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
-        Ok(word.swap(0, Ordering::AcqRel))
+        let p = self.dma.check(addr, n.checked_mul(8).ok_or(DmaFault)?)?;
+        for i in 0..n {
+            // SAFETY: `check` found the `8 * n` bytes inside a registered
+            // region, valid while registered (type invariant of
+            // `DmaRegistry`); word `i` is inside them and 8-byte aligned
+            // like `addr`, the alignment of `AtomicU64`. The process
+            // accesses these words only with 64-bit atomic operations.
+            let word = unsafe { AtomicU64::from_ptr(p.cast::<u64>().add(i)) };
+            if word.load(Ordering::Relaxed) != 0 {
+                f(i, word.swap(0, Ordering::AcqRel));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@
 
 use core::sync::atomic::{
     AtomicBool,
+    AtomicU64,
     Ordering, //
 };
 use kernel::{
@@ -77,6 +78,9 @@ pub(crate) struct SoftUar {
     soft: Arc<SoftHca>,
     hca: u16,
     page: PageBuf,
+    /// When any QP of this context last kicked a send doorbell (perf
+    /// clock, ns): one process's QPs kicking in turn are a stream too.
+    last_kick: AtomicU64,
 }
 
 impl SoftUar {
@@ -92,6 +96,7 @@ impl SoftUar {
             soft: soft.clone(),
             hca,
             page,
+            last_kick: AtomicU64::new(0),
         })
     }
 
@@ -217,10 +222,16 @@ impl UserUar for SoftUar {
         soft.run_engine();
         let now = soft.perf.now();
         if soft.elision {
-            // A stream: this kick came soon after the previous one, in
-            // absolute terms or against what a kick costs here (a debug
-            // kernel's kicks take several times longer).
-            let prev = qp.last_kick.swap(now, Ordering::Relaxed);
+            // A stream: this kick came soon after the previous one of the
+            // QP or of its context (many QPs of one process, each posting
+            // one WQE in turn, kick back to back while each QP's own kicks
+            // are far apart), in absolute terms or against what a kick
+            // costs here (a debug kernel's kicks take several times
+            // longer).
+            let prev = qp
+                .last_kick
+                .swap(now, Ordering::Relaxed)
+                .max(self.last_kick.swap(now, Ordering::Relaxed));
             let window = STREAM_NS.max(now.saturating_sub(entry).saturating_mul(3));
             if small && now.saturating_sub(prev) < window {
                 soft.start_watch();

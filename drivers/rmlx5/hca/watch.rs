@@ -8,28 +8,33 @@
 //! than the engine's execution of the WQE. So when a QP kicks again within
 //! [`STREAM_NS`] of its previous kick (a stream of posts, not a ping-pong),
 //! the module starts the watcher on the unbound workqueue. While it runs it
-//! behaves like the device: it reads the send doorbell record of every
-//! watched QP (each user QP that has kicked once) and hands the model what
-//! is new (`Hca::send_doorbell_record`), then runs the engine, over and
-//! over, until nothing new came for [`IDLE_NS`] or it ran [`MAX_NS`].
-//!
-//! After a first pass over every watched record, the watcher reads only
-//! the records of QPs whose processes flagged them: a provider that skips
-//! its kick sets its QP's bit in the UAR page's doorbell bits
-//! ([`crate::rmlx5_abi::uapi::UAR_DOORBELL_BITS_OFFSET`]) with an atomic
-//! OR, and the watcher takes each word with an atomic swap, so a pass costs
-//! the QPs that rang, not all of them (1,000 QP pairs are 2,000 records).
-//! There are 4,096 bits and up to [`super::MAX_QPS`] QPs, so a bit stands
-//! for every watched QP whose QPN has its remainder (four at most).
+//! behaves like the device: it hands the model the new send doorbell
+//! records of the watched QPs (each user QP that has kicked once) that
+//! rang (`Hca::send_doorbell_record`), then runs the engine, over and over,
+//! until nothing new came for [`IDLE_NS`] or it ran [`MAX_NS`].
 //!
 //! While it runs, the watch word in the UAR page of every watched QP's
 //! process is set ([`crate::rmlx5_abi::uapi::UAR_WATCH_OFFSET`]), and a
-//! provider leaves out the kick of a QP that has kicked once. The handshake
-//! is Dekker's: the provider stores the doorbell record, fences, and loads
-//! the word; the watcher clears the word, fences, and reads every record
-//! once more before it stops. One of the two sees the other's store, so a
-//! doorbell is never left unexecuted; if both do, the late kick finds the
-//! record already taken and succeeds without effect.
+//! provider may leave out the kick of a QP that has kicked once. Which QPs
+//! rang it learns from their processes: a provider that skips its kick has
+//! set its QP's bit in the UAR page's doorbell bits
+//! ([`crate::rmlx5_abi::uapi::UAR_DOORBELL_BITS_OFFSET`]) with an atomic
+//! OR, and the watcher takes each nonzero word with an atomic swap, so a
+//! pass costs the QPs that rang, not all of them (10,000 QP pairs are
+//! 20,000 records). There are 4,096 bits and up to [`super::MAX_QPS`]
+//! QPs, so a bit stands for every watched QP whose QPN has its remainder
+//! (four at most).
+//!
+//! The handshake is Dekker's. The provider stores the doorbell record,
+//! fences, loads the word, and if it is set, sets its bit (an atomic
+//! read-modify-write, a full barrier) and loads the word again: it skips
+//! the kick only if the word is still set. The watcher clears the word,
+//! fences, and takes the bits once more before it stops. Either the
+//! watcher sees the bit or the provider sees the cleared word and kicks,
+//! so a doorbell is never left unexecuted; if both happen, the late kick
+//! finds the record already taken and succeeds without effect. A bit left
+//! over from a kick that was made anyway is read by the next run, which
+//! finds nothing new in that record.
 //!
 //! The watcher holds [`SoftHca::watch_run`] (a spin lock, so preemption is
 //! off) from setting the word to clearing it: a provider never waits for a
@@ -63,7 +68,6 @@ use super::{
     SoftHca, //
 };
 use crate::hca_model::{
-    doorbell::DoorbellError,
     mem::DmaMemory,
     qp::QPN_BASE, //
 };
@@ -252,11 +256,15 @@ impl Locked {
             let Some(m) = u16::try_from(hca).ok().and_then(|h| fabric.hca(h)) else {
                 continue;
             };
-            for w in 0..DOORBELL_BITS / 64 {
-                let at = uar + u64::from(UAR_DOORBELL_BITS_OFFSET) + (w * 8) as u64;
-                let Ok(mut word) = p.take_u64(at) else {
-                    break;
-                };
+            // The words first (one check of the range, zero words left
+            // alone), then the records of the QPs they name.
+            let mut words = [0u64; DOORBELL_BITS / 64];
+            let at = uar + u64::from(UAR_DOORBELL_BITS_OFFSET);
+            if p.take_u64s(at, words.len(), |w, v| words[w] = v).is_err() {
+                continue;
+            }
+            for (w, &word) in words.iter().enumerate() {
+                let mut word = word;
                 while word != 0 {
                     let b = word.trailing_zeros() as usize;
                     word &= word - 1;
@@ -278,38 +286,6 @@ impl Locked {
                             taken.set_bit(slot);
                         }
                     }
-                }
-            }
-        }
-        watch.doorbells += found;
-        found != 0
-    }
-
-    /// Hands the model every watched QP's new doorbell record. Returns
-    /// whether any was new.
-    fn scan_records(&mut self) -> bool {
-        let mut found = 0u64;
-        let (fabric, (mut p, watch)) = self.split_watch();
-        for (h, (bits, taken)) in watch.qps.iter_mut().zip(watch.taken.iter_mut()).enumerate() {
-            let Some(m) = u16::try_from(h).ok().and_then(|h| fabric.hca(h)) else {
-                continue;
-            };
-            let mut next = bits.next_bit(0);
-            while let Some(slot) = next {
-                next = bits.next_bit(slot + 1);
-                let Ok(s) = u32::try_from(slot) else {
-                    continue;
-                };
-                match m.send_doorbell_record(&mut p, QPN_BASE + s) {
-                    Ok(true) => {
-                        found += 1;
-                        taken.set_bit(slot);
-                    }
-                    Ok(false) => {}
-                    // Destroyed meanwhile (destroy also clears the bit).
-                    Err(DoorbellError::NoSuchObject) => bits.clear_bit(slot),
-                    // Refused and counted by the model, like a bad kick.
-                    Err(_) => {}
                 }
             }
         }
@@ -353,18 +329,13 @@ impl WorkItem<3> for SoftHca {
                 st.watch.runs += 1;
                 st.set_watch_word(true);
             }
-            let mut first = true;
             loop {
                 let busy = {
                     let mut st = this.state.lock();
-                    // Every record on the first pass; then only those of
-                    // QPs whose processes set their doorbell bits.
-                    let found = if first {
-                        st.scan_records()
-                    } else {
-                        st.scan_bits()
-                    };
-                    first = false;
+                    // Only the records of QPs whose processes set their
+                    // doorbell bits: a provider that skips a kick has set
+                    // its bit (see the handshake in the module comment).
+                    let found = st.scan_bits();
                     this.engine_locked(&mut st) || found
                 };
                 let now = perf.now();
@@ -394,10 +365,10 @@ impl WorkItem<3> for SoftHca {
             let mut st = this.state.lock();
             st.set_watch_word(false);
             // Dekker: the cleared word before the last reading of the
-            // records (the provider fences between its record and its
-            // reading of the word).
+            // bits (the provider sets its bit, a full barrier, before its
+            // last reading of the word).
             smp_mb(Full);
-            let found = st.scan_records();
+            let found = st.scan_bits();
             this.engine_locked(&mut st) || found
         };
         this.watching.store(false, Ordering::Release);

@@ -597,17 +597,17 @@ pub const KICK_CQ_ARM: u32 = 4;
 /// (a native-endian `u32` no ConnectX register occupies): non-zero while
 /// the module's doorbell watcher runs and reads the doorbell records of
 /// every QP that has been kicked once. While it is set, a provider may
-/// leave out the send `KICK` of such a QP (its doorbell record store,
-/// then a full fence, then the load of this word); the watcher clears it,
-/// fences and reads the records once more before it stops.
+/// leave out the send `KICK` of such a QP: it stores the doorbell record,
+/// fences fully, loads this word, and if it is set, sets the QP's bit in
+/// [`UAR_DOORBELL_BITS_OFFSET`] with an atomic OR and loads the word
+/// again; only if it is still set may the kick be left out. The watcher
+/// clears the word, fences and takes the bits once more before it stops.
 pub const UAR_WATCH_OFFSET: u32 = 0x100;
 /// Byte offset in the UAR page of the software HCA's doorbell bits: 4096
 /// bits (64 native-endian `u64` words, bit `n % 64` of word `n / 64`), bit
-/// `qpn % 4096` for a QP. A provider that leaves out a send `KICK` sets
-/// its QP's bit with an atomic OR (after its doorbell record store and
-/// before its load of the watch word), so the watcher reads only the
-/// records of QPs that rang; it reads every watched record once more
-/// before it stops, so a bit is a hint, never the only way in.
+/// `qpn % 4096` for a QP. A provider that leaves out a send `KICK` must
+/// have set its QP's bit first (see [`UAR_WATCH_OFFSET`]): the watcher
+/// reads the records of the QPs whose bits are set, and no others.
 pub const UAR_DOORBELL_BITS_OFFSET: u32 = 0x200;
 
 /// `IBV_EVENT_CQ_ERR`.

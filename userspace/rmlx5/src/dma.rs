@@ -180,7 +180,10 @@ impl DmaRegion {
             self.check(offset, 8)?;
             return Err(Error::Invalid("misaligned word"));
         }
-        self.word(offset).fetch_or(bits, Ordering::Relaxed);
+        // Sequentially consistent: the kick-elision handshake orders the
+        // next load of the watch word after this (on x86 the locked OR is
+        // a full barrier anyway).
+        self.word(offset).fetch_or(bits, Ordering::SeqCst);
         Ok(())
     }
 

@@ -340,22 +340,26 @@ impl QpInner {
         half.flip(self.bf_size);
         // Kick elision (software HCA): once this QP has kicked, and while
         // the module's doorbell watcher runs (its word in the UAR page is
-        // set), the watcher reads our doorbell record itself. The record
-        // store, the full fence of `mmio_flush_writes`, then this load:
-        // the watcher clears the word, fences and reads every record once
-        // more, so one of us sees the other (rmlx5-abi `UAR_WATCH_OFFSET`).
+        // set), the watcher reads our doorbell record itself when our bit
+        // in the page's doorbell bits says we rang. The record store, the
+        // full fence of `mmio_flush_writes`, the load of the word; then
+        // the bit (an atomic OR, a full barrier) and the word again: the
+        // watcher clears the word, fences and takes the bits once more, so
+        // either it sees our bit or we see the cleared word and kick
+        // (rmlx5-abi `UAR_WATCH_OFFSET`).
         if self.needs_kick
             && self.kicked.load(Ordering::Relaxed)
             && self.uar.page.load_u32(UAR_WATCH_OFFSET as usize)? != 0
         {
-            // Tell the watcher which QP rang (a hint: it reads every
-            // watched record once more before it stops).
             let bit = (self.qpn % 4096) as usize;
             self.uar.page.fetch_or_u64(
                 UAR_DOORBELL_BITS_OFFSET as usize + bit / 64 * 8,
                 1 << (bit % 64),
             )?;
-            return Ok(());
+            fence(Ordering::SeqCst);
+            if self.uar.page.load_u32(UAR_WATCH_OFFSET as usize)? != 0 {
+                return Ok(());
+            }
         }
         if self.needs_kick {
             let mut k = uapi::Kick {
