@@ -54,8 +54,12 @@ import statistics
 import sys
 
 # The devices in column order; the first is the one the ratios are about.
-DEVICES = ("rmlx5", "rxe", "siw")
+DEVICES = ("rmlx5", "rmlx5pt", "rxe", "siw")
 BASE = DEVICES[0]
+# rmlx5's software HCA driven by perftest through rdma-core's own mlx5
+# provider (ib_uverbs), the programs users run on mlx5_ib; its ratios to
+# the kernel's devices get columns of their own.
+PT = DEVICES[1]
 TEST_ORDER = ("send_lat", "write_lat", "read_lat", "send_bw", "write_bw", "read_bw")
 MODE_ORDER = ("poll", "event")
 TAIL = 5  # output lines quoted for a failed run
@@ -447,9 +451,9 @@ def build_cells(runs, skips=()):
     return cells
 
 
-def ratio(cells, case, other):
-    """rmlx5 value / other's value of the main metric, or None."""
-    a = cells.get(case, {}).get(BASE)
+def ratio(cells, case, other, base=BASE):
+    """`base`'s value / other's value of the main metric, or None."""
+    a = cells.get(case, {}).get(base)
     b = cells.get(case, {}).get(other)
     if not a or not b or not a["main"] or not b["main"] or not b["main"]["value"]:
         return None
@@ -580,9 +584,21 @@ def cell_text(gid, case, dev, cell, notes):
     return s + ref
 
 
+def ratio_pairs(devices):
+    """The (base, other) pairs that get a ratio column: rmlx5 against every
+    other device but its perftest run, and the perftest run on rmlx5
+    against the kernel's devices."""
+    others = [d for d in devices if d not in (BASE, PT)]
+    pairs = [(BASE, o) for o in others]
+    if PT in devices:
+        pairs += [(PT, o) for o in others]
+    return pairs
+
+
 def table_rows(cells, devices, others, notes):
     """[(group title, header rows, rows)]."""
     out = []
+    pairs = ratio_pairs(devices)
     for gid, title, cases in groups_of(list(cells)):
         if gid == "lat":
             unit = "p50 / p99 µs"
@@ -590,16 +606,17 @@ def table_rows(cells, devices, others, notes):
         else:
             unit = "Mpps (MiB/s)" if gid == "bw" else "Mpps"
             rdesc = f"(rate, >1 = {BASE} better)"
-        head1 = ["", "", "", "", ""] + list(devices) + [f"{BASE}/{o}" for o in others]
-        head2 = ["test", "size", "mode", "list", "qps"] + [unit] * len(devices) + [rdesc] * len(others)
+        head1 = ["", "", "", "", ""] + list(devices) + [f"{b}/{o}" for b, o in pairs]
+        head2 = (["test", "size", "mode", "list", "qps"] + [unit] * len(devices)
+                 + [rdesc.replace(BASE, b) for b, _ in pairs])
         rows = []
         for case in cases:
             test, size, mode, lst, qps = case
             row = [test, fmt_size(size), mode, str(lst), str(qps)]
             for dev in devices:
                 row.append(cell_text(gid, case, dev, cells[case].get(dev), notes))
-            for o in others:
-                r = ratio(cells, case, o)
+            for b, o in pairs:
+                r = ratio(cells, case, o, b)
                 row.append("—" if r is None else f"{r:.2f}x")
             rows.append(row)
         out.append((title, [head1, head2], rows))
@@ -674,6 +691,10 @@ def summary(meta, runs, cells, stray, log):
         "Rates are Mpps (10^6 messages/s), from MsgRate, or for rmlx5-perf (3 decimals) from "
         "its BW average; MiB/s = Mpps × size / 2^20 (the tools' 'MB/sec').",
     ]
+    if PT in devices:
+        legend.append(f"{PT} = perftest (Debian's, unchanged) on rmlx5's software HCA "
+                      "through rdma-core's mlx5 provider and ib_uverbs; rmlx5 = rmlx5-perf "
+                      "on rmlx5's own provider and uverbs.")
     if stray:
         legend.append(f"{stray} @@BENCH-END line(s) without a BEGIN were ignored.")
     warned = [r for r in runs if r["warnings"]]
@@ -843,7 +864,8 @@ def write_raw(out, meta, runs, cells, log, stray):
         "cases": [
             {"test": c[0], "size": c[1], "mode": c[2], "list": c[3], "qps": c[4],
              "devices": {d: cell_json(v) for d, v in cells[c].items()},
-             "ratios": {f"{BASE}/{o}": rounded(ratio(cells, c, o)) for o in cells[c] if o != BASE}}
+             "ratios": {f"{b}/{o}": rounded(ratio(cells, c, o, b))
+                        for b, o in ratio_pairs(list(cells[c]))}}
             for c in sorted(cells, key=case_sort)
         ],
     }

@@ -426,6 +426,39 @@ class PathFigures(unittest.TestCase):
                              ["20.0", "20.0", "—", "—", "—", "—", "—", "1.00", "10000"])
 
 
+class PerftestOnRmlx5(unittest.TestCase):
+    """perftest's runs on rmlx5 (dev rmlx5pt) get a column and ratios of
+    their own against the kernel's devices, none against rmlx5-perf."""
+
+    def test_columns(self):
+        def block(dev, rate):
+            return [
+                f"@@BENCH-BEGIN dev={dev} test=write_bw size=64 mode=poll list=1 qps=1 round=1 "
+                "iters=100",
+                " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]",
+                f" 64         100            n/a                1.000                {rate}",
+                "@@BENCH-END rc=0 secs=1",
+            ]
+        lines = block("rmlx5", "0.400000") + block("rmlx5pt", "0.200000") + block("rxe", "0.050000")
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "console.log")
+            with open(log, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            out = os.path.join(tmp, "out")
+            proc = run_report(log, out, "--no-plots")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(os.path.join(out, "summary.txt"), encoding="utf-8") as f:
+                txt = f.read()
+            self.assertIn("rmlx5pt/rxe", txt)
+            self.assertNotIn("rmlx5/rmlx5pt", txt)
+            self.assertIn("rmlx5pt = perftest", txt)
+            row = next(l for l in txt.splitlines() if l.startswith("write_bw"))
+            self.assertEqual(row.split()[-2:], ["8.00x", "4.00x"])
+            with open(os.path.join(out, "raw.json"), encoding="utf-8") as f:
+                ratios = json.load(f)["cases"][0]["ratios"]
+            self.assertEqual(ratios, {"rmlx5/rxe": 8.0, "rmlx5pt/rxe": 4.0})
+
+
 class QpCreate(unittest.TestCase):
     """The `big` group's qp_create blocks become a table of medians over
     rounds; a failed block counts in "runs ok" and not in the figures."""

@@ -14,8 +14,10 @@
 # Knobs (kernel command line rmlx5.bench=key=value,...): rounds, lat_iters,
 # bw_iters, big_iters, scale_msgs, quick (1: two sizes and QP counts 1 and 16),
 # groups (which of lat+rate+bw+scale+big to run, joined by '+'; default all),
-# devs (which of rmlx5+rxe+siw; default all), sizes and qpcounts (lists
-# joined by '+', replacing the defaults).
+# devs (which of rmlx5+rmlx5pt+rxe+siw; default all), sizes and qpcounts
+# (lists joined by '+', replacing the defaults). rmlx5 is rmlx5-perf on
+# rmlx5's own provider; rmlx5pt is perftest, unchanged, on the same
+# software HCA through rdma-core's mlx5 provider and ib_uverbs.
 export PATH=/usr/bin:/bin:/tests
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
 
@@ -27,7 +29,7 @@ scale_msgs=65536
 quick=0
 groups=lat+rate+bw+scale+big
 big_qps=10000
-devs="rmlx5 rxe siw"
+devs="rmlx5 rmlx5pt rxe siw"
 # A client that has not finished after this many seconds is killed: perftest
 # in event mode has been seen to stall for good on siw (and once on rxe),
 # and siw with several QPs under TCG. A latency run takes a few seconds, a
@@ -112,6 +114,16 @@ run() {
         server="rmlx5-perf --server --device 0 $common"
         client="rmlx5-perf --client 127.0.0.1 --device 1 $common"
         ;;
+    rmlx5pt)
+        # perftest between rmlx5_1 (server) and rmlx5_0, as make check's
+        # rdma-core tests run it: InfiniBand link layer, addressed by LID.
+        common="-s $size -n $iters -p $port"
+        case $test in *_bw) common="$common -l $list -q $qps -N" ;; esac
+        [ -n "$tx" ] && common="$common -t $tx -Q $cqm"
+        [ "$mode" = event ] && common="$common -e"
+        server="ib_$test -d rmlx5_1 $common"
+        client="ib_$test -d rmlx5_0 $common $addr"
+        ;;
     rxe | siw)
         tool=ib_$test
         common="-d ${dev}0 -s $size -n $iters -p $port"
@@ -134,7 +146,7 @@ run() {
     echo "@@BENCH-BEGIN dev=$dev test=$test size=$size mode=$mode list=$list qps=$qps round=$round iters=$iters${tx:+ tx_depth=$tx cq_mod=$cqm}"
     # rmlx5's path figures (debugfs rmlx5/perf) cover this run alone.
     perf=/sys/kernel/debug/rmlx5/perf
-    [ $dev = rmlx5 ] && [ -w $perf ] && echo 0 > $perf
+    case $dev in rmlx5*) [ -w $perf ] && echo 0 > $perf ;; esac
     start=$(date +%s)
     $server >/tmp/server.out 2>&1 &
     spid=$!
@@ -164,7 +176,7 @@ run() {
         tail -n 5 /tmp/server.out
     fi
     echo "@@BENCH-END rc=$rc secs=$(($(date +%s) - start))"
-    if [ $dev = rmlx5 ] && [ -r $perf ]; then
+    if [ "${dev#rmlx5}" != "$dev" ] && [ -r $perf ]; then
         sed 's/^/@@PATH /' $perf
         # The model's counters (cumulative: RNR NAKs, timeouts, ...).
         for h in 0 1; do
