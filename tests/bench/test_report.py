@@ -426,6 +426,24 @@ class PathFigures(unittest.TestCase):
                              ["20.0", "20.0", "—", "—", "—", "—", "—", "1.00", "10000"])
 
 
+def report_of(test, lines):
+    """Runs the report on a log of `lines`; (summary.txt, summary.md,
+    raw.json as loaded)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "console.log")
+        with open(log, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        out = os.path.join(tmp, "out")
+        proc = run_report(log, out, "--no-plots")
+        test.assertEqual(proc.returncode, 0, proc.stderr)
+        texts = []
+        for name in ("summary.txt", "summary.md"):
+            with open(os.path.join(out, name), encoding="utf-8") as f:
+                texts.append(f.read())
+        with open(os.path.join(out, "raw.json"), encoding="utf-8") as f:
+            return texts[0], texts[1], json.load(f)
+
+
 class PerftestOnRmlx5(unittest.TestCase):
     """perftest's runs on rmlx5 (dev rmlx5pt) get a column and ratios of
     their own against the kernel's devices, none against rmlx5-perf."""
@@ -440,23 +458,13 @@ class PerftestOnRmlx5(unittest.TestCase):
                 "@@BENCH-END rc=0 secs=1",
             ]
         lines = block("rmlx5", "0.400000") + block("rmlx5pt", "0.200000") + block("rxe", "0.050000")
-        with tempfile.TemporaryDirectory() as tmp:
-            log = os.path.join(tmp, "console.log")
-            with open(log, "w") as f:
-                f.write("\n".join(lines) + "\n")
-            out = os.path.join(tmp, "out")
-            proc = run_report(log, out, "--no-plots")
-            self.assertEqual(proc.returncode, 0, proc.stderr)
-            with open(os.path.join(out, "summary.txt"), encoding="utf-8") as f:
-                txt = f.read()
-            self.assertIn("rmlx5pt/rxe", txt)
-            self.assertNotIn("rmlx5/rmlx5pt", txt)
-            self.assertIn("rmlx5pt = perftest", txt)
-            row = next(l for l in txt.splitlines() if l.startswith("write_bw"))
-            self.assertEqual(row.split()[-2:], ["8.00x", "4.00x"])
-            with open(os.path.join(out, "raw.json"), encoding="utf-8") as f:
-                ratios = json.load(f)["cases"][0]["ratios"]
-            self.assertEqual(ratios, {"rmlx5/rxe": 8.0, "rmlx5pt/rxe": 4.0})
+        txt, _, raw = report_of(self, lines)
+        self.assertIn("rmlx5pt/rxe", txt)
+        self.assertNotIn("rmlx5/rmlx5pt", txt)
+        self.assertIn("rmlx5pt = perftest", txt)
+        row = next(l for l in txt.splitlines() if l.startswith("write_bw"))
+        self.assertEqual(row.split()[-2:], ["8.00x", "4.00x"])
+        self.assertEqual(raw["cases"][0]["ratios"], {"rmlx5/rxe": 8.0, "rmlx5pt/rxe": 4.0})
 
 
 class QpCreate(unittest.TestCase):
@@ -483,18 +491,9 @@ class QpCreate(unittest.TestCase):
                  + self.block(1000, 3, "5000.000", "5000.000", "900.000", 99999, rc=124)
                  + self.block(1, 1, "1.500", "1500.000", "700.000", 40960)
                  + PathFigures.run_block(1, 200, 2_000_000))
-        with tempfile.TemporaryDirectory() as tmp:
-            log = os.path.join(tmp, "console.log")
-            with open(log, "w") as f:
-                f.write("\n".join(lines) + "\n")
-            out = os.path.join(tmp, "out")
-            proc = run_report(log, out, "--no-plots")
-            self.assertEqual(proc.returncode, 0, proc.stderr)
-            with open(os.path.join(out, "summary.txt"), encoding="utf-8") as f:
-                txt = f.read()
-            after = txt.split("rmlx5 QP creation", 1)[1].splitlines()
-            rows = {l.split()[0]: l.split()[1:] for l in after[2:] if l.strip()}
-            self.assertEqual(rows["1"], ["1.5", "1500.0", "700.0", "40,960", "1/1"])
-            self.assertEqual(rows["1,000"], ["1000.0", "1000.0", "400.0", "21,504", "2/3"])
-            with open(os.path.join(out, "summary.md"), encoding="utf-8") as f:
-                self.assertIn("1,000", f.read())
+        txt, md, _ = report_of(self, lines)
+        after = txt.split("rmlx5 QP creation", 1)[1].splitlines()
+        rows = {l.split()[0]: l.split()[1:] for l in after[2:] if l.strip()}
+        self.assertEqual(rows["1"], ["1.5", "1500.0", "700.0", "40,960", "1/1"])
+        self.assertEqual(rows["1,000"], ["1000.0", "1000.0", "400.0", "21,504", "2/3"])
+        self.assertIn("1,000", md)

@@ -114,33 +114,33 @@ run() {
         server="rmlx5-perf --server --device 0 $common"
         client="rmlx5-perf --client 127.0.0.1 --device 1 $common"
         ;;
-    rmlx5pt)
-        # perftest between rmlx5_1 (server) and rmlx5_0, as make check's
-        # rdma-core tests run it: InfiniBand link layer, addressed by LID.
+    *)
+        # perftest. -N: no peak bandwidth (not reported here); with many
+        # QPs and few iterations perftest's peak estimate otherwise refuses
+        # to report at all ("Correlation coefficient r^2 < 0.9").
         common="-s $size -n $iters -p $port"
         case $test in *_bw) common="$common -l $list -q $qps -N" ;; esac
         [ -n "$tx" ] && common="$common -t $tx -Q $cqm"
         [ "$mode" = event ] && common="$common -e"
-        server="ib_$test -d rmlx5_1 $common"
-        client="ib_$test -d rmlx5_0 $common $addr"
-        ;;
-    rxe | siw)
-        tool=ib_$test
-        common="-d ${dev}0 -s $size -n $iters -p $port"
-        # -N: no peak bandwidth (not reported here); with many QPs and
-        # few iterations perftest's peak estimate otherwise refuses to
-        # report at all ("Correlation coefficient r^2 < 0.9").
-        case $test in *_bw) common="$common -l $list -q $qps -N" ;; esac
-        [ -n "$tx" ] && common="$common -t $tx -Q $cqm"
-        [ "$mode" = event ] && common="$common -e"
-        if [ $dev = rxe ]; then
-            common="$common -x $gid_rxe"
-        else
-            # iWARP connects through the RDMA connection manager.
-            common="$common -R"
-        fi
-        server="$tool $common"
-        client="$tool $common $addr"
+        case $dev in
+        rmlx5pt)
+            # Between rmlx5_1 (server) and rmlx5_0, as make check's
+            # rdma-core tests run it: InfiniBand link layer, by LID.
+            server="ib_$test -d rmlx5_1 $common"
+            client="ib_$test -d rmlx5_0 $common $addr"
+            ;;
+        *)
+            common="-d ${dev}0 $common"
+            if [ $dev = rxe ]; then
+                common="$common -x $gid_rxe"
+            else
+                # iWARP connects through the RDMA connection manager.
+                common="$common -R"
+            fi
+            server="ib_$test $common"
+            client="ib_$test $common $addr"
+            ;;
+        esac
         ;;
     esac
     echo "@@BENCH-BEGIN dev=$dev test=$test size=$size mode=$mode list=$list qps=$qps round=$round iters=$iters${tx:+ tx_depth=$tx cq_mod=$cqm}"
