@@ -248,7 +248,9 @@ impl DmaRegistry {
         self.remove(buf.addr(), buf.len() as u64);
     }
 
-    fn check(&self, addr: u64, len: usize) -> Result<*mut u8, DmaFault> {
+    /// Finds the registered range `[start, end)` that holds the `len`
+    /// bytes at `addr` whole: a live region, or the direct map.
+    fn check(&self, addr: u64, len: usize) -> Result<(u64, u64), DmaFault> {
         let len = u64::try_from(len).map_err(|_| DmaFault)?;
         let end = addr.checked_add(len).ok_or(DmaFault)?;
         // Candidates start at or below `addr`; walk back from the last one
@@ -260,16 +262,22 @@ impl DmaRegistry {
             if r.reach < end {
                 break;
             }
+            // `start + len` cannot overflow: checked when it was added.
             if end <= r.start + r.len && !r.dead {
-                return Ok(addr as *mut u8);
+                return Ok((r.start, r.start + r.len));
             }
         }
         match self.direct {
-            Some((s, e, _)) if s <= addr && end <= e => Ok(addr as *mut u8),
+            Some((s, e, _)) if s <= addr && end <= e => Ok((s, e)),
             _ => Err(DmaFault),
         }
     }
 }
+
+/// How many ranges a [`SoftPlatform`] remembers: a WQE's accesses go to a
+/// handful of buffers (the send queue, the doorbell record, the two MRs,
+/// the CQ ring), and a hit spares the registry's binary search.
+const RANGE_CACHE: usize = 4;
 
 /// The model's view of the machine for one locked section: memory through
 /// the registry, interrupts through the shim's irq_work.
@@ -285,6 +293,14 @@ pub(crate) struct SoftPlatform<'a> {
     /// step that raised it ([`Platform::yield_engine`]) rather than finish
     /// its budget first.
     raised: bool,
+    /// Ranges the registry granted during this section, `(start, end)`,
+    /// the latest first. The registry is borrowed for the platform's
+    /// whole life, so it cannot change under them.
+    ranges: [(u64, u64); RANGE_CACHE],
+    /// Accesses and bytes, added to `perf` once, when the section ends
+    /// (two shared atomic additions per section instead of per access).
+    accesses: u64,
+    bytes: u64,
 }
 
 impl<'a> SoftPlatform<'a> {
@@ -294,23 +310,54 @@ impl<'a> SoftPlatform<'a> {
             irqs_per_hca,
             perf,
             raised: false,
+            // Empty ranges: `start <= addr && end <= 0` never holds for
+            // an access of at least one byte.
+            ranges: [(u64::MAX, 0); RANGE_CACHE],
+            accesses: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Checks that the `len` bytes at `addr` are reachable and returns
+    /// them as a pointer: from the ranges granted before if one holds
+    /// them, else from the registry.
+    fn reach(&mut self, addr: u64, len: usize) -> Result<*mut u8, DmaFault> {
+        self.accesses += 1;
+        self.bytes += len as u64;
+        let end = addr
+            .checked_add(u64::try_from(len).map_err(|_| DmaFault)?)
+            .ok_or(DmaFault)?;
+        if self.ranges.iter().any(|&(s, e)| s <= addr && end <= e) {
+            return Ok(addr as *mut u8);
+        }
+        let range = self.dma.check(addr, len)?;
+        self.ranges.rotate_right(1);
+        self.ranges[0] = range;
+        Ok(addr as *mut u8)
+    }
+}
+
+impl Drop for SoftPlatform<'_> {
+    fn drop(&mut self) {
+        if self.accesses != 0 {
+            self.perf.dma.add_many(self.accesses, self.bytes);
         }
     }
 }
 
 impl DmaMemory for SoftPlatform<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
-        self.perf.dma.add(buf.len() as u64);
-        let p = self.dma.check(addr, buf.len())?;
-        // SAFETY: `check` found the range inside a registered region, which
-        // is valid while registered (type invariant of `DmaRegistry`).
+        let p = self.reach(addr, buf.len())?;
+        // SAFETY: `reach` found the range inside a registered region (or
+        // one it found before in this section, while the registry stays
+        // borrowed and so unchanged), which is valid while registered
+        // (type invariant of `DmaRegistry`).
         unsafe { volatile_copy_from(p, buf) };
         Ok(())
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
-        self.perf.dma.add(data.len() as u64);
-        let p = self.dma.check(addr, data.len())?;
+        let p = self.reach(addr, data.len())?;
         // The model's writes become visible in the order it makes them, as
         // a device's posted writes do: an EQE's or CQE's owner byte (its
         // own write) after its body, for consumers that read by owner bit
@@ -339,7 +386,7 @@ impl SoftPlatform<'_> {
         if addr % 8 != 0 {
             return Err(DmaFault);
         }
-        let p = self.dma.check(addr, n.checked_mul(8).ok_or(DmaFault)?)?;
+        let p = self.reach(addr, n.checked_mul(8).ok_or(DmaFault)?)?;
         for i in 0..n {
             // SAFETY: `check` found the `8 * n` bytes inside a registered
             // region, valid while registered (type invariant of
@@ -421,10 +468,42 @@ mod tests {
         assert_eq!(around, [0]);
         mem.read(4096 * 3, &mut around)?;
         assert_eq!(around, [0]);
+        drop(p);
         reg.remove(start, len);
         assert_eq!(reg.count(RegionKind::UserMr), 0);
         let p = SoftPlatform::new(&reg, 1, &perf);
         assert!(p.dma.check(start, 1).is_err());
+        Ok(())
+    }
+
+    /// The ranges a platform remembers spare the registry's search but
+    /// never widen what it grants: an access must lie inside one granted
+    /// range, so one straddling two adjacent regions faults even when both
+    /// were granted. The accesses are counted once the section ends.
+    #[test]
+    fn granted_ranges_do_not_widen_access() -> Result {
+        let mem = DmaBuf::new(4096, GFP_KERNEL)?;
+        let a = mem.addr();
+        let mut reg = DmaRegistry::new();
+        reg.add_raw(a, 64, RegionKind::Buf)?;
+        reg.add_raw(a + 64, 64, RegionKind::Buf)?;
+        let perf = Perf::new();
+        {
+            let mut p = SoftPlatform::new(&reg, 1, &perf);
+            let mut b = [0u8; 8];
+            p.read(a, &mut b).map_err(|_| EFAULT)?;
+            p.read(a + 64, &mut b).map_err(|_| EFAULT)?;
+            assert!(p.read(a + 60, &mut b).is_err());
+            assert!(p.read(a + 124, &mut b).is_err());
+            // Hits, after more ranges than the platform keeps.
+            for _ in 0..2 * RANGE_CACHE {
+                p.write(a + 8, &b).map_err(|_| EFAULT)?;
+                p.write(a + 120, &b).map_err(|_| EFAULT)?;
+            }
+            assert_eq!(perf.dma.totals(), (0, 0));
+        }
+        let n = 4 + 4 * RANGE_CACHE as u64;
+        assert_eq!(perf.dma.totals(), (n, 8 * n));
         Ok(())
     }
 
