@@ -14,6 +14,10 @@ use core::{
 use kernel::{
     bindings,
     prelude::*,
+    time::{
+        delay::fsleep,
+        Delta, //
+    },
     workqueue::Queue, //
 };
 
@@ -33,6 +37,25 @@ extern "C" {
 pub(crate) unsafe fn flush_work(work: *mut bindings::work_struct) {
     // SAFETY: Guaranteed by the caller.
     unsafe { rmlx5_shim_flush_work(work) };
+}
+
+/// Sleeps in steps of 100 µs until `busy` returns false: a destroy waiting
+/// for the event paths (the dispatcher, the EQ handler) to leave an object
+/// they are in a call on. It must wait however long that takes, since the
+/// object is freed after; if it waits for 10 s it says so once (naming the
+/// object: `what` and `id`), so that a stuck wait leaves a trace in the
+/// log rather than a silent hang. Process context.
+pub(crate) fn wait_not_busy(what: &str, id: u32, busy: impl Fn() -> bool) {
+    const STEP_US: i64 = 100;
+    const WARN_STEPS: u32 = 100_000;
+    let mut steps = 0u32;
+    while busy() {
+        fsleep(Delta::from_micros(STEP_US));
+        steps = steps.saturating_add(1);
+        if steps == WARN_STEPS {
+            pr_warn!("rmlx5: destroying {what} {id:#x}: still in use by the event path after 10 s; waiting on\n");
+        }
+    }
 }
 
 /// Whether the current context may sleep (`preemptible()`: no lock held,

@@ -9,6 +9,16 @@
 pass() { echo "rmlx5-test: PASS $1"; }
 fail() { echo "rmlx5-test: FAIL $1: $2"; }
 skip() { echo "rmlx5-test: SKIP $1: $2"; }
+# Prints the kernel stack of every task in uninterruptible sleep (D), for
+# a step that did not finish: the test kernel has no hung-task detector,
+# and a stuck recovery otherwise leaves nothing in the log.
+blocked_stacks() {
+    for p in /proc/[0-9]*; do
+        [ "$(awk '/^State:/ { print $2 }' $p/status 2>/dev/null)" = D ] || continue
+        echo "blocked: ${p#/proc/} $(cat $p/comm 2>/dev/null)"
+        sed 's/^/    /' $p/stack 2>/dev/null
+    done
+}
 # RMLX5_HW=1 (scripts/hw-check.sh, make hw-check): the same checks on a
 # host, on its real ConnectX function RMLX5_PCI, with what the guest has in
 # /lib/modules, /tests and /bin under RMLX5_ROOT. What only the emulated
@@ -621,6 +631,7 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                     fi
                 else
                     dmesg | grep "rmlx5_cx $bdf" | tail -n 20
+                    blocked_stacks
                     fail cx_fault_${case}_survived "the function did not come back within 40 s: $(( $(fatals) - f0 )) failure(s), $(( $(ups) - u0 )) bring-up(s), pingpong exit $rc"
                     break
                 fi

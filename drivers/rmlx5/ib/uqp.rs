@@ -26,10 +26,6 @@ use kernel::{
         Mutex,
         UniqueArc, //
     },
-    time::{
-        delay::fsleep,
-        Delta, //
-    },
 };
 
 use super::{
@@ -262,9 +258,7 @@ impl UserQp {
                 self.dev.events.lock().remove_qp_events(self.qpn, self);
             }
         }
-        while self.busy.load(Ordering::Acquire) {
-            fsleep(Delta::from_micros(100));
-        }
+        crate::work::wait_not_busy("QP", self.qpn, || self.busy.load(Ordering::Acquire));
         Ok(())
     }
 }
