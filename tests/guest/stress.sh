@@ -152,9 +152,11 @@ if part mlx5fuzz; then
         LD_LIBRARY_PATH=$L python3 /tests/mlx5-abi.py $node --fuzz $mlx5_calls $seed
         rc=$?
         echo "@@STRESS-TIME part=mlx5fuzz rc=$rc secs=$(($(date +%s) - t0))"
-        left=$(for r in qp cq mr pd; do LD_LIBRARY_PATH=$L rdma res show $r 2>/dev/null; done |
-            grep -c rmlx5_)
+        objs=$(for r in qp cq mr pd; do LD_LIBRARY_PATH=$L rdma res show $r 2>/dev/null; done |
+            grep rmlx5_)
+        left=$(printf '%s' "$objs" | grep -c rmlx5_)
         echo "@@STRESS mlx5left objects=$left"
+        [ "$left" = 0 ] || printf '%s\n' "$objs" | sed 's/^/stress: left: /'
         if [ $rc = 0 ] && [ "$left" = 0 ]; then
             pass mlx5_fuzz_nothing_left
         else
