@@ -35,6 +35,7 @@
  * advertised only where the device has it (max_fast_reg_pages).
  */
 #include <linux/if_ether.h>
+#include <linux/irq_poll.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
@@ -1196,6 +1197,105 @@ static void rmlx5_ibc_event(int index, u32 type, u32 element, void *context)
 	}
 }
 
+/*
+ * Draining a QP (ib_drain_sq, ib_drain_rq): ib_core's own steps (move the
+ * QP to the error state, post a marked work request, wait for its
+ * completion), with one more before the wait. On a ConnectX function that
+ * failed, nothing writes CQEs: a kernel CQ completes the outstanding work
+ * requests, the marked one included, in software when it is polled, and
+ * the post dispatches the CQ so that it is. That dispatch may find
+ * ib_core's poll of the CQ still running, having polled before the post;
+ * the poll then ignores the new call, finishes, and its re-arm cannot
+ * report a completion no device will write. The recovery then waited in
+ * ib_drain_sq for good (about once in 40 faults). So, as mlx5_ib does for a
+ * device in internal error, the drain waits out a running poll of the CQ
+ * and calls its handler itself. On a working device this costs one more
+ * poll, which finds the flushed CQEs or nothing.
+ */
+struct rmlx5_ibc_drain {
+	struct ib_cqe cqe;
+	struct completion done;
+};
+
+static void rmlx5_ibc_drain_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	complete(&container_of(wc->wr_cqe, struct rmlx5_ibc_drain, cqe)->done);
+}
+
+static void rmlx5_ibc_drain_wait(struct ib_cq *cq, struct rmlx5_ibc_drain *d)
+{
+	if (cq->poll_ctx == IB_POLL_DIRECT) {
+		while (wait_for_completion_timeout(&d->done, HZ / 10) <= 0)
+			ib_process_cq_direct(cq, -1);
+		return;
+	}
+	switch (cq->poll_ctx) {
+	case IB_POLL_SOFTIRQ:
+		/* Returns once no poll runs or is scheduled. */
+		irq_poll_disable(&cq->iop);
+		irq_poll_enable(&cq->iop);
+		break;
+	case IB_POLL_WORKQUEUE:
+	case IB_POLL_UNBOUND_WORKQUEUE:
+		cancel_work_sync(&cq->work);
+		break;
+	default:
+		break;
+	}
+	if (cq->comp_handler)
+		cq->comp_handler(cq, cq->cq_context);
+	wait_for_completion(&d->done);
+}
+
+static void rmlx5_ibc_drain_sq(struct ib_qp *qp)
+{
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+	struct rmlx5_ibc_drain d;
+	struct ib_rdma_wr wr = {
+		.wr = {
+			.wr_cqe = &d.cqe,
+			.opcode = IB_WR_RDMA_WRITE,
+		},
+	};
+	int err;
+
+	err = ib_modify_qp(qp, &attr, IB_QP_STATE);
+	if (err) {
+		WARN_ONCE(err, "rmlx5: draining a send queue: modify failed: %d\n", err);
+		return;
+	}
+	d.cqe.done = rmlx5_ibc_drain_done;
+	init_completion(&d.done);
+	err = ib_post_send(qp, &wr.wr, NULL);
+	if (err) {
+		WARN_ONCE(err, "rmlx5: draining a send queue: post failed: %d\n", err);
+		return;
+	}
+	rmlx5_ibc_drain_wait(qp->send_cq, &d);
+}
+
+static void rmlx5_ibc_drain_rq(struct ib_qp *qp)
+{
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+	struct rmlx5_ibc_drain d;
+	struct ib_recv_wr wr = { .wr_cqe = &d.cqe };
+	int err;
+
+	err = ib_modify_qp(qp, &attr, IB_QP_STATE);
+	if (err) {
+		WARN_ONCE(err, "rmlx5: draining a receive queue: modify failed: %d\n", err);
+		return;
+	}
+	d.cqe.done = rmlx5_ibc_drain_done;
+	init_completion(&d.done);
+	err = ib_post_recv(qp, &wr, NULL);
+	if (err) {
+		WARN_ONCE(err, "rmlx5: draining a receive queue: post failed: %d\n", err);
+		return;
+	}
+	rmlx5_ibc_drain_wait(qp->recv_cq, &d);
+}
+
 static const struct ib_device_ops rmlx5_ibc_ops = {
 	.owner = THIS_MODULE,
 	.driver_id = RDMA_DRIVER_UNKNOWN,
@@ -1223,6 +1323,8 @@ static const struct ib_device_ops rmlx5_ibc_ops = {
 	.destroy_qp = rmlx5_ibc_destroy_qp,
 	.post_send = rmlx5_ibc_post_send,
 	.post_recv = rmlx5_ibc_post_recv,
+	.drain_sq = rmlx5_ibc_drain_sq,
+	.drain_rq = rmlx5_ibc_drain_rq,
 	.create_ah = rmlx5_ibc_create_ah,
 	.query_ah = rmlx5_ibc_query_ah,
 	.destroy_ah = rmlx5_ibc_destroy_ah,

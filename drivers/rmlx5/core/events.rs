@@ -166,9 +166,6 @@ pub(crate) trait WrIds: Send + Sync {
     /// was a receive, and the completion opcode the poster recorded (or
     /// `None`), or `None` when nothing is outstanding there.
     fn flush_one(&self, cqn: u32) -> Option<(u64, bool, Option<u32>)>;
-    /// Whether [`WrIds::flush_one`] would find a work request for CQ
-    /// `cqn` now (it takes nothing).
-    fn has_outstanding(&self, cqn: u32) -> bool;
     /// Gives back a reference taken in a context that may not sleep (a CQ
     /// poll holding its lock with interrupts off): if it is the last one,
     /// the QP, whose queue memory may need to sleep to be freed, is freed

@@ -528,20 +528,6 @@ impl Cq {
         n
     }
 
-    /// Whether [`Cq::flush_software`] would complete anything now: on a
-    /// failed device, work requests still outstanding on a kernel QP of
-    /// this CQ. Under the poll lock, like it.
-    fn flush_pending(&self) -> bool {
-        let slots = self.dev.events.lock().qp_slots();
-        (0..slots).any(|slot| {
-            let Some(q) = self.dev.events.lock().qp_at(slot) else {
-                return false;
-            };
-            let q = PolledQp(ManuallyDrop::new(q));
-            q.has_outstanding(self.cqn)
-        })
-    }
-
     /// The kernel QP of a CQE, from the HCA's table (its own leaf lock,
     /// not the fabric lock the engine holds), for the poll lock's section.
     pub(super) fn polled_qp(&self, qpn: u32) -> Option<PolledQp> {
@@ -667,25 +653,6 @@ impl Cq {
             _ => return Err(EINVAL),
         };
         let p = self.poll.lock();
-        if self.dev.is_fatal() {
-            // A failed device takes no arm and raises no event; what stands
-            // for its CQEs are the flushes `poll` makes in software. A poll
-            // that ran just before a work request was posted (ib_drain's,
-            // during the device's removal) missed it, and the post's own
-            // dispatch may have found that poll still running (ib_core's
-            // irq_poll then ignores the new call), so report it here as a
-            // missed event, or deliver the event for a consumer that waits
-            // for one, as if the device had fired at once.
-            let pending = self.flush_pending();
-            drop(p);
-            if flags & CQ_REPORT_MISSED_EVENTS != 0 {
-                return Ok(i32::from(pending));
-            }
-            if pending && self.dev.events.lock().queue_cq(self.cqn) {
-                self.dev.kick_dispatch();
-            }
-            return Ok(0);
-        }
         let arm = CqArm {
             sn: (self.arm_sn.load(Ordering::Relaxed) & 3) as u8,
             cmd,

@@ -1007,16 +1007,6 @@ impl WrIds for Qp {
         None
     }
 
-    fn has_outstanding(&self, cqn: u32) -> bool {
-        (self.send_cq.cqn == cqn && {
-            let sq = self.sq.lock();
-            sq.tail != sq.pi
-        }) || (self.recv_cq.cqn == cqn && {
-            let rq = self.rq.lock();
-            rq.tail != rq.head
-        })
-    }
-
     fn complete_recv(&self, wqe_counter: u16) -> u64 {
         Qp::complete_recv(self, wqe_counter)
     }
