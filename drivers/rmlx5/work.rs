@@ -53,7 +53,7 @@ pub(crate) fn wait_not_busy(what: &str, id: u32, busy: impl Fn() -> bool) {
         fsleep(Delta::from_micros(STEP_US));
         steps = steps.saturating_add(1);
         if steps == WARN_STEPS {
-            pr_warn!("rmlx5: destroying {what} {id:#x}: still in use by the event path after 10 s; waiting on\n");
+            pr_warn!("destroying {what} {id:#x}: still in use by the event path after 10 s; waiting on\n");
         }
     }
 }

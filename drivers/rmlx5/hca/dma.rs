@@ -388,7 +388,7 @@ impl SoftPlatform<'_> {
         }
         let p = self.reach(addr, n.checked_mul(8).ok_or(DmaFault)?)?;
         for i in 0..n {
-            // SAFETY: `check` found the `8 * n` bytes inside a registered
+            // SAFETY: `reach` found the `8 * n` bytes inside a registered
             // region, valid while registered (type invariant of
             // `DmaRegistry`); word `i` is inside them and 8-byte aligned
             // like `addr`, the alignment of `AtomicU64`. The process
