@@ -189,6 +189,7 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     // The UAR trap (rdma-core's provider; fabric-wide).
     let t = &st.trap;
     writeln!(f, "trap_faults {}", t.faults)?;
+    writeln!(f, "trap_stores {}", t.stores)?;
     writeln!(f, "trap_runs {}", t.runs)?;
     writeln!(f, "trap_zaps {}", t.zaps)?;
     writeln!(f, "trap_doorbells {}", t.doorbells)?;

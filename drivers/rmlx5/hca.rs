@@ -41,6 +41,7 @@
 pub(crate) mod backend;
 pub(crate) mod dma;
 pub(crate) mod irq;
+pub(crate) mod store;
 pub(crate) mod trap;
 pub(crate) mod uar;
 pub(crate) mod watch;

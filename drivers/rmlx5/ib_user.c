@@ -45,6 +45,7 @@
 /* In the Rust crate (ibu.rs). */
 int rmlx5_ibu_supported(int index);
 void rmlx5_ibu_uar_fault(void);
+void rmlx5_ibu_uar_store(int index, u32 offset, u64 value, u32 size);
 struct rmlx5_ibu_uars;
 int rmlx5_ibu_uars_new(int index, u32 n, struct rmlx5_ibu_uars **out);
 void rmlx5_ibu_uars_free(struct rmlx5_ibu_uars *uars);
@@ -242,6 +243,22 @@ static void rmlx5_ibu_dealloc_ucontext(struct ib_ucontext *uc)
 	rmlx5_ibu_free_uars(to_uctx(uc));
 }
 
+/*
+ * A doorbell store to a UAR page of rmlx5_<index> faulted (in the faulting
+ * process): `st` if the fault handler completed it, the page still
+ * unmapped, NULL if it mapped the page.
+ */
+static void rmlx5_ibu_on_fault(const void *owner, const struct rmlx5_store *st)
+{
+	int index = (const char *)owner - rmlx5_ibu_umap_key;
+
+	if (st)
+		rmlx5_ibu_uar_store(index, st->addr & ~PAGE_MASK, st->value,
+				    st->size);
+	else
+		rmlx5_ibu_uar_fault();
+}
+
 static int rmlx5_ibu_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma)
 {
 	struct rmlx5_ibu_ucontext *ctx = to_uctx(uc);
@@ -295,7 +312,7 @@ static int rmlx5_ibu_mmap(struct ib_ucontext *uc, struct vm_area_struct *vma)
 	/* The page goes in at the first store (the provider stored its
 	 * doorbell record before it), which tells the HCA. */
 	return rmlx5_umap_add(vma, &rmlx5_ibu_umap_key[ctx->index],
-			      ctx->uars[idx], rmlx5_ibu_uar_fault, NULL);
+			      ctx->uars[idx], rmlx5_ibu_on_fault, NULL);
 }
 
 /*

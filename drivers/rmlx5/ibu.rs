@@ -189,13 +189,25 @@ pub unsafe extern "C" fn rmlx5_ibu_uars_page(
     }
 }
 
-/// A store to a trapped UAR page faulted (called by the fault handler, in
-/// the faulting process). The trap reads the records of the whole fabric.
+/// A store to a trapped UAR page faulted and the page was mapped (called by
+/// the fault handler, in the faulting process). The trap reads the records
+/// of the whole fabric and starts its poller.
 #[no_mangle]
 pub extern "C" fn rmlx5_ibu_uar_fault() {
     if let Ok(soft) = crate::soft() {
         soft.uar_fault();
     }
+}
+
+/// The fault handler completed a store of `size` bytes, `value`, at
+/// `offset` of a trapped UAR page of rmlx5_`index`, and left the page
+/// unmapped (in the faulting process, `hca/store.rs`).
+#[no_mangle]
+pub extern "C" fn rmlx5_ibu_uar_store(index: c_int, offset: u32, value: u64, size: u32) {
+    let (Ok(soft), Ok(hca)) = (crate::soft(), usize::try_from(index)) else {
+        return;
+    };
+    soft.uar_store(hca, offset, value, size);
 }
 
 /// Pins `len` bytes of the calling process at `addr` for `dev`: 8-byte

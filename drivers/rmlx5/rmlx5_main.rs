@@ -154,6 +154,10 @@ module! {
             default: true,
             description: "Software HCA: a doorbell watcher reads the doorbell records of streaming QPs, and their providers skip the KICK call while it runs",
         },
+        uar_store_emulation: bool {
+            default: true,
+            description: "Software HCA, rdma-core's provider: a doorbell store to a trapped UAR page is completed by the fault handler (x86-64), which leaves the page unmapped; off: the page is mapped and a poller reads the records",
+        },
         ib_core: bool {
             default: true,
             description: "Register the software HCAs and the ConnectX functions with the kernel's RDMA core as rmlx5_<n>, for ULPs of the ib_* API (kernels with CONFIG_INFINIBAND)",

@@ -7,12 +7,16 @@
 #include <linux/capability.h>
 #include <linux/dma-mapping.h>
 #include <linux/fs.h>
+#include <linux/highmem.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/task_stack.h>
+#include <linux/uaccess.h>
 #include <linux/vmalloc.h>
+#include <asm/ptrace.h>
 
 #include "uverbs_shim.h"
 
@@ -186,9 +190,12 @@ void rmlx5_dma_unmap_pages(struct device *dev, u64 dma, size_t len)
  * mapped them.
  *
  * - A software HCA's UAR page (ib_user.c, rdma-core's provider) is a
- *   kernel page inserted at the first store (the fault calls `on_fault`,
- *   which is how the HCA learns of a doorbell) and zapped again when the
- *   HCA goes idle, so the next store traps (rmlx5_umap_zap(.., false)).
+ *   kernel page, trapped: a doorbell store to it faults, and the fault
+ *   either completes the store itself, the page left unmapped
+ *   (rmlx5_umap_store), or inserts the page; either way it then calls
+ *   `on_fault`, which is how the HCA learns of the doorbell. An inserted
+ *   page is zapped again when the HCA goes idle, so the next store traps
+ *   (rmlx5_umap_zap(.., false)).
  * - A PCI function's UAR page of a /dev/rmlx5_uverbs<n> context is a page
  *   of BAR0 mapped whole at mmap; when the context is disassociated from
  *   a function that goes away under its process, it is revoked
@@ -202,7 +209,7 @@ struct rmlx5_umap {
 	const void *owner;
 	/* Inserted by the fault handler; NULL for a pre-mapped I/O page. */
 	struct page *page;
-	void (*on_fault)(void);
+	rmlx5_umap_fault_fn on_fault;
 	/* The zap pass that last reached it. */
 	u64 gen;
 	/* Revoked: faults get `stand_in` (the entry holds a ref), set first. */
@@ -248,8 +255,74 @@ static void rmlx5_umap_vm_close(struct vm_area_struct *vma)
 	kfree(m);
 }
 
+/* In the Rust crate (hca/store.rs). */
+bool rmlx5_decode_store(const u8 *insn, size_t n, const u64 *gpr, u64 ip,
+			struct rmlx5_store *out);
+
+/*
+ * Completes, in the process's place, the store that faulted on the trapped
+ * page `page` of `vmf` (hca/store.rs says why and what is decoded): only
+ * a write from user mode of a 64-bit process that is not single-stepping,
+ * by an instruction the Rust decoder accepts, to exactly the faulting
+ * address and within the page. Writes the bytes into the page, moves the
+ * process past the instruction and fills `*st`. False, having changed
+ * nothing, for anything else.
+ */
+static bool rmlx5_umap_store(struct vm_fault *vmf, struct page *page,
+			     struct rmlx5_store *st)
+{
+#ifdef CONFIG_X86_64
+	const unsigned long need = FAULT_FLAG_USER | FAULT_FLAG_WRITE;
+	struct pt_regs *regs = task_pt_regs(current);
+	unsigned long off = vmf->real_address & ~PAGE_MASK;
+	/* REX, opcode, ModRM, SIB and a 32-bit displacement at most. */
+	u8 insn[8];
+	u64 gpr[16];
+	void *kaddr;
+
+	if ((vmf->flags & (need | FAULT_FLAG_REMOTE)) != need ||
+	    !user_mode(regs) || !user_64bit_mode(regs) ||
+	    (regs->flags & X86_EFLAGS_TF))
+		return false;
+	/* The text page just ran; if the 8 bytes are not all there, the
+	 * mapping path takes the store. */
+	if (copy_from_user_nofault(insn, (const void __user *)regs->ip,
+				   sizeof(insn)))
+		return false;
+	gpr[0] = regs->ax;
+	gpr[1] = regs->cx;
+	gpr[2] = regs->dx;
+	gpr[3] = regs->bx;
+	gpr[4] = regs->sp;
+	gpr[5] = regs->bp;
+	gpr[6] = regs->si;
+	gpr[7] = regs->di;
+	gpr[8] = regs->r8;
+	gpr[9] = regs->r9;
+	gpr[10] = regs->r10;
+	gpr[11] = regs->r11;
+	gpr[12] = regs->r12;
+	gpr[13] = regs->r13;
+	gpr[14] = regs->r14;
+	gpr[15] = regs->r15;
+	if (!rmlx5_decode_store(insn, sizeof(insn), gpr, regs->ip, st))
+		return false;
+	if (st->addr != vmf->real_address || st->size > sizeof(st->value) ||
+	    off + st->size > PAGE_SIZE)
+		return false;
+	kaddr = kmap_local_page(page);
+	memcpy(kaddr + off, &st->value, st->size);
+	kunmap_local(kaddr);
+	regs->ip += st->len;
+	return true;
+#else
+	return false;
+#endif
+}
+
 static vm_fault_t rmlx5_umap_vm_fault(struct vm_fault *vmf)
 {
+	struct rmlx5_store st;
 	struct rmlx5_umap *m = vmf->vma->vm_private_data;
 	unsigned long addr = vmf->address & PAGE_MASK;
 	vm_fault_t ret;
@@ -265,9 +338,18 @@ static vm_fault_t rmlx5_umap_vm_fault(struct vm_fault *vmf)
 	/* A pre-mapped I/O page never faults while it is not revoked. */
 	if (!m->page)
 		return VM_FAULT_SIGBUS;
+	/*
+	 * A trapped page: complete the store here if it is a doorbell the
+	 * decoder knows, leaving the page unmapped so that the next store
+	 * faults too; otherwise map the page.
+	 */
+	if (m->on_fault && rmlx5_umap_store(vmf, m->page, &st)) {
+		m->on_fault(m->owner, &st);
+		return VM_FAULT_NOPAGE;
+	}
 	ret = vmf_insert_page(vmf->vma, addr, m->page);
 	if (m->on_fault)
-		m->on_fault();
+		m->on_fault(m->owner, NULL);
 	return ret;
 }
 
@@ -285,7 +367,7 @@ static const struct vm_operations_struct rmlx5_umap_vm_ops = {
  * it, so a mapping is either refused or found by the revocation).
  */
 int rmlx5_umap_add(struct vm_area_struct *vma, const void *owner,
-		   struct page *page, void (*on_fault)(void),
+		   struct page *page, rmlx5_umap_fault_fn on_fault,
 		   const bool *revoked)
 {
 	struct rmlx5_umap *m = kzalloc(sizeof(*m), GFP_KERNEL);

@@ -50,8 +50,21 @@ void rmlx5_dma_unmap_pages(struct device *dev, u64 dma, size_t len);
 int rmlx5_io_map_page(struct vm_area_struct *vma, u64 phys, bool wc,
 		      const void *owner, const bool *revoked);
 void rmlx5_io_revoke(const void *owner);
+/* A store the fault handler completed in the process's place
+ * (hca/store.rs: rmlx5_decode_store). */
+struct rmlx5_store {
+	u64 addr;
+	u64 value;
+	u32 size;
+	u32 len;
+};
+/* Called after a fault on a page tracked with rmlx5_umap_add: `st` is the
+ * store completed there (the page left unmapped), or NULL if the page was
+ * mapped for the store to complete. */
+typedef void (*rmlx5_umap_fault_fn)(const void *owner,
+				    const struct rmlx5_store *st);
 int rmlx5_umap_add(struct vm_area_struct *vma, const void *owner,
-		   struct page *page, void (*on_fault)(void),
+		   struct page *page, rmlx5_umap_fault_fn on_fault,
 		   const bool *revoked);
 void rmlx5_umap_zap(const void *owner, bool revoke);
 

@@ -199,6 +199,15 @@ def main():
         except OSError as e:
             err = e.errno
         mark(name, err == want, f"errno {err}, wanted {want}")
+    # A store to a UAR page that is not a doorbell the fault handler
+    # completes (16 bytes: a vector store) maps the page, and the bytes are
+    # there when read back (rdma-core.sh checks the trap's counters).
+    m = mmap.mmap(fd, 4096, offset=7 * 4096)
+    pattern = bytes(range(0x40, 0x50))
+    m[0x800:0x810] = pattern
+    back = m[0x800:0x810]
+    m.close()
+    mark("uar_page_vector_store", back == pattern, f"read back {back.hex()}")
     # DEALLOC_PD has no response address.
     data = struct.pack("<IHHI", DEALLOC_PD, 3, 0, pd)
     n = libc.write(fd, data, len(data))

@@ -7,14 +7,20 @@
 //! The software HCA's UAR pages are plain memory, and libmlx5 sends no
 //! KICK. What it does do, always in this order, is store the doorbell
 //! record (the QP's send counter, or the CQ's ARM word) and then store to
-//! the UAR page. So the pages of those contexts are mapped lazily
-//! (`VM_MIXEDMAP`, no page table entry until the first store) and the store
-//! traps:
+//! the UAR page. So the pages of those contexts are left unmapped
+//! (`VM_MIXEDMAP`, no page table entry until a fault inserts one) and the
+//! store faults:
 //!
-//! - **The fault** (`rmlx5_ibu_uar_fault`, in the faulting process) maps
-//!   the page, reads every trapped record at once and runs the engine (so
-//!   the first message after an idle period costs one fault, not a
-//!   wake-up), then starts the poller.
+//! - **A doorbell store completed in the fault** ([`SoftHca::uar_store`],
+//!   the usual case on x86-64): the fault handler decodes the store,
+//!   writes its bytes into the page and moves the process past it, the
+//!   page still unmapped (`hca/store.rs`); the trap reads the one record
+//!   the doorbell names and runs the engine. Every doorbell is one fault,
+//!   taken synchronously in the process, as rmlx5's own provider's KICK.
+//! - **Any other store** (`rmlx5_ibu_uar_fault`, [`SoftHca::uar_fault`]):
+//!   the handler maps the page, reads every trapped record at once and
+//!   runs the engine, then starts the poller, since later stores to the
+//!   mapped page no longer fault.
 //! - **The poller** (a work item on the unbound workqueue) reads the
 //!   records over and over, running the engine between passes and
 //!   yielding the CPU after each, while doorbells keep coming. After
@@ -35,8 +41,9 @@
 //! word of every trapped CQ's record
 //! ([`Hca::cq_arm_record`](crate::hca_model::hca::Hca), which explains
 //! why a change of that word is an exact stand-in for the UAR CQ
-//! doorbell). Receive records need no trap: the model reads them when a
-//! message arrives, as a ConnectX does.
+//! doorbell), or, for a completed doorbell store, only the record of the
+//! QP or CQ it names. Receive records need no trap: the model reads them
+//! when a message arrives, as a ConnectX does.
 
 use kernel::{
     bitmap::BitmapVec,
@@ -64,6 +71,12 @@ use crate::hca_model::{
         CQ_ARM_RECORD_UNARMED, //
     },
     qp::QPN_BASE,
+};
+use crate::mlx5_prm::doorbell::{
+    SendDoorbellWord,
+    UarCqDoorbell,
+    UAR_CQ_DOORBELL_OFFSET,
+    UAR_PAGE_SIZE, //
 };
 
 #[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
@@ -105,8 +118,11 @@ pub(crate) struct TrapSet {
     pub(crate) doorbells: u64,
     /// Arm requests taken from CQ records (debugfs).
     pub(crate) arms: u64,
-    /// Faults on trapped UAR pages (debugfs).
+    /// Faults on trapped UAR pages that mapped the page (debugfs).
     pub(crate) faults: u64,
+    /// Doorbell stores the fault handler completed, the page left unmapped
+    /// (debugfs; `hca/store.rs`).
+    pub(crate) stores: u64,
     /// Poller runs, and how many of them ended by unmapping (debugfs).
     pub(crate) runs: u64,
     pub(crate) zaps: u64,
@@ -128,9 +144,24 @@ impl TrapSet {
             doorbells: 0,
             arms: 0,
             faults: 0,
+            stores: 0,
             runs: 0,
             zaps: 0,
         })
+    }
+
+    /// Whether QP `qpn` of HCA `hca` is trapped.
+    fn has_qp(&mut self, hca: usize, qpn: u32) -> bool {
+        self.qp_slot(hca, qpn)
+            .is_some_and(|(bits, slot)| bits.next_bit(slot) == Some(slot))
+    }
+
+    /// Whether CQ `cqn` of HCA `hca` is trapped.
+    fn has_cq(&self, hca: usize, cqn: u32) -> bool {
+        let i = cqn as usize;
+        self.cqs
+            .get(hca)
+            .is_some_and(|bits| i < bits.len() && bits.next_bit(i) == Some(i))
     }
 
     fn qp_slot(&mut self, hca: usize, qpn: u32) -> Option<(&mut BitmapVec, usize)> {
@@ -230,9 +261,87 @@ impl Locked {
         trap.arms += arms;
         doorbells + arms != 0
     }
+
+    /// Reads the one record that the doorbell `bytes`, stored at `offset`
+    /// of a UAR page of HCA `h`, names: at [`UAR_CQ_DOORBELL_OFFSET`] the
+    /// ARM word of the CQ, elsewhere the send record of the QP whose
+    /// control segment the bytes begin. Returns false, having read
+    /// nothing, if the doorbell names no trapped object of `h` (the caller
+    /// then reads every record): the bytes only choose which record to
+    /// read, and a record holds only what its owner wrote.
+    pub(super) fn trap_one(&mut self, h: usize, offset: u32, bytes: &[u8; 8]) -> bool {
+        let Locked {
+            fabric,
+            dma,
+            irqs_per_hca,
+            perf,
+            trap,
+            ..
+        } = self;
+        let Some(m) = u16::try_from(h).ok().and_then(|i| fabric.hca(i)) else {
+            return false;
+        };
+        let mut p = super::dma::SoftPlatform::new(dma, *irqs_per_hca, perf);
+        if offset as usize % UAR_PAGE_SIZE == UAR_CQ_DOORBELL_OFFSET {
+            let Ok(db) = UarCqDoorbell::decode(bytes) else {
+                return false;
+            };
+            if !trap.has_cq(h, db.cqn) {
+                return false;
+            }
+            let Some(last) = trap
+                .arm_words
+                .get_mut(h)
+                .and_then(|w| w.get_mut(db.cqn as usize))
+            else {
+                return false;
+            };
+            match m.cq_arm_record(&mut p, db.cqn, last) {
+                Ok(true) => trap.arms += 1,
+                Err(DoorbellError::NoSuchObject) => trap.remove_cq(h, db.cqn),
+                _ => {}
+            }
+        } else {
+            let qpn = SendDoorbellWord::decode(bytes).qpn;
+            if !trap.has_qp(h, qpn) {
+                return false;
+            }
+            match m.send_doorbell_record(&mut p, qpn) {
+                Ok(true) => trap.doorbells += 1,
+                Err(DoorbellError::NoSuchObject) => trap.remove_qp(h, qpn),
+                _ => {}
+            }
+        }
+        true
+    }
 }
 
 impl SoftHca {
+    /// The fault handler completed a doorbell store of `size` bytes,
+    /// `value` (stored little-endian), at `offset` of a UAR page of HCA
+    /// `hca` (process context, the faulting process; `hca/store.rs`): reads
+    /// the record it names (every record if it names none, or if it is not
+    /// a whole 8-byte doorbell) and runs the engine. The page stays
+    /// unmapped, so no poller is needed.
+    pub(crate) fn uar_store(self: &Arc<Self>, hca: usize, offset: u32, value: u64, size: u32) {
+        let start = self.perf.now();
+        let more = {
+            let mut st = self.state.lock();
+            st.trap.stores += 1;
+            let bytes = value.to_le_bytes();
+            if size != 8 || !st.trap_one(hca, offset, &bytes) {
+                st.trap_scan();
+            }
+            self.engine_locked(&mut st)
+        };
+        if more {
+            self.kick_engine();
+        }
+        self.perf
+            .trap_fault
+            .add(self.perf.now().saturating_sub(start));
+    }
+
     /// A store to a trapped UAR page faulted (process context): reads the
     /// records at once, runs the engine, and starts the poller.
     pub(crate) fn uar_fault(self: &Arc<Self>) {
