@@ -15,12 +15,14 @@
  * bfregs per page, one UAR per page, no BlueFlame: bf_reg_size 0, so the
  * provider rings with plain 8-byte doorbells). On the software HCA they
  * are kernel pages, mapped cached: mapping RAM write-combined would alias
- * the kernel's own mapping with another memory type. They are mapped
- * lazily (VM_MIXEDMAP, the page inserted by the fault handler), because
- * the software HCA learns of a doorbell by the provider's store trapping
- * (hca/trap.rs): the fault maps the page and reads the doorbell records,
- * and when the HCA's poller goes idle it removes every mapping's page
- * table entry again (rmlx5_ibu_zap_uars), so the next store traps. On a
+ * the kernel's own mapping with another memory type. They are left
+ * unmapped (VM_MIXEDMAP, a fault handler), because the software HCA
+ * learns of a doorbell by the provider's store faulting (hca/trap.rs):
+ * the fault handler completes a doorbell store itself, the page still
+ * unmapped, and the HCA reads the record it names (hca/store.rs); any
+ * other store maps the page, the HCA reads every doorbell record, and
+ * when its poller goes idle it removes every mapping's page table entry
+ * again (rmlx5_ibu_zap_uars), so the next store faults. On a
  * ConnectX function each is a page of BAR0 the function gave with
  * ALLOC_UAR, mapped write-combined through rdma_user_mmap_io (ib_core
  * tracks the mapping), and the provider's stores reach the device.
