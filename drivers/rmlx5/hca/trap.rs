@@ -324,32 +324,34 @@ impl SoftHca {
     /// a whole 8-byte doorbell) and runs the engine. The page stays
     /// unmapped, so no poller is needed.
     pub(crate) fn uar_store(self: &Arc<Self>, hca: usize, offset: u32, value: u64, size: u32) {
-        let start = self.perf.now();
-        let more = {
-            let mut st = self.state.lock();
+        self.take_doorbells(|st| {
             st.trap.stores += 1;
-            let bytes = value.to_le_bytes();
-            if size != 8 || !st.trap_one(hca, offset, &bytes) {
+            if size != 8 || !st.trap_one(hca, offset, &value.to_le_bytes()) {
                 st.trap_scan();
             }
-            self.engine_locked(&mut st)
-        };
-        if more {
-            self.kick_engine();
-        }
-        self.perf
-            .trap_fault
-            .add(self.perf.now().saturating_sub(start));
+        });
     }
 
-    /// A store to a trapped UAR page faulted (process context): reads the
-    /// records at once, runs the engine, and starts the poller.
+    /// A store to a trapped UAR page faulted and the page was mapped
+    /// (process context): reads every record, runs the engine, and starts
+    /// the poller, since later stores to the page no longer fault.
     pub(crate) fn uar_fault(self: &Arc<Self>) {
+        self.take_doorbells(|st| {
+            st.trap.faults += 1;
+            st.trap_scan();
+        });
+        self.start_trap_poller();
+    }
+
+    /// The work of a fault on a trapped page: `read` takes the doorbells
+    /// from the records under the fabric lock, then the engine runs there
+    /// for one budget (the engine work goes on if more is left). Timed as
+    /// `trap_fault` in `rmlx5/perf`.
+    fn take_doorbells(self: &Arc<Self>, read: impl FnOnce(&mut Locked)) {
         let start = self.perf.now();
         let more = {
             let mut st = self.state.lock();
-            st.trap.faults += 1;
-            st.trap_scan();
+            read(&mut st);
             self.engine_locked(&mut st)
         };
         if more {
@@ -358,7 +360,6 @@ impl SoftHca {
         self.perf
             .trap_fault
             .add(self.perf.now().saturating_sub(start));
-        self.start_trap_poller();
     }
 
     /// Queues the poller (a no-op if it is queued; a running poller runs
