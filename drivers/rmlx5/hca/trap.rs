@@ -208,18 +208,26 @@ impl TrapSet {
 }
 
 impl Locked {
+    /// The model, a platform for it, and the trap set (as
+    /// [`Locked::split_watch`] for the watcher).
+    fn split_trap(
+        &mut self,
+    ) -> (
+        &mut super::SoftFabric,
+        super::dma::SoftPlatform<'_>,
+        &mut TrapSet,
+    ) {
+        (
+            &mut self.fabric,
+            super::dma::SoftPlatform::new(&self.dma, self.irqs_per_hca, &self.perf),
+            &mut self.trap,
+        )
+    }
+
     /// Reads every trapped record and hands the model what is new.
     /// Returns whether anything was.
     pub(super) fn trap_scan(&mut self) -> bool {
-        let Locked {
-            fabric,
-            dma,
-            irqs_per_hca,
-            perf,
-            trap,
-            ..
-        } = self;
-        let mut p = super::dma::SoftPlatform::new(dma, *irqs_per_hca, perf);
+        let (fabric, mut p, trap) = self.split_trap();
         let mut doorbells = 0u64;
         let mut arms = 0u64;
         for h in 0..trap.qps.len() {
@@ -270,18 +278,10 @@ impl Locked {
     /// then reads every record): the bytes only choose which record to
     /// read, and a record holds only what its owner wrote.
     pub(super) fn trap_one(&mut self, h: usize, offset: u32, bytes: &[u8; 8]) -> bool {
-        let Locked {
-            fabric,
-            dma,
-            irqs_per_hca,
-            perf,
-            trap,
-            ..
-        } = self;
+        let (fabric, mut p, trap) = self.split_trap();
         let Some(m) = u16::try_from(h).ok().and_then(|i| fabric.hca(i)) else {
             return false;
         };
-        let mut p = super::dma::SoftPlatform::new(dma, *irqs_per_hca, perf);
         if offset as usize % UAR_PAGE_SIZE == UAR_CQ_DOORBELL_OFFSET {
             let Ok(db) = UarCqDoorbell::decode(bytes) else {
                 return false;
