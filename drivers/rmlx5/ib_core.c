@@ -1247,9 +1247,29 @@ static void rmlx5_ibc_drain_wait(struct ib_cq *cq, struct rmlx5_ibc_drain *d)
 	wait_for_completion(&d->done);
 }
 
-static void rmlx5_ibc_drain_sq(struct ib_qp *qp)
+/*
+ * ib_core's first steps of a drain: the QP to the error state, the marked
+ * work request made ready. False (with a warning, as ib_core gives) if the
+ * QP cannot be moved.
+ */
+static bool rmlx5_ibc_drain_start(struct ib_qp *qp, struct rmlx5_ibc_drain *d,
+				  const char *queue)
 {
 	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+	int err = ib_modify_qp(qp, &attr, IB_QP_STATE);
+
+	if (err) {
+		WARN_ONCE(1, "rmlx5: draining a %s queue: modify failed: %d\n",
+			  queue, err);
+		return false;
+	}
+	d->cqe.done = rmlx5_ibc_drain_done;
+	init_completion(&d->done);
+	return true;
+}
+
+static void rmlx5_ibc_drain_sq(struct ib_qp *qp)
+{
 	struct rmlx5_ibc_drain d;
 	struct ib_rdma_wr wr = {
 		.wr = {
@@ -1259,16 +1279,11 @@ static void rmlx5_ibc_drain_sq(struct ib_qp *qp)
 	};
 	int err;
 
-	err = ib_modify_qp(qp, &attr, IB_QP_STATE);
-	if (err) {
-		WARN_ONCE(err, "rmlx5: draining a send queue: modify failed: %d\n", err);
+	if (!rmlx5_ibc_drain_start(qp, &d, "send"))
 		return;
-	}
-	d.cqe.done = rmlx5_ibc_drain_done;
-	init_completion(&d.done);
 	err = ib_post_send(qp, &wr.wr, NULL);
 	if (err) {
-		WARN_ONCE(err, "rmlx5: draining a send queue: post failed: %d\n", err);
+		WARN_ONCE(1, "rmlx5: draining a send queue: post failed: %d\n", err);
 		return;
 	}
 	rmlx5_ibc_drain_wait(qp->send_cq, &d);
@@ -1276,21 +1291,15 @@ static void rmlx5_ibc_drain_sq(struct ib_qp *qp)
 
 static void rmlx5_ibc_drain_rq(struct ib_qp *qp)
 {
-	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
 	struct rmlx5_ibc_drain d;
 	struct ib_recv_wr wr = { .wr_cqe = &d.cqe };
 	int err;
 
-	err = ib_modify_qp(qp, &attr, IB_QP_STATE);
-	if (err) {
-		WARN_ONCE(err, "rmlx5: draining a receive queue: modify failed: %d\n", err);
+	if (!rmlx5_ibc_drain_start(qp, &d, "receive"))
 		return;
-	}
-	d.cqe.done = rmlx5_ibc_drain_done;
-	init_completion(&d.done);
 	err = ib_post_recv(qp, &wr, NULL);
 	if (err) {
-		WARN_ONCE(err, "rmlx5: draining a receive queue: post failed: %d\n", err);
+		WARN_ONCE(1, "rmlx5: draining a receive queue: post failed: %d\n", err);
 		return;
 	}
 	rmlx5_ibc_drain_wait(qp->recv_cq, &d);
