@@ -8,6 +8,12 @@
 //! the whole loop (the test harness playing the provider: building WQEs,
 //! doorbell record, UAR store, polling CQEs), and the model alone (the
 //! doorbell call and the engine run).
+//!
+//! Two environment variables make it usable under a profiler:
+//! `HCA_BENCH_OPS` (operations per case, default 400,000) and
+//! `HCA_BENCH_CASE` (run only the cases whose name contains it, e.g.
+//! `WRITE batch  1`). Documentation/benchmarking.md shows a callgrind run
+//! that splits a WRITE into the engine's phases.
 
 // Host-only test code: the kernel lint set's cast pedantry is relaxed here.
 #![allow(missing_docs, unreachable_pub, dead_code)]
@@ -139,17 +145,26 @@ fn run(batch: usize, rounds: usize, send: bool) -> (f64, f64) {
 }
 
 fn main() {
+    let ops = std::env::var("HCA_BENCH_OPS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(400_000);
+    let only = std::env::var("HCA_BENCH_CASE").unwrap_or_default();
     // Warm up.
-    run(32, 2000, true);
+    run(32, (ops / 200).max(1), true);
     println!("hca-model host benchmark (ns per operation; whole loop / model only)");
     for (name, send) in [
         ("64-byte SEND+RECV pair", true),
         ("64-byte RDMA_WRITE", false),
     ] {
         for batch in [1usize, 32] {
-            let rounds = 400_000 / batch;
+            let case = format!("{name:<24} batch {batch:>2}");
+            if !case.contains(only.as_str()) {
+                continue;
+            }
+            let rounds = (ops / batch).max(1);
             let (total, model) = run(batch, rounds, send);
-            println!("{name:<24} batch {batch:>2}: {total:>8.1} ns / {model:>8.1} ns");
+            println!("{case}: {total:>8.1} ns / {model:>8.1} ns");
         }
     }
 }
