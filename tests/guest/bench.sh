@@ -15,7 +15,10 @@
 # bw_iters, big_iters, scale_msgs, quick (1: two sizes and QP counts 1 and 16),
 # groups (which of lat+rate+bw+scale+big to run, joined by '+'; default all),
 # devs (which of rmlx5+rmlx5pt+rxe+siw; default all), sizes and qpcounts
-# (lists joined by '+', replacing the defaults). rmlx5 is rmlx5-perf on
+# (lists joined by '+', replacing the defaults), pin (where the server and
+# the client run, for every device alike: "same" both on CPU 0, "split" the
+# server on CPU 0 and the client on CPU 1; default: where the scheduler
+# puts them). rmlx5 is rmlx5-perf on
 # rmlx5's own provider; rmlx5pt is perftest, unchanged, on the same
 # software HCA through rdma-core's mlx5 provider and ib_uverbs.
 export PATH=/usr/bin:/bin:/tests
@@ -29,6 +32,7 @@ scale_msgs=65536
 quick=0
 groups=lat+rate+bw+scale+big
 big_qps=10000
+pin=
 devs="rmlx5 rmlx5pt rxe siw"
 # A client that has not finished after this many seconds is killed: perftest
 # in event mode has been seen to stall for good on siw (and once on rxe),
@@ -40,7 +44,7 @@ scale_timeout=240
 knobs=$(sed -n 's/.*rmlx5.bench=\([^ ]*\).*/\1/p' /proc/cmdline | tr ',' ' ')
 for kv in $knobs; do
     case "$kv" in
-    rounds=* | lat_iters=* | bw_iters=* | big_iters=* | scale_msgs=* | quick=* | groups=* | big_qps=* | *_timeout=*)
+    rounds=* | lat_iters=* | bw_iters=* | big_iters=* | scale_msgs=* | quick=* | groups=* | big_qps=* | pin=* | *_timeout=*)
         eval "$kv" ;;
     devs=* | sizes=* | qpcounts=*)
         eval "$(echo "$kv" | tr '+' ' ' | sed 's/=\(.*\)/="\1"/')" ;;
@@ -142,6 +146,10 @@ run() {
             ;;
         esac
         ;;
+    esac
+    case $pin in
+    same) server="taskset -c 0 $server" client="taskset -c 0 $client" ;;
+    split) server="taskset -c 0 $server" client="taskset -c 1 $client" ;;
     esac
     echo "@@BENCH-BEGIN dev=$dev test=$test size=$size mode=$mode list=$list qps=$qps round=$round iters=$iters${tx:+ tx_depth=$tx cq_mod=$cqm}"
     # rmlx5's path figures (debugfs rmlx5/perf) cover this run alone.
