@@ -201,6 +201,9 @@ pub(crate) struct Locked {
     /// The path figures, shared with [`SoftHca::perf`], so that the
     /// platform can stamp the interrupts it raises.
     perf: Arc<Perf>,
+    /// Set for a section whose caller delivers the interrupts raised in
+    /// it itself once the lock is released ([`SoftHca::locked_direct`]).
+    pub(crate) direct: Option<irq::DirectIrqs>,
 }
 
 impl Locked {
@@ -339,6 +342,7 @@ impl SoftHca {
             watch: watch::WatchSet::new(nr_hcas, MAX_QPS)?,
             trap: trap::TrapSet::new(nr_hcas, MAX_QPS)?,
             perf: perf.clone(),
+            direct: None,
         };
         Arc::pin_init(
             pin_init!(Self {
@@ -454,6 +458,44 @@ impl SoftHca {
         }
     }
 
+    /// Runs `f` under the fabric lock and delivers the interrupts the
+    /// model raised meanwhile on this CPU right after the unlock, instead
+    /// of through the irq_work (the raise then costs no self-IPI and the
+    /// EQ handler, with the softirq it raises, runs before this returns).
+    /// Process context only: the caller holds no spinlock, since the EQ
+    /// handler takes the fabric lock. An interrupt raised with no room
+    /// left to keep it goes through the irq_work, as in any other context.
+    pub(crate) fn locked_direct<R>(&self, f: impl FnOnce(&mut Locked) -> R) -> R {
+        let (r, irqs) = {
+            let mut st = self.state.lock();
+            st.direct = Some(irq::DirectIrqs::new());
+            let r = f(&mut st);
+            (r, st.direct.take())
+        };
+        if let Some(irqs) = irqs {
+            irqs.deliver();
+        }
+        r
+    }
+
+    /// As [`SoftHca::run_engine`], from process context with no spinlock
+    /// held: the interrupts each run raises are delivered directly
+    /// ([`SoftHca::locked_direct`]) between runs.
+    pub(crate) fn run_engine_direct(self: &Arc<Self>) {
+        let mut used = 0u32;
+        loop {
+            let r = self.locked_direct(|st| self.engine_report(st));
+            if !r.more {
+                return;
+            }
+            used = used.saturating_add(r.used);
+            if r.used == 0 || used >= ENGINE_BUDGET {
+                self.kick_engine();
+                return;
+            }
+        }
+    }
+
     /// Cancels the clock timer, waiting for a running callback.
     fn cancel_clock(&self) {
         let this: *const Self = self;
@@ -501,11 +543,7 @@ impl workqueue::WorkItem<2> for SoftHca {
             if this.shutting_down.load(Ordering::Acquire) {
                 return;
             }
-            let more = {
-                let mut st = this.state.lock();
-                this.engine_locked(&mut st)
-            };
-            if !more {
+            if !this.locked_direct(|st| this.engine_locked(st)) {
                 return;
             }
         }

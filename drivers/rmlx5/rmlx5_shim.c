@@ -9,7 +9,10 @@
  *   generic_handle_irq(). The model "raises MSI-X vector v" by queueing the
  *   irq_work; the kernel then runs the handler registered with
  *   request_irq() in hard-IRQ context, exactly as for a device interrupt,
- *   and /proc/interrupts counts it.
+ *   and /proc/interrupts counts it. A caller in process context that
+ *   raised interrupts under the fabric lock may deliver them itself once
+ *   the lock is released (rmlx5_shim_handle_irq_now), which spares the
+ *   self-IPI of the irq_work.
  * - One platform device "rmlx5" per HCA whose IORESOURCE_IRQ resources are
  *   those interrupts; the Rust platform driver binds to it by name.
  * - Streaming DMA mappings (dma_map_single), which the 7.3 Rust DMA
@@ -118,6 +121,23 @@ void rmlx5_shim_raise_irq(unsigned int hwirq)
 {
 	if (hwirq < intc.nr_irqs)
 		irq_work_queue(&intc.works[hwirq]);
+}
+
+/*
+ * Process context, no lock held: delivers interrupt hwirq on this CPU now,
+ * as its irq_work would in hard-IRQ context, with interrupts off around
+ * the handler. Bottom halves are off around it too, so that the softirq
+ * the handler queues (the BH dispatch of kernel CQs) runs at
+ * local_bh_enable(), on this CPU, as it would at the end of a hard
+ * interrupt, and not later in ksoftirqd.
+ */
+void rmlx5_shim_handle_irq_now(unsigned int hwirq)
+{
+	if (hwirq >= intc.nr_irqs)
+		return;
+	local_bh_disable();
+	generic_handle_irq_safe(intc.virqs[hwirq]);
+	local_bh_enable();
 }
 
 struct device *rmlx5_shim_hca_device(unsigned int hca)

@@ -293,6 +293,10 @@ pub(crate) struct SoftPlatform<'a> {
     /// step that raised it ([`Platform::yield_engine`]) rather than finish
     /// its budget first.
     raised: bool,
+    /// Where raised interrupts are kept when the caller delivers them
+    /// itself after the unlock (`SoftHca::locked_direct`); `None`: through
+    /// the irq_work.
+    direct: Option<&'a mut super::irq::DirectIrqs>,
     /// Ranges the registry granted during this section, `(start, end)`,
     /// the latest first. The registry is borrowed for the platform's
     /// whole life, so it cannot change under them.
@@ -304,12 +308,18 @@ pub(crate) struct SoftPlatform<'a> {
 }
 
 impl<'a> SoftPlatform<'a> {
-    pub(crate) fn new(dma: &'a DmaRegistry, irqs_per_hca: u32, perf: &'a Perf) -> Self {
+    pub(crate) fn new(
+        dma: &'a DmaRegistry,
+        irqs_per_hca: u32,
+        perf: &'a Perf,
+        direct: Option<&'a mut super::irq::DirectIrqs>,
+    ) -> Self {
         Self {
             dma,
             irqs_per_hca,
             perf,
             raised: false,
+            direct,
             // Empty ranges: `start <= addr && end <= 0` never holds for
             // an access of at least one byte.
             ranges: [(u64::MAX, 0); RANGE_CACHE],
@@ -406,7 +416,9 @@ impl Platform for SoftPlatform<'_> {
     fn interrupt(&mut self, irq: Interrupt) {
         let hwirq = u32::from(irq.hca) * self.irqs_per_hca + u32::from(irq.vector);
         self.perf.irq_raised.mark(self.perf.now());
-        crate::hca::irq::raise(hwirq);
+        if !self.direct.as_mut().is_some_and(|d| d.push(hwirq)) {
+            crate::hca::irq::raise(hwirq);
+        }
         self.raised = true;
     }
 
@@ -443,7 +455,7 @@ mod tests {
             Some(EINVAL)
         );
         let perf = Perf::new();
-        let mut p = SoftPlatform::new(&reg, 1, &perf);
+        let mut p = SoftPlatform::new(&reg, 1, &perf, None);
         let data = [0x5au8; 16];
         let mut back = [0u8; 16];
         // First and last bytes inside, and the whole region.
@@ -471,7 +483,7 @@ mod tests {
         drop(p);
         reg.remove(start, len);
         assert_eq!(reg.count(RegionKind::UserMr), 0);
-        let p = SoftPlatform::new(&reg, 1, &perf);
+        let p = SoftPlatform::new(&reg, 1, &perf, None);
         assert!(p.dma.check(start, 1).is_err());
         Ok(())
     }
@@ -489,7 +501,7 @@ mod tests {
         reg.add_raw(a + 64, 64, RegionKind::Buf)?;
         let perf = Perf::new();
         {
-            let mut p = SoftPlatform::new(&reg, 1, &perf);
+            let mut p = SoftPlatform::new(&reg, 1, &perf, None);
             let mut b = [0u8; 8];
             p.read(a, &mut b).map_err(|_| EFAULT)?;
             p.read(a + 64, &mut b).map_err(|_| EFAULT)?;

@@ -17,6 +17,7 @@ extern "C" {
     fn rmlx5_shim_create(nr_hcas: c_uint, irqs_per_hca: c_uint) -> c_int;
     fn rmlx5_shim_destroy();
     fn rmlx5_shim_raise_irq(hwirq: c_uint);
+    fn rmlx5_shim_handle_irq_now(hwirq: c_uint);
     fn rmlx5_shim_hca_of_irq(virq: c_uint) -> c_int;
 }
 
@@ -49,6 +50,62 @@ pub(crate) fn raise(hwirq: u32) {
     // SAFETY: The shim checks `hwirq` against its domain size and does
     // nothing when it has no domain.
     unsafe { rmlx5_shim_raise_irq(hwirq) };
+}
+
+/// Delivers hardware interrupt `hwirq` on this CPU now: its handler runs
+/// with interrupts off, and the softirqs it raises run before this
+/// returns. Process context only, with no spinlock held (the handler
+/// takes the fabric lock).
+pub(crate) fn handle_now(hwirq: u32) {
+    // SAFETY: The shim checks `hwirq` against its domain size and does
+    // nothing when it has no domain; the caller's context is one where
+    // bottom halves may be disabled and enabled.
+    unsafe { rmlx5_shim_handle_irq_now(hwirq) };
+}
+
+/// Interrupts raised under the fabric lock by a caller that delivers them
+/// itself once the lock is released ([`super::SoftHca::locked_direct`]),
+/// instead of through the shim's irq_work, whose self-IPI costs more than
+/// the engine step that raised it under TCG (see
+/// Documentation/benchmarking.md, "The interrupt delivered by its raiser").
+pub(crate) struct DirectIrqs {
+    hw: [u32; DirectIrqs::MAX],
+    len: usize,
+}
+
+impl DirectIrqs {
+    /// Distinct interrupts kept; more go through the irq_work.
+    const MAX: usize = 8;
+
+    pub(crate) const fn new() -> Self {
+        Self {
+            hw: [0; Self::MAX],
+            len: 0,
+        }
+    }
+
+    /// Keeps `hwirq` (once); false when there is no room for it.
+    pub(crate) fn push(&mut self, hwirq: u32) -> bool {
+        if self.hw[..self.len].contains(&hwirq) {
+            return true;
+        }
+        match self.hw.get_mut(self.len) {
+            Some(slot) => {
+                *slot = hwirq;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Delivers what was kept, in the order it was raised (process
+    /// context, no spinlock held).
+    pub(crate) fn deliver(&self) {
+        for &hwirq in &self.hw[..self.len] {
+            handle_now(hwirq);
+        }
+    }
 }
 
 /// The HCA whose platform device carries interrupt `virq`.

@@ -219,7 +219,12 @@ impl Locked {
     ) {
         (
             &mut self.fabric,
-            super::dma::SoftPlatform::new(&self.dma, self.irqs_per_hca, &self.perf),
+            super::dma::SoftPlatform::new(
+                &self.dma,
+                self.irqs_per_hca,
+                &self.perf,
+                self.direct.as_mut(),
+            ),
             &mut self.trap,
         )
     }
@@ -349,11 +354,12 @@ impl SoftHca {
     /// `trap_fault` in `rmlx5/perf`.
     fn take_doorbells(self: &Arc<Self>, read: impl FnOnce(&mut Locked)) {
         let start = self.perf.now();
-        let more = {
-            let mut st = self.state.lock();
-            read(&mut st);
-            self.engine_locked(&mut st)
-        };
+        // The fault handler's process context: the interrupts the run
+        // raises are delivered here, after the unlock.
+        let more = self.locked_direct(|st| {
+            read(st);
+            self.engine_locked(st)
+        });
         if more {
             self.kick_engine();
         }

@@ -141,13 +141,14 @@ impl UserUar for SoftUar {
 
     fn kick_arm(&self, entry: u64) -> Result {
         let perf = &self.soft.perf;
-        {
-            let mut st = self.soft.state.lock();
+        // An arm of a CQ that holds a CQE fires at once: the interrupt is
+        // delivered here, after the unlock.
+        self.soft.locked_direct(|st| {
             let (fabric, mut pf) = st.split();
             let m = fabric.hca(self.hca).ok_or(ENODEV)?;
             m.cq_doorbell(&mut pf, self.page.kaddr())
-                .map_err(|_| EINVAL)?;
-        }
+                .map_err(|_| EINVAL)
+        })?;
         perf.kick_arm.add(perf.now().saturating_sub(entry));
         Ok(())
     }
@@ -219,7 +220,7 @@ impl UserUar for SoftUar {
             )
             .map_err(|_| EINVAL)?;
         }
-        soft.run_engine();
+        soft.run_engine_direct();
         let now = soft.perf.now();
         if soft.elision {
             // A stream: this kick came soon after the previous one of the
@@ -248,7 +249,7 @@ impl UserUar for SoftUar {
             let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
             m.recv_doorbell(qpn).map_err(|_| EINVAL)?;
         }
-        self.soft.run_engine();
+        self.soft.run_engine_direct();
         Ok(())
     }
 }

@@ -221,7 +221,12 @@ impl Locked {
         (
             &mut self.fabric,
             (
-                super::dma::SoftPlatform::new(&self.dma, self.irqs_per_hca, &self.perf),
+                super::dma::SoftPlatform::new(
+                    &self.dma,
+                    self.irqs_per_hca,
+                    &self.perf,
+                    self.direct.as_mut(),
+                ),
                 &mut self.watch,
             ),
         )
