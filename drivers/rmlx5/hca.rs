@@ -256,6 +256,9 @@ pub(crate) struct SoftHca {
     pub(crate) watch_run: SpinLock<()>,
     /// Kick elision is on (`kick_elision` module parameter).
     pub(crate) elision: bool,
+    /// [`SoftHca::locked_direct`] delivers interrupts itself (`irq_direct`
+    /// module parameter).
+    irq_direct: bool,
     /// Set before teardown: the works stop rescheduling themselves.
     pub(crate) shutting_down: AtomicBool,
     /// Where the time of the doorbell and event paths goes (debugfs
@@ -356,6 +359,7 @@ impl SoftHca {
                 watch_backoff: AtomicU64::new(0),
                 watch_run <- new_spinlock!((), "rmlx5_watch_run"),
                 elision: crate::module_parameters::kick_elision.value(),
+                irq_direct: crate::module_parameters::irq_direct.value(),
                 shutting_down: AtomicBool::new(false),
                 perf,
                 epoch: Instant::now(),
@@ -466,6 +470,9 @@ impl SoftHca {
     /// handler takes the fabric lock. An interrupt raised with no room
     /// left to keep it goes through the irq_work, as in any other context.
     pub(crate) fn locked_direct<R>(&self, f: impl FnOnce(&mut Locked) -> R) -> R {
+        if !self.irq_direct {
+            return f(&mut self.state.lock());
+        }
         let (r, irqs) = {
             let mut st = self.state.lock();
             st.direct = Some(irq::DirectIrqs::new());

@@ -158,6 +158,10 @@ module! {
             default: true,
             description: "Software HCA, rdma-core's provider: a doorbell store to a trapped UAR page is completed by the fault handler (x86-64), which leaves the page unmapped; off: the page is mapped and a poller reads the records",
         },
+        irq_direct: bool {
+            default: true,
+            description: "Software HCA: an interrupt raised during a kick, a UAR trap fault or the engine work is delivered by that caller right after it releases the fabric lock; off: always through an irq_work (a self-IPI)",
+        },
         ib_core: bool {
             default: true,
             description: "Register the software HCAs and the ConnectX functions with the kernel's RDMA core as rmlx5_<n>, for ULPs of the ib_* API (kernels with CONFIG_INFINIBAND)",
