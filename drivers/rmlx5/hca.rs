@@ -24,7 +24,10 @@
 //! engine run therefore ends after the step that raised one
 //! (`SoftPlatform::yield_engine`), and [`SoftHca::run_engine`] takes the
 //! lock again for the rest of its budget, so a completion's interrupt
-//! waits for one WQE, not for the whole budget.
+//! waits for one WQE, not for the whole budget. A caller in process
+//! context that holds no spinlock delivers the interrupts of its section
+//! itself once `state` is released, instead of through the irq_work
+//! ([`SoftHca::locked_direct`]).
 //!
 //! # The model's clock
 //!
@@ -440,37 +443,16 @@ impl SoftHca {
         }
     }
 
-    /// Runs the engine for one budget and continues from the engine work
-    /// if the budget ran out. A run that yielded after raising an
-    /// interrupt releases the lock (the interrupt fires there, on this
-    /// CPU) and the next one goes on with what is left of the budget.
-    pub(crate) fn run_engine(self: &Arc<Self>) {
-        let mut used = 0u32;
-        loop {
-            let r = {
-                let mut st = self.state.lock();
-                self.engine_report(&mut st)
-            };
-            if !r.more {
-                return;
-            }
-            used = used.saturating_add(r.used);
-            if r.used == 0 || used >= ENGINE_BUDGET {
-                self.kick_engine();
-                return;
-            }
-        }
-    }
-
     /// Runs `f` under the fabric lock and delivers the interrupts the
     /// model raised meanwhile on this CPU right after the unlock, instead
     /// of through the irq_work (the raise then costs no self-IPI and the
     /// EQ handler, with the softirq it raises, runs before this returns).
-    /// Process context only: the caller holds no spinlock, since the EQ
-    /// handler takes the fabric lock. An interrupt raised with no room
-    /// left to keep it goes through the irq_work, as in any other context.
+    /// That needs process context holding no spinlock, since the EQ
+    /// handler takes the fabric lock; it is checked here
+    /// ([`irq::may_handle_now`]), and any other caller gets the irq_work,
+    /// as does an interrupt raised with no room left to keep it.
     pub(crate) fn locked_direct<R>(&self, f: impl FnOnce(&mut Locked) -> R) -> R {
-        if !self.irq_direct {
+        if !self.irq_direct || !irq::may_handle_now() {
             return f(&mut self.state.lock());
         }
         let (r, irqs) = {
@@ -485,10 +467,13 @@ impl SoftHca {
         r
     }
 
-    /// As [`SoftHca::run_engine`], from process context with no spinlock
-    /// held: the interrupts each run raises are delivered directly
-    /// ([`SoftHca::locked_direct`]) between runs.
-    pub(crate) fn run_engine_direct(self: &Arc<Self>) {
+    /// Runs the engine for one budget and continues from the engine work
+    /// if the budget ran out. A run that yielded after raising an
+    /// interrupt releases the lock; the interrupt is delivered there, on
+    /// this CPU (by this caller where its context allows it, see
+    /// [`SoftHca::locked_direct`], else by its irq_work), and the next run
+    /// goes on with what is left of the budget.
+    pub(crate) fn run_engine(self: &Arc<Self>) {
         let mut used = 0u32;
         loop {
             let r = self.locked_direct(|st| self.engine_report(st));

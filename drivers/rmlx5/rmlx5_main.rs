@@ -160,7 +160,7 @@ module! {
         },
         irq_direct: bool {
             default: true,
-            description: "Software HCA: an interrupt raised during a kick, a UAR trap fault or the engine work is delivered by that caller right after it releases the fabric lock; off: always through an irq_work (a self-IPI)",
+            description: "Software HCA: an interrupt raised by a caller in process context holding no spinlock (a kick, a UAR trap fault, the engine work, a kernel post) is delivered by that caller right after it releases the fabric lock; off: always through an irq_work (a self-IPI)",
         },
         ib_core: bool {
             default: true,

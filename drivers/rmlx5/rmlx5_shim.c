@@ -140,6 +140,17 @@ void rmlx5_shim_handle_irq_now(unsigned int hwirq)
 	local_bh_enable();
 }
 
+/*
+ * Whether the caller may deliver an interrupt itself: process context with
+ * interrupts on and a zero preempt count, so no spinlock is held and bottom
+ * halves are not disabled. A kernel without CONFIG_PREEMPT_COUNT cannot
+ * tell and answers false (the interrupt then goes through its irq_work).
+ */
+bool rmlx5_shim_may_handle_irq_now(void)
+{
+	return preemptible();
+}
+
 struct device *rmlx5_shim_hca_device(unsigned int hca)
 {
 	if (!intc.pdevs || hca >= intc.nr_hcas || !intc.pdevs[hca])

@@ -426,6 +426,9 @@ impl Backend for SoftDevice {
     }
 
     fn run(&self) {
+        // A kernel ULP posting in process context with no lock held gets
+        // its interrupt delivered here; from any other context (softirq,
+        // under the ULP's spinlock) it goes through the irq_work.
         self.soft.run_engine();
     }
 }

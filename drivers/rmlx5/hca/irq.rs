@@ -18,6 +18,7 @@ extern "C" {
     fn rmlx5_shim_destroy();
     fn rmlx5_shim_raise_irq(hwirq: c_uint);
     fn rmlx5_shim_handle_irq_now(hwirq: c_uint);
+    fn rmlx5_shim_may_handle_irq_now() -> bool;
     fn rmlx5_shim_hca_of_irq(virq: c_uint) -> c_int;
 }
 
@@ -61,6 +62,15 @@ pub(crate) fn handle_now(hwirq: u32) {
     // nothing when it has no domain; the caller's context is one where
     // bottom halves may be disabled and enabled.
     unsafe { rmlx5_shim_handle_irq_now(hwirq) };
+}
+
+/// Whether this context may call [`handle_now`]: process context holding
+/// no spinlock, with interrupts and bottom halves on (false on kernels
+/// that do not count preemption, where it cannot be told).
+pub(crate) fn may_handle_now() -> bool {
+    // SAFETY: Plain C call reading this CPU's preempt count and interrupt
+    // flag.
+    unsafe { rmlx5_shim_may_handle_irq_now() }
 }
 
 /// Interrupts raised under the fabric lock by a caller that delivers them

@@ -220,7 +220,7 @@ impl UserUar for SoftUar {
             )
             .map_err(|_| EINVAL)?;
         }
-        soft.run_engine_direct();
+        soft.run_engine();
         let now = soft.perf.now();
         if soft.elision {
             // A stream: this kick came soon after the previous one of the
@@ -249,7 +249,7 @@ impl UserUar for SoftUar {
             let m = st.fabric.hca(self.hca).ok_or(ENODEV)?;
             m.recv_doorbell(qpn).map_err(|_| EINVAL)?;
         }
-        self.soft.run_engine_direct();
+        self.soft.run_engine();
         Ok(())
     }
 }
