@@ -455,14 +455,24 @@ impl SoftHca {
         if !self.irq_direct || !irq::may_handle_now() {
             return f(&mut self.state.lock());
         }
-        let (r, irqs) = {
+        let (r, pending) = {
             let mut st = self.state.lock();
             st.direct = Some(irq::DirectIrqs::new());
             let r = f(&mut st);
-            (r, st.direct.take())
+            // Bottom halves off before the unlock: from there until the
+            // delivery this task is neither preempted nor migrated, since
+            // the EQs these interrupts fired stay disarmed until their
+            // handler runs.
+            let pending = st.direct.take().filter(|d| !d.is_empty()).map(|d| {
+                // SAFETY: `bh` is dropped by `deliver` below, on this CPU,
+                // after the guard `st` (so with interrupts on), and no
+                // spinlock is taken in between.
+                (d, unsafe { irq::BhOff::new() })
+            });
+            (r, pending)
         };
-        if let Some(irqs) = irqs {
-            irqs.deliver();
+        if let Some((irqs, bh)) = pending {
+            irqs.deliver(bh);
         }
         r
     }

@@ -124,31 +124,45 @@ void rmlx5_shim_raise_irq(unsigned int hwirq)
 }
 
 /*
- * Process context, no lock held: delivers interrupt hwirq on this CPU now,
- * as its irq_work would in hard-IRQ context, with interrupts off around
- * the handler. Bottom halves are off around it too, so that the softirq
- * the handler queues (the BH dispatch of kernel CQs) runs at
+ * Direct delivery (SoftHca::locked_direct): the caller turns bottom halves
+ * off while it still holds the fabric lock, with interrupts off, so that
+ * from the unlock on it can be neither preempted nor migrated until the
+ * interrupts it raised are delivered (the EQ they fired stays disarmed
+ * until its handler runs); it then calls rmlx5_shim_handle_irq_now for
+ * each and turns bottom halves on again, once interrupts are on. The
+ * softirq the handlers queue (the BH dispatch of kernel CQs) runs at that
  * local_bh_enable(), on this CPU, as it would at the end of a hard
- * interrupt, and not later in ksoftirqd.
+ * interrupt, not later in ksoftirqd.
  */
+void rmlx5_shim_bh_disable(void)
+{
+	local_bh_disable();
+}
+
+void rmlx5_shim_bh_enable(void)
+{
+	local_bh_enable();
+}
+
+/* Bottom halves off: runs interrupt hwirq's flow handler now, with
+ * interrupts off around it, as its irq_work would in hard-IRQ context. */
 void rmlx5_shim_handle_irq_now(unsigned int hwirq)
 {
 	if (hwirq >= intc.nr_irqs)
 		return;
-	local_bh_disable();
-	generic_handle_irq_safe(intc.virqs[hwirq]);
-	local_bh_enable();
+	WARN_ON_ONCE(generic_handle_irq_safe(intc.virqs[hwirq]));
 }
 
 /*
- * Whether the caller may deliver an interrupt itself: process context with
+ * Whether the caller may deliver interrupts itself: process context with
  * interrupts on and a zero preempt count, so no spinlock is held and bottom
- * halves are not disabled. A kernel without CONFIG_PREEMPT_COUNT cannot
- * tell and answers false (the interrupt then goes through its irq_work).
+ * halves are not disabled. Not on PREEMPT_RT, where a spinlock leaves the
+ * preempt count at zero, and not on kernels without CONFIG_PREEMPT_COUNT,
+ * which cannot tell: there the interrupt goes through its irq_work.
  */
 bool rmlx5_shim_may_handle_irq_now(void)
 {
-	return preemptible();
+	return !IS_ENABLED(CONFIG_PREEMPT_RT) && preemptible();
 }
 
 struct device *rmlx5_shim_hca_device(unsigned int hca)

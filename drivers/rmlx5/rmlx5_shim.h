@@ -12,6 +12,8 @@ struct workqueue_struct;
 int rmlx5_shim_create(unsigned int nr_hcas, unsigned int irqs_per_hca);
 void rmlx5_shim_destroy(void);
 void rmlx5_shim_raise_irq(unsigned int hwirq);
+void rmlx5_shim_bh_disable(void);
+void rmlx5_shim_bh_enable(void);
 void rmlx5_shim_handle_irq_now(unsigned int hwirq);
 bool rmlx5_shim_may_handle_irq_now(void);
 int rmlx5_shim_hca_of_irq(unsigned int virq);

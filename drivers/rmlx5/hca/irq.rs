@@ -17,6 +17,8 @@ extern "C" {
     fn rmlx5_shim_create(nr_hcas: c_uint, irqs_per_hca: c_uint) -> c_int;
     fn rmlx5_shim_destroy();
     fn rmlx5_shim_raise_irq(hwirq: c_uint);
+    fn rmlx5_shim_bh_disable();
+    fn rmlx5_shim_bh_enable();
     fn rmlx5_shim_handle_irq_now(hwirq: c_uint);
     fn rmlx5_shim_may_handle_irq_now() -> bool;
     fn rmlx5_shim_hca_of_irq(virq: c_uint) -> c_int;
@@ -53,24 +55,42 @@ pub(crate) fn raise(hwirq: u32) {
     unsafe { rmlx5_shim_raise_irq(hwirq) };
 }
 
-/// Delivers hardware interrupt `hwirq` on this CPU now: its handler runs
-/// with interrupts off, and the softirqs it raises run before this
-/// returns. Process context only, with no spinlock held (the handler
-/// takes the fabric lock).
-pub(crate) fn handle_now(hwirq: u32) {
-    // SAFETY: The shim checks `hwirq` against its domain size and does
-    // nothing when it has no domain; the caller's context is one where
-    // bottom halves may be disabled and enabled.
-    unsafe { rmlx5_shim_handle_irq_now(hwirq) };
-}
-
-/// Whether this context may call [`handle_now`]: process context holding
-/// no spinlock, with interrupts and bottom halves on (false on kernels
+/// Whether this context may deliver interrupts itself
+/// ([`DirectIrqs::deliver`]): process context holding no spinlock, with
+/// interrupts and bottom halves on (false on PREEMPT_RT and on kernels
 /// that do not count preemption, where it cannot be told).
 pub(crate) fn may_handle_now() -> bool {
     // SAFETY: Plain C call reading this CPU's preempt count and interrupt
     // flag.
     unsafe { rmlx5_shim_may_handle_irq_now() }
+}
+
+/// Bottom halves, and with them preemption and migration, off on this CPU
+/// until dropped; made under the fabric lock by
+/// [`super::SoftHca::locked_direct`] and given to [`DirectIrqs::deliver`].
+pub(crate) struct BhOff(());
+
+impl BhOff {
+    /// Turns bottom halves off.
+    ///
+    /// # Safety
+    ///
+    /// The value must be dropped on this CPU with interrupts on and the
+    /// section it opened properly nested (no spinlock taken after it still
+    /// held then).
+    pub(crate) unsafe fn new() -> Self {
+        // SAFETY: Plain C call; the caller keeps the pairing (above).
+        unsafe { rmlx5_shim_bh_disable() };
+        Self(())
+    }
+}
+
+impl Drop for BhOff {
+    fn drop(&mut self) {
+        // SAFETY: Pairs with `new` (its contract: interrupts on, this CPU,
+        // nested). Softirqs raised meanwhile run here.
+        unsafe { rmlx5_shim_bh_enable() };
+    }
 }
 
 /// Interrupts raised under the fabric lock by a caller that delivers them
@@ -109,12 +129,25 @@ impl DirectIrqs {
         }
     }
 
-    /// Delivers what was kept, in the order it was raised (process
-    /// context, no spinlock held).
-    pub(crate) fn deliver(&self) {
+    /// Whether nothing was kept.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Delivers what was kept, in the order it was raised: each flow
+    /// handler runs with interrupts off, and the softirqs they raise run
+    /// when `bh` is dropped, at the end. Called with interrupts on and no
+    /// spinlock held (the handlers take the fabric lock), `bh` made before
+    /// the fabric lock was released, so that the task stayed on this CPU.
+    pub(crate) fn deliver(&self, bh: BhOff) {
         for &hwirq in &self.hw[..self.len] {
-            handle_now(hwirq);
+            // SAFETY: The shim checks `hwirq` against its domain size;
+            // bottom halves are off (`bh`), interrupts on and no spinlock
+            // held (this method's contract), which is what the flow
+            // handler needs outside hard-IRQ context.
+            unsafe { rmlx5_shim_handle_irq_now(hwirq) };
         }
+        drop(bh);
     }
 }
 
