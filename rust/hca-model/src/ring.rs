@@ -75,6 +75,11 @@ impl Ring {
         off: u64,
         out: &mut [u8],
     ) -> Result<(), DmaFault> {
+        // A linear ring is one range: a single access, as `locate` would
+        // split none (an empty read touches nothing, as below).
+        if self.pages.is_none() && !out.is_empty() {
+            return mem.read(self.start.wrapping_add(off), out);
+        }
         let mut done = 0usize;
         while done < out.len() {
             let (at, room) = self.locate(mem, off.wrapping_add(done as u64))?;
@@ -95,6 +100,9 @@ impl Ring {
         off: u64,
         data: &[u8],
     ) -> Result<(), DmaFault> {
+        if self.pages.is_none() && !data.is_empty() {
+            return mem.write(self.start.wrapping_add(off), data);
+        }
         let mut done = 0usize;
         while done < data.len() {
             let (at, room) = self.locate(mem, off.wrapping_add(done as u64))?;

@@ -125,6 +125,11 @@ impl Pieces {
         }
     }
 
+    /// The pieces.
+    fn as_slice(&self) -> &[Piece] {
+        self.items.get(..self.n).unwrap_or(&[])
+    }
+
     fn get(&self, i: usize) -> Option<&Piece> {
         self.items.get(..self.n)?.get(i)
     }
@@ -342,6 +347,9 @@ pub(super) fn copy_at<M: DmaMemory + ?Sized>(
     len: u64,
     packet: &mut [u8; PACKET],
 ) -> Result<(), CopyFault> {
+    if let Some(r) = copy_direct(mem, src, inline, dst, dst_offset, len, packet) {
+        return r;
+    }
     let mut s = Cursor::start(src);
     let mut d = Cursor::start(dst);
     if !d.skip(dst_offset) {
@@ -357,6 +365,51 @@ pub(super) fn copy_at<M: DmaMemory + ?Sized>(
         left -= n as u64;
     }
     Ok(())
+}
+
+/// [`copy_at`] for the common message: one packet or less, from one DMA
+/// or inline piece to the start of one DMA piece, each long enough. One
+/// read and one write, with the faults [`copy_at`] reports for them;
+/// `None` for any other message, which takes the general path.
+fn copy_direct<M: DmaMemory + ?Sized>(
+    mem: &mut M,
+    src: &Pieces,
+    inline: &[u8],
+    dst: &Pieces,
+    dst_offset: u64,
+    len: u64,
+    packet: &mut [u8; PACKET],
+) -> Option<Result<(), CopyFault>> {
+    let n = usize::try_from(len)
+        .ok()
+        .filter(|&n| n != 0 && n <= PACKET)?;
+    let &[from] = src.as_slice() else {
+        return None;
+    };
+    let &[Piece::Dma {
+        addr: to,
+        len: room,
+    }] = dst.as_slice()
+    else {
+        return None;
+    };
+    if dst_offset != 0 || room < len || from.len() < len {
+        return None;
+    }
+    let (bytes, _) = packet.split_at_mut(n);
+    let read = match from {
+        Piece::Dma { addr, .. } => mem.read(addr, bytes),
+        Piece::Inline { off, .. } => off
+            .checked_add(n)
+            .and_then(|end| inline.get(off..end))
+            .map(|b| bytes.copy_from_slice(b))
+            .ok_or(DmaFault),
+        Piece::Paged { .. } => return None,
+    };
+    Some(
+        read.map_err(|_| CopyFault::Source)
+            .and_then(|()| mem.write(to, bytes).map_err(|_| CopyFault::Destination)),
+    )
 }
 
 /// Working storage of the engine, kept in the fabric so that executing a
@@ -665,6 +718,76 @@ mod tests {
 
     /// The engine's scratch space is the same whatever the MRs: one piece
     /// per segment, 32 bytes each, and one packet.
+    /// The one-piece path (`copy_direct`) makes exactly one read and one
+    /// write, and reports what the general path reports: the source's
+    /// fault before anything is written, the destination's after.
+    #[test]
+    fn a_one_piece_message_is_one_read_and_one_write() {
+        let data = pattern(64, 7);
+        let mut packet = [0u8; PACKET];
+        let dst = list(&[Piece::Dma {
+            addr: 0x2000,
+            len: 128,
+        }]);
+
+        let mut m = Mem::new(0x4000);
+        m.bytes[0x1000..0x1040].copy_from_slice(&data);
+        let src = list(&[Piece::Dma {
+            addr: 0x1000,
+            len: 64,
+        }]);
+        assert_eq!(copy(&mut m, &src, &[], &dst, 64, &mut packet), Ok(()));
+        assert_eq!(m.reads, vec![(0x1000, 64)]);
+        assert_eq!(m.writes, vec![(0x2000, 64)]);
+        assert_eq!(m.at(0x2000, 64), &data[..]);
+
+        // Inline data: no read at all.
+        let mut m = Mem::new(0x4000);
+        let inline = [&[0u8; 16][..], &data[..]].concat();
+        let src = list(&[Piece::Inline { off: 16, len: 64 }]);
+        assert_eq!(copy(&mut m, &src, &inline, &dst, 64, &mut packet), Ok(()));
+        assert!(m.reads.is_empty());
+        assert_eq!(m.at(0x2000, 64), &data[..]);
+        // Inline bytes the WQE does not hold fail the source.
+        assert_eq!(
+            copy(&mut m, &src, &inline[..40], &dst, 64, &mut packet),
+            Err(CopyFault::Source)
+        );
+
+        let src = list(&[Piece::Dma {
+            addr: 0x1000,
+            len: 64,
+        }]);
+        let mut m = Mem::new(0x4000);
+        m.refused = vec![(0x1020, 1)];
+        assert_eq!(
+            copy(&mut m, &src, &[], &dst, 64, &mut packet),
+            Err(CopyFault::Source)
+        );
+        assert!(m.writes.is_empty());
+
+        let mut m = Mem::new(0x4000);
+        m.refused = vec![(0x2030, 1)];
+        assert_eq!(
+            copy(&mut m, &src, &[], &dst, 64, &mut packet),
+            Err(CopyFault::Destination)
+        );
+        assert_eq!(m.reads, vec![(0x1000, 64)]);
+
+        // A destination piece too short goes the general way, which
+        // fails the destination when the list ends.
+        let short = list(&[Piece::Dma {
+            addr: 0x2000,
+            len: 32,
+        }]);
+        let mut m = Mem::new(0x4000);
+        assert_eq!(
+            copy(&mut m, &src, &[], &short, 64, &mut packet),
+            Err(CopyFault::Destination)
+        );
+        assert_eq!(m.writes, vec![(0x2000, 32)]);
+    }
+
     #[test]
     fn the_scratch_space_is_fixed_and_small() {
         assert_eq!(core::mem::size_of::<Piece>(), 32);

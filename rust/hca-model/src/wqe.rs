@@ -119,7 +119,17 @@ impl<'a> SendWqe<'a> {
         buf: &'a mut [u8; MAX_WQE_SIZE],
     ) -> Result<Self, Malformed> {
         let unreadable = Malformed { opcode: 0, bbs: 1 };
-        let ctrl_bytes = read_ctrl(mem, sq, sq.ci).ok_or(unreadable)?;
+        let at = ring::sq_offset(sq.ci, sq.log);
+        // The first WQEBB whole, in one access: it holds the control
+        // segment and, for most WQEs, everything else (a WQEBB never
+        // crosses a page or the end of the ring). If it cannot be read,
+        // the control segment alone decides what the failure reports.
+        let (first, _) = buf.split_at_mut(WQEBB_SIZE);
+        let have_first = ring_read(mem, sq, at, first).is_some();
+        let ctrl_bytes = match first.first_chunk::<{ CtrlSeg::SIZE }>() {
+            Some(b) if have_first => *b,
+            _ => read_ctrl(mem, sq, sq.ci).ok_or(unreadable)?,
+        };
         let ctrl = decode_ctrl(&ctrl_bytes)?;
         let bbs = u16::from(ring::wqebb_count(ctrl.ds));
         let malformed = Malformed {
@@ -132,7 +142,12 @@ impl<'a> SendWqe<'a> {
         }
         let len = usize::from(ctrl.ds) * super::prm::wqe::DS_SIZE;
         let out = buf.get_mut(..len).ok_or(malformed)?;
-        ring_read(mem, sq, ring::sq_offset(sq.ci, sq.log), out).ok_or(malformed)?;
+        if !have_first {
+            ring_read(mem, sq, at, out).ok_or(malformed)?;
+        } else if let Some(rest) = out.get_mut(WQEBB_SIZE..) {
+            let next = ring::sq_offset(sq.ci.wrapping_add(1), sq.log);
+            ring_read(mem, sq, next, rest).ok_or(malformed)?;
+        }
         Ok(SendWqe {
             bytes: out,
             ctrl,
