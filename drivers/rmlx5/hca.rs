@@ -206,7 +206,7 @@ pub(crate) struct Locked {
     perf: Arc<Perf>,
     /// Set for a section whose caller delivers the interrupts raised in
     /// it itself once the lock is released ([`SoftHca::locked_direct`]).
-    pub(crate) direct: Option<irq::DirectIrqs>,
+    direct: Option<irq::DirectIrqs>,
 }
 
 impl Locked {

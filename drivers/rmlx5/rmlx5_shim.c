@@ -153,18 +153,6 @@ void rmlx5_shim_handle_irq_now(unsigned int hwirq)
 	WARN_ON_ONCE(generic_handle_irq_safe(intc.virqs[hwirq]));
 }
 
-/*
- * Whether the caller may deliver interrupts itself: process context with
- * interrupts on and a zero preempt count, so no spinlock is held and bottom
- * halves are not disabled. Not on PREEMPT_RT, where a spinlock leaves the
- * preempt count at zero, and not on kernels without CONFIG_PREEMPT_COUNT,
- * which cannot tell: there the interrupt goes through its irq_work.
- */
-bool rmlx5_shim_may_handle_irq_now(void)
-{
-	return !IS_ENABLED(CONFIG_PREEMPT_RT) && preemptible();
-}
-
 struct device *rmlx5_shim_hca_device(unsigned int hca)
 {
 	if (!intc.pdevs || hca >= intc.nr_hcas || !intc.pdevs[hca])

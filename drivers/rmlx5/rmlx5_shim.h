@@ -15,7 +15,6 @@ void rmlx5_shim_raise_irq(unsigned int hwirq);
 void rmlx5_shim_bh_disable(void);
 void rmlx5_shim_bh_enable(void);
 void rmlx5_shim_handle_irq_now(unsigned int hwirq);
-bool rmlx5_shim_may_handle_irq_now(void);
 int rmlx5_shim_hca_of_irq(unsigned int virq);
 void rmlx5_shim_flush_work(struct work_struct *work);
 void rmlx5_shim_cond_resched(void);

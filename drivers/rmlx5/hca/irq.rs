@@ -20,7 +20,6 @@ extern "C" {
     fn rmlx5_shim_bh_disable();
     fn rmlx5_shim_bh_enable();
     fn rmlx5_shim_handle_irq_now(hwirq: c_uint);
-    fn rmlx5_shim_may_handle_irq_now() -> bool;
     fn rmlx5_shim_hca_of_irq(virq: c_uint) -> c_int;
 }
 
@@ -57,12 +56,11 @@ pub(crate) fn raise(hwirq: u32) {
 
 /// Whether this context may deliver interrupts itself
 /// ([`DirectIrqs::deliver`]): process context holding no spinlock, with
-/// interrupts and bottom halves on (false on PREEMPT_RT and on kernels
-/// that do not count preemption, where it cannot be told).
+/// interrupts and bottom halves on ([`crate::work::may_sleep`]). Never on
+/// PREEMPT_RT, where a spinlock leaves the preempt count at zero, and never
+/// on kernels that do not count preemption, where it cannot be told.
 pub(crate) fn may_handle_now() -> bool {
-    // SAFETY: Plain C call reading this CPU's preempt count and interrupt
-    // flag.
-    unsafe { rmlx5_shim_may_handle_irq_now() }
+    !cfg!(CONFIG_PREEMPT_RT) && crate::work::may_sleep()
 }
 
 /// Bottom halves, and with them preemption and migration, off on this CPU
