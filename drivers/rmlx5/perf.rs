@@ -111,6 +111,18 @@ pub(crate) struct Perf {
     pub(crate) trap_zap: Timed,
     /// When the poller was queued and has not started since.
     pub(crate) trap_queued: Stamp,
+    /// Doorbell watcher (`hca/watch.rs`): queued → its run starts.
+    pub(crate) watch_delay: Timed,
+    /// When the watcher was queued and has not started since.
+    pub(crate) watch_queued: Stamp,
+    /// Watcher runs that stopped because another task wanted the CPU,
+    /// and how long they ran.
+    pub(crate) watch_busy: Timed,
+    /// Watcher runs that stopped after a while with nothing new.
+    pub(crate) watch_idle: Timed,
+    /// Watcher runs that reached their longest run (or the module's
+    /// shutdown) with work still coming.
+    pub(crate) watch_max: Timed,
     /// Engine runs (one budget each) and the time they held the lock.
     pub(crate) engine: Timed,
     /// Budget units the engine used (one per WQE, plus one per 4 KiB).
@@ -148,6 +160,11 @@ impl Perf {
             trap_run: Timed::default(),
             trap_zap: Timed::default(),
             trap_queued: Stamp::default(),
+            watch_delay: Timed::default(),
+            watch_queued: Stamp::default(),
+            watch_busy: Timed::default(),
+            watch_idle: Timed::default(),
+            watch_max: Timed::default(),
             engine: Timed::default(),
             engine_units: AtomicU64::new(0),
             dma: Timed::default(),
@@ -176,6 +193,10 @@ impl Perf {
             &self.trap_delay,
             &self.trap_run,
             &self.trap_zap,
+            &self.watch_delay,
+            &self.watch_busy,
+            &self.watch_idle,
+            &self.watch_max,
             &self.engine,
             &self.dma,
             &self.irq_delay,
@@ -191,6 +212,7 @@ impl Perf {
         let _ = self.irq_raised.take(0);
         let _ = self.bh_queued.take(0);
         let _ = self.trap_queued.take(0);
+        let _ = self.watch_queued.take(0);
     }
 }
 
@@ -215,6 +237,17 @@ impl fmt::Display for Perf {
             .show(f, "trap_run", "UAR trap poller run, unmapping included")?;
         self.trap_zap
             .show(f, "trap_zap", "unmapping the trapped UAR pages")?;
+        self.watch_delay
+            .show(f, "watch_delay", "doorbell watcher queued -> runs")?;
+        self.watch_busy.show(
+            f,
+            "watch_busy",
+            "watcher runs stopped for another task (ns: run length)",
+        )?;
+        self.watch_idle
+            .show(f, "watch_idle", "watcher runs stopped with nothing new")?;
+        self.watch_max
+            .show(f, "watch_max", "watcher runs stopped at their longest")?;
         self.engine
             .show(f, "engine", "one engine budget under the fabric lock")?;
         writeln!(

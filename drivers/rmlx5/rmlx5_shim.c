@@ -20,6 +20,7 @@
  *
  * No logic lives in this file.
  */
+#include <linux/cpumask.h>
 #include <linux/dma-mapping.h>
 #include <linux/export.h>
 #include <linux/interrupt.h>
@@ -275,6 +276,25 @@ void rmlx5_shim_destroy(void)
 void rmlx5_shim_flush_work(struct work_struct *work)
 {
 	flush_work(work);
+}
+
+/*
+ * Queues @work on the next online CPU after the caller's, on the per-CPU
+ * system workqueue; with no other CPU online, on the unbound one. For a
+ * polling work (the doorbell watcher) that must not land on the CPU of
+ * the process that asked for it, which goes on posting there. The
+ * caller's CPU is only a hint (it may migrate right after); which CPUs
+ * are idle the kernel does not tell modules. Returns what queue_work_on()
+ * returns.
+ */
+bool rmlx5_shim_queue_work_elsewhere(struct work_struct *work)
+{
+	int here = raw_smp_processor_id();
+	unsigned int cpu = cpumask_next_wrap(here, cpu_online_mask);
+
+	if (cpu >= nr_cpu_ids || cpu == here)
+		return queue_work(system_unbound_wq, work);
+	return queue_work_on(cpu, system_wq, work);
 }
 
 /* cond_resched() is a macro (a static call on PREEMPT_DYNAMIC kernels). */

@@ -18,11 +18,15 @@ use kernel::{
         delay::fsleep,
         Delta, //
     },
-    workqueue::Queue, //
+    workqueue::{
+        Queue,
+        RawWorkItem, //
+    },
 };
 
 extern "C" {
     fn rmlx5_shim_flush_work(work: *mut bindings::work_struct);
+    fn rmlx5_shim_queue_work_elsewhere(work: *mut bindings::work_struct) -> bool;
     fn rmlx5_may_sleep() -> bool;
     fn rmlx5_reap_wq_alloc() -> *mut bindings::workqueue_struct;
     fn rmlx5_reap_wq_destroy(wq: *mut bindings::workqueue_struct);
@@ -37,6 +41,23 @@ extern "C" {
 pub(crate) unsafe fn flush_work(work: *mut bindings::work_struct) {
     // SAFETY: Guaranteed by the caller.
     unsafe { rmlx5_shim_flush_work(work) };
+}
+
+/// Queues work item `ID` of `w` on the next online CPU after the caller's,
+/// on the per-CPU system workqueue; on a machine with one CPU online, on
+/// the unbound workqueue. For polling work that
+/// must not take the CPU of the process that asked for it. As
+/// `Queue::enqueue`, it fails if the item is queued already.
+pub(crate) fn enqueue_elsewhere<W, const ID: u64>(w: W) -> W::EnqueueOutput
+where
+    W: RawWorkItem<ID> + Send + 'static,
+{
+    // SAFETY: The closure returns what `queue_work_on` returns, false
+    // only for a work item that is queued already. `W` is `Send` and
+    // `'static`, so the other conditions of `__enqueue` do not apply. The
+    // pointer is valid during the call (`__enqueue`'s guarantee), and
+    // stays so until the work runs if it was queued.
+    unsafe { w.__enqueue(|work| rmlx5_shim_queue_work_elsewhere(work)) }
 }
 
 /// Sleeps in steps of 100 µs until `busy` returns false: a destroy waiting

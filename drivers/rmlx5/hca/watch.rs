@@ -7,11 +7,15 @@
 //! call, which under emulation costs several microseconds a message, more
 //! than the engine's execution of the WQE. So when a QP kicks again within
 //! [`STREAM_NS`] of its previous kick (a stream of posts, not a ping-pong),
-//! the module starts the watcher on the unbound workqueue. While it runs it
-//! behaves like the device: it hands the model the new send doorbell
-//! records of the watched QPs (each user QP that has kicked once) that
-//! rang (`Hca::send_doorbell_record`), then runs the engine, over and over,
-//! until nothing new came for [`IDLE_NS`] or it ran [`MAX_NS`].
+//! the module starts the watcher, on the system workqueue of another CPU
+//! than the kicking process's (which goes on posting where it is). While
+//! it runs it behaves like the device: it hands the model the new send
+//! doorbell records of the watched QPs (each user QP that has kicked once)
+//! that rang (`Hca::send_doorbell_record`), then runs the engine, over and
+//! over, until nothing new came for [`IDLE_NS`] or it ran [`MAX_NS`]; in
+//! the second case it queues itself again on its own CPU, so a long stream
+//! is watched from one CPU throughout, with a pause between runs where
+//! anything else queued there gets its turn.
 //!
 //! While it runs, the watch word in the UAR page of every watched QP's
 //! process is set ([`crate::rmlx5_abi::uapi::UAR_WATCH_OFFSET`]), and a
@@ -96,8 +100,11 @@ pub(crate) const STREAM_NS: u64 = 20_000;
 /// Only kicks of at most this many new WQEBBs start it: a post list
 /// already shares one kick among its WQEs.
 pub(crate) const STREAM_MAX_WQEBBS: u16 = 4;
-/// The watcher stops after this long without a new doorbell or engine work.
-pub(crate) const IDLE_NS: u64 = 10_000;
+/// The watcher stops after this long without a new doorbell or engine
+/// work. Under emulation a posting vCPU is often held up for tens of
+/// microseconds (10 µs stopped a 1-QP stream's watcher 400 times in
+/// 65,536 WRITEs, and each restart takes two kicks and a queueing delay).
+pub(crate) const IDLE_NS: u64 = 50_000;
 /// After a pass that found nothing, the watcher waits this long (without
 /// the fabric lock) before the next: kicks that still come find the lock
 /// free.
@@ -301,21 +308,37 @@ impl Locked {
 
 impl SoftHca {
     /// Starts the watcher unless it is queued or running, or backing off
-    /// (any context).
+    /// (any context), on another CPU than this one: the process that
+    /// kicked goes on posting here, and a watcher sharing its CPU would
+    /// stop at once.
     pub(crate) fn start_watch(self: &Arc<Self>) {
+        let _ = self.queue_watch(false);
+    }
+
+    /// As [`SoftHca::start_watch`], on this CPU if `here` (a watcher going
+    /// on from its own CPU, which is not the poster's), else on another.
+    /// Returns whether this call queued it.
+    fn queue_watch(self: &Arc<Self>, here: bool) -> bool {
         if !self.elision
             || self.shutting_down.load(Ordering::Acquire)
             || self.perf.now() < self.watch_backoff.load(Ordering::Relaxed)
             || self.watching.swap(true, Ordering::AcqRel)
         {
-            return;
+            return false;
         }
-        if workqueue::system_unbound()
-            .enqueue::<Arc<Self>, 3>(self.clone())
-            .is_err()
-        {
+        self.perf.watch_queued.mark(self.perf.now());
+        let w = self.clone();
+        let queued = if here {
+            // A per-CPU workqueue queues on the caller's CPU.
+            workqueue::system().enqueue::<Arc<Self>, 3>(w).is_ok()
+        } else {
+            crate::work::enqueue_elsewhere::<Arc<Self>, 3>(w).is_ok()
+        };
+        if !queued {
+            let _ = self.perf.watch_queued.take(0);
             self.watching.store(false, Ordering::Release);
         }
+        queued
     }
 }
 
@@ -325,7 +348,12 @@ impl WorkItem<3> for SoftHca {
     fn run(this: Arc<SoftHca>) {
         let perf = &this.perf;
         let start = perf.now();
+        if let Some(ns) = perf.watch_queued.take(start) {
+            perf.watch_delay.add(ns);
+        }
         let mut last = start;
+        // Whether the run stopped at its longest while work still came.
+        let mut streaming = false;
         let more = {
             // Preemption is off from here until the word is cleared.
             let _run = this.watch_run.lock();
@@ -350,15 +378,20 @@ impl WorkItem<3> for SoftHca {
                 // Poll only while no task wants this CPU: a busy process
                 // (a receiver reposting, a poller) must never wait for the
                 // watcher; it runs again from the next kick.
+                let ran = now.saturating_sub(start);
                 if !cpu_is_ours() {
                     this.watch_backoff
                         .store(now.saturating_add(BACKOFF_NS), Ordering::Relaxed);
+                    perf.watch_busy.add(ran);
                     break;
                 }
-                if this.shutting_down.load(Ordering::Acquire)
-                    || now.saturating_sub(last) > IDLE_NS
-                    || now.saturating_sub(start) > MAX_NS
-                {
+                if now.saturating_sub(last) > IDLE_NS {
+                    perf.watch_idle.add(ran);
+                    break;
+                }
+                if this.shutting_down.load(Ordering::Acquire) || ran > MAX_NS {
+                    perf.watch_max.add(ran);
+                    streaming = true;
                     break;
                 }
                 if !busy {
@@ -377,6 +410,14 @@ impl WorkItem<3> for SoftHca {
             this.engine_locked(&mut st) || found
         };
         this.watching.store(false, Ordering::Release);
+        // A stream still running goes on in a new run, queued behind
+        // whatever else waits for the workqueue (the word was cleared in
+        // between: kicks fill the gap). It is not left to the kicks to
+        // start again: that takes two close kicks, each executing its WQE
+        // in the posting process, and the queueing delay after them.
+        if streaming && this.queue_watch(true) {
+            return;
+        }
         if more {
             // Work remains or was still coming: continue it.
             this.kick_engine();
