@@ -385,7 +385,7 @@ impl SoftHca {
     /// Queues the engine work (any context).
     pub(crate) fn kick_engine(self: &Arc<Self>) {
         if !self.shutting_down.load(Ordering::Acquire) {
-            let _ = workqueue::system().enqueue::<Arc<Self>, 2>(self.clone());
+            let _ = crate::work::system_percpu().enqueue::<Arc<Self>, 2>(self.clone());
         }
     }
 

@@ -292,7 +292,6 @@ mod tests {
             Instant,
             Monotonic, //
         },
-        workqueue, //
     };
 
     /// What the reading CPU shares with the test.
@@ -335,7 +334,7 @@ mod tests {
         )?;
         s.buf.write_word(0, old)?;
         let r = s.clone();
-        workqueue::system_unbound().try_spawn(GFP_KERNEL, move || {
+        crate::work::system_dfl().try_spawn(GFP_KERNEL, move || {
             while !r.stop.load(Ordering::Acquire) {
                 if let Ok(w) = r.buf.read_word(0) {
                     r.reads.fetch_add(1, Ordering::Relaxed);

@@ -30,6 +30,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/sched/isolation.h>
 #include <linux/platform_device.h>
 #include <linux/slab.h>
 #include <linux/workqueue.h>
@@ -279,22 +280,23 @@ void rmlx5_shim_flush_work(struct work_struct *work)
 }
 
 /*
- * Queues @work on the next online CPU after the caller's, on the per-CPU
- * system workqueue; with no other CPU online, on the unbound one. For a
- * polling work (the doorbell watcher) that must not land on the CPU of
- * the process that asked for it, which goes on posting there. The
- * caller's CPU is only a hint (it may migrate right after); which CPUs
- * are idle the kernel does not tell modules. Returns what queue_work_on()
- * returns.
+ * Queues @work on the next online housekeeping CPU after the caller's
+ * (never on an isolated one), on system_long_wq (per-CPU, for work items
+ * that run long); with no other such CPU, on system_dfl_wq. For a polling
+ * work (the doorbell watcher) that must not land on the CPU of the
+ * process that asked for it, which goes on posting there. The caller's
+ * CPU is only a hint (it may migrate right after); which CPUs are idle
+ * the kernel does not tell modules. Returns what queue_work_on() returns.
  */
 bool rmlx5_shim_queue_work_elsewhere(struct work_struct *work)
 {
 	int here = raw_smp_processor_id();
-	unsigned int cpu = cpumask_next_wrap(here, cpu_online_mask);
+	unsigned int cpu = cpumask_next_and_wrap(here, cpu_online_mask,
+						 housekeeping_cpumask(HK_TYPE_DOMAIN));
 
 	if (cpu >= nr_cpu_ids || cpu == here)
-		return queue_work(system_unbound_wq, work);
-	return queue_work_on(cpu, system_wq, work);
+		return queue_work(system_dfl_wq, work);
+	return queue_work_on(cpu, system_long_wq, work);
 }
 
 /* cond_resched() is a macro (a static call on PREEMPT_DYNAMIC kernels). */

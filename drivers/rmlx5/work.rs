@@ -43,9 +43,26 @@ pub(crate) unsafe fn flush_work(work: *mut bindings::work_struct) {
     unsafe { rmlx5_shim_flush_work(work) };
 }
 
-/// Queues work item `ID` of `w` on the next online CPU after the caller's,
-/// on the per-CPU system workqueue; on a machine with one CPU online, on
-/// the unbound workqueue. For polling work that
+/// The per-CPU system workqueue, `system_percpu_wq`, for short work items
+/// (the 7.3 abstraction's `workqueue::system()` is `system_wq`, which 7.3
+/// deprecates: queueing on it prints a warning).
+pub(crate) fn system_percpu() -> &'static Queue {
+    // SAFETY: `system_percpu_wq` is set at boot, before any module loads,
+    // and never freed.
+    unsafe { Queue::from_raw(bindings::system_percpu_wq) }
+}
+
+/// The unbound system workqueue, `system_dfl_wq` (`system_unbound_wq` is
+/// its deprecated name in 7.3).
+pub(crate) fn system_dfl() -> &'static Queue {
+    // SAFETY: `system_dfl_wq` is set at boot, before any module loads, and
+    // never freed.
+    unsafe { Queue::from_raw(bindings::system_dfl_wq) }
+}
+
+/// Queues work item `ID` of `w` on the next online housekeeping CPU after
+/// the caller's (not an isolated one), on the per-CPU `system_long_wq`;
+/// with no other such CPU, on the unbound `system_dfl_wq`. For polling work that
 /// must not take the CPU of the process that asked for it. As
 /// `Queue::enqueue`, it fails if the item is queued already.
 pub(crate) fn enqueue_elsewhere<W, const ID: u64>(w: W) -> W::EnqueueOutput

@@ -54,10 +54,7 @@ use kernel::{
         delay::fsleep,
         Delta, //
     },
-    workqueue::{
-        self,
-        WorkItem, //
-    },
+    workqueue::WorkItem,
 };
 
 use super::{
@@ -378,7 +375,7 @@ impl SoftHca {
             return;
         }
         self.perf.trap_queued.mark(self.perf.now());
-        let _ = workqueue::system_unbound().enqueue::<Arc<Self>, 4>(self.clone());
+        let _ = crate::work::system_dfl().enqueue::<Arc<Self>, 4>(self.clone());
     }
 
     /// One pass: the records, then one engine budget. Returns whether

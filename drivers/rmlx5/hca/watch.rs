@@ -329,8 +329,9 @@ impl SoftHca {
         self.perf.watch_queued.mark(self.perf.now());
         let w = self.clone();
         let queued = if here {
-            // A per-CPU workqueue queues on the caller's CPU.
-            workqueue::system().enqueue::<Arc<Self>, 3>(w).is_ok()
+            // A per-CPU workqueue queues on the caller's CPU; this one is
+            // for work items that run long, as the watcher does.
+            workqueue::system_long().enqueue::<Arc<Self>, 3>(w).is_ok()
         } else {
             crate::work::enqueue_elsewhere::<Arc<Self>, 3>(w).is_ok()
         };
@@ -351,8 +352,18 @@ impl WorkItem<3> for SoftHca {
         if let Some(ns) = perf.watch_queued.take(start) {
             perf.watch_delay.add(ns);
         }
+        if this.shutting_down.load(Ordering::Acquire) {
+            // Queued before the module began to shut down.
+            this.watching.store(false, Ordering::Release);
+            return;
+        }
         let mut last = start;
-        // Whether the run stopped at its longest while work still came.
+        // When a pass last took a doorbell record: a run that reaches its
+        // longest goes on only for a stream of user doorbells, not for
+        // other engine work (kernel ULPs' QPs, long messages).
+        let mut last_found = start;
+        // Whether the run stopped at its longest while doorbells still
+        // came.
         let mut streaming = false;
         let more = {
             // Preemption is off from here until the word is cleared.
@@ -363,17 +374,20 @@ impl WorkItem<3> for SoftHca {
                 st.set_watch_word(true);
             }
             loop {
-                let busy = {
+                let (busy, found) = {
                     let mut st = this.state.lock();
                     // Only the records of QPs whose processes set their
                     // doorbell bits: a provider that skips a kick has set
                     // its bit (see the handshake in the module comment).
                     let found = st.scan_bits();
-                    this.engine_locked(&mut st) || found
+                    (this.engine_locked(&mut st) || found, found)
                 };
                 let now = perf.now();
                 if busy {
                     last = now;
+                }
+                if found {
+                    last_found = now;
                 }
                 // Poll only while no task wants this CPU: a busy process
                 // (a receiver reposting, a poller) must never wait for the
@@ -391,7 +405,7 @@ impl WorkItem<3> for SoftHca {
                 }
                 if this.shutting_down.load(Ordering::Acquire) || ran > MAX_NS {
                     perf.watch_max.add(ran);
-                    streaming = true;
+                    streaming = now.saturating_sub(last_found) <= IDLE_NS;
                     break;
                 }
                 if !busy {
@@ -415,8 +429,15 @@ impl WorkItem<3> for SoftHca {
         // between: kicks fill the gap). It is not left to the kicks to
         // start again: that takes two close kicks, each executing its WQE
         // in the posting process, and the queueing delay after them.
-        if streaming && this.queue_watch(true) {
-            return;
+        if streaming {
+            // Under the fabric lock: `shutdown` sets its flag under it
+            // before it flushes this work, so a run that finds the flag
+            // clear here queues the next before that flush, which then
+            // waits for it too.
+            let _st = this.state.lock();
+            if this.queue_watch(true) {
+                return;
+            }
         }
         if more {
             // Work remains or was still coming: continue it.

@@ -29,7 +29,6 @@ use kernel::{
         Monotonic, //
     },
     workqueue::{
-        self,
         Work,
         WorkItem, //
     },
@@ -141,7 +140,7 @@ mod race {
             }),
             GFP_KERNEL,
         )?;
-        workqueue::system_unbound()
+        crate::work::system_dfl()
             .enqueue(hammer.clone())
             .map_err(|_| EBUSY)?;
         let start = Instant::<Monotonic>::now();

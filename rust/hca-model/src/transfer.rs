@@ -716,8 +716,6 @@ mod tests {
         assert!(m.writes.is_empty());
     }
 
-    /// The engine's scratch space is the same whatever the MRs: one piece
-    /// per segment, 32 bytes each, and one packet.
     /// The one-piece path (`copy_direct`) makes exactly one read and one
     /// write, and reports what the general path reports: the source's
     /// fault before anything is written, the destination's after.
@@ -788,6 +786,8 @@ mod tests {
         assert_eq!(m.writes, vec![(0x2000, 32)]);
     }
 
+    /// The engine's scratch space is the same whatever the MRs: one piece
+    /// per segment, 32 bytes each, and one packet.
     #[test]
     fn the_scratch_space_is_fixed_and_small() {
         assert_eq!(core::mem::size_of::<Piece>(), 32);
