@@ -62,8 +62,8 @@ pub(crate) fn system_dfl() -> &'static Queue {
 
 /// Queues work item `ID` of `w` on the next online housekeeping CPU after
 /// the caller's (not an isolated one), on the per-CPU `system_long_wq`;
-/// with no other such CPU, on the unbound `system_dfl_wq`. For polling work that
-/// must not take the CPU of the process that asked for it. As
+/// with no other such CPU, on the unbound `system_dfl_wq`. For polling
+/// work that must not take the CPU of the process that asked for it. As
 /// `Queue::enqueue`, it fails if the item is queued already.
 pub(crate) fn enqueue_elsewhere<W, const ID: u64>(w: W) -> W::EnqueueOutput
 where
