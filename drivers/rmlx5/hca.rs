@@ -326,7 +326,7 @@ impl SoftHca {
         let irqs_per_hca = u32::try_from(comp_eqs + 1)?;
         let mut models = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
         let mut uars = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
-        let mut dma = DmaRegistry::new();
+        let mut dma = DmaRegistry::new()?;
         for i in 0..nr_hcas {
             let index = u16::try_from(i)?;
             let model = ModelHca::new(index, Caps::DEFAULT, KStorage::new()?);

@@ -130,6 +130,10 @@ pub(crate) struct Perf {
     /// The model's memory accesses (reads and writes through the DMA
     /// registry) and the bytes they moved.
     pub(crate) dma: Timed,
+    /// The accesses the platform's range cache missed, each a search of
+    /// the DMA registry, and the registry's size at each (the second
+    /// column sums it, so its average is the size searched).
+    pub(crate) dma_search: Timed,
     /// Interrupt raised by the model → its EQ handler starts.
     pub(crate) irq_delay: Timed,
     /// EQ handler runs (hard IRQ) and their duration.
@@ -168,6 +172,7 @@ impl Perf {
             engine: Timed::default(),
             engine_units: AtomicU64::new(0),
             dma: Timed::default(),
+            dma_search: Timed::default(),
             irq_delay: Timed::default(),
             eq_handler: Timed::default(),
             bh_delay: Timed::default(),
@@ -199,6 +204,7 @@ impl Perf {
             &self.watch_max,
             &self.engine,
             &self.dma,
+            &self.dma_search,
             &self.irq_delay,
             &self.eq_handler,
             &self.bh_delay,
@@ -262,6 +268,11 @@ impl fmt::Display for Perf {
             f,
             "dma_access",
             "model memory accesses (the ns column counts bytes)",
+        )?;
+        self.dma_search.show(
+            f,
+            "dma_search",
+            "accesses searched in the DMA registry (ns column: regions)",
         )?;
         self.irq_delay
             .show(f, "irq_delay", "interrupt raised -> EQ handler")?;

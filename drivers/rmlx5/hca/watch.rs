@@ -229,7 +229,7 @@ impl Locked {
             &mut self.fabric,
             (
                 super::dma::SoftPlatform::new(
-                    &self.dma,
+                    &mut self.dma,
                     self.irqs_per_hca,
                     &self.perf,
                     self.direct.as_mut(),
