@@ -251,9 +251,6 @@ pub(crate) struct SoftHca {
     pub(crate) trap_work: Work<SoftHca, 4>,
     /// The watcher is queued or running.
     pub(crate) watching: AtomicBool,
-    /// The watcher is running (not only queued): a kick leaves the
-    /// execution of its doorbell to it (`hca/uar.rs`).
-    pub(crate) watch_running: AtomicBool,
     /// The watcher is not started before this time (perf clock, ns).
     pub(crate) watch_backoff: AtomicU64,
     /// Held by the watcher while its word is set, so that it is not
@@ -362,7 +359,6 @@ impl SoftHca {
                 watch_work <- new_work!("rmlx5_watch"),
                 trap_work <- new_work!("rmlx5_trap"),
                 watching: AtomicBool::new(false),
-                watch_running: AtomicBool::new(false),
                 watch_backoff: AtomicU64::new(0),
                 watch_run <- new_spinlock!((), "rmlx5_watch_run"),
                 elision: crate::module_parameters::kick_elision.value(),
@@ -386,19 +382,10 @@ impl SoftHca {
         self.uars.len()
     }
 
-    /// Queues the engine work on this CPU (any context).
+    /// Queues the engine work (any context).
     pub(crate) fn kick_engine(self: &Arc<Self>) {
         if !self.shutting_down.load(Ordering::Acquire) {
             let _ = crate::work::system_percpu().enqueue::<Arc<Self>, 2>(self.clone());
-        }
-    }
-
-    /// Queues the engine work on another CPU than this one: for a caller
-    /// that posted (a kick, a kernel ULP's post) and goes on with its own
-    /// work here, as the doorbell watcher does (`hca/watch.rs`).
-    fn kick_engine_elsewhere(self: &Arc<Self>) {
-        if !self.shutting_down.load(Ordering::Acquire) {
-            let _ = crate::work::enqueue_elsewhere::<Arc<Self>, 2>(self.clone());
         }
     }
 
@@ -505,7 +492,7 @@ impl SoftHca {
             }
             used = used.saturating_add(r.used);
             if r.used == 0 || used >= ENGINE_BUDGET {
-                self.kick_engine_elsewhere();
+                self.kick_engine();
                 return;
             }
         }
@@ -556,13 +543,6 @@ impl workqueue::WorkItem<2> for SoftHca {
         // (and enabling interrupts) between them.
         for _ in 0..64 {
             if this.shutting_down.load(Ordering::Acquire) {
-                return;
-            }
-            // The doorbell watcher is queued or running: it runs the engine
-            // itself, and continues what is left when it stops
-            // (`hca/watch.rs`). Going on here would keep it waiting in
-            // this CPU's workqueue pool behind this item.
-            if this.watching.load(Ordering::Acquire) {
                 return;
             }
             if !this.locked_direct(|st| this.engine_locked(st)) {

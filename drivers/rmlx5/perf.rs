@@ -123,9 +123,6 @@ pub(crate) struct Perf {
     /// Watcher runs that reached their longest run (or the module's
     /// shutdown) with work still coming.
     pub(crate) watch_max: Timed,
-    /// The preemption points between the segments of a watcher run,
-    /// and how long each took (another task ran if it was long).
-    pub(crate) watch_pause: Timed,
     /// Engine runs (one budget each) and the time they held the lock.
     pub(crate) engine: Timed,
     /// Budget units the engine used (one per WQE, plus one per 4 KiB).
@@ -172,7 +169,6 @@ impl Perf {
             watch_busy: Timed::default(),
             watch_idle: Timed::default(),
             watch_max: Timed::default(),
-            watch_pause: Timed::default(),
             engine: Timed::default(),
             engine_units: AtomicU64::new(0),
             dma: Timed::default(),
@@ -206,7 +202,6 @@ impl Perf {
             &self.watch_busy,
             &self.watch_idle,
             &self.watch_max,
-            &self.watch_pause,
             &self.engine,
             &self.dma,
             &self.dma_search,
@@ -258,12 +253,7 @@ impl fmt::Display for Perf {
         self.watch_idle
             .show(f, "watch_idle", "watcher runs stopped with nothing new")?;
         self.watch_max
-            .show(f, "watch_max", "watcher segments stopped at their longest")?;
-        self.watch_pause.show(
-            f,
-            "watch_pause",
-            "preemption points between watcher segments",
-        )?;
+            .show(f, "watch_max", "watcher runs stopped at their longest")?;
         self.engine
             .show(f, "engine", "one engine budget under the fabric lock")?;
         writeln!(

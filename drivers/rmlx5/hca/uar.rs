@@ -188,7 +188,7 @@ impl UserUar for SoftUar {
             0
         };
         let mut small = false;
-        let watched = {
+        {
             let mut st = soft.state.lock();
             Self::live(qp.gone)?;
             if soft.elision {
@@ -219,14 +219,8 @@ impl UserUar for SoftUar {
                 },
             )
             .map_err(|_| EINVAL)?;
-            // A running watcher executes the doorbell; it checks for work
-            // under this lock once it has cleared `watch_running`, so the
-            // doorbell is executed by it or by this kick, never by neither.
-            soft.watch_running.load(Ordering::Acquire)
-        };
-        if !watched {
-            soft.run_engine();
         }
+        soft.run_engine();
         let now = soft.perf.now();
         if soft.elision {
             // A stream: this kick came soon after the previous one of the

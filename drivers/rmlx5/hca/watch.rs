@@ -12,18 +12,10 @@
 //! it runs it behaves like the device: it hands the model the new send
 //! doorbell records of the watched QPs (each user QP that has kicked once)
 //! that rang (`Hca::send_doorbell_record`), then runs the engine, over and
-//! over, until nothing new came for [`IDLE_NS`]. It keeps preemption off
-//! for at most [`MAX_NS`] at a time: a stream goes on in another segment
-//! after a preemption point, and after [`MAX_SEGMENTS`] in a new run
-//! queued on its own CPU, so a long stream is watched from one CPU
-//! throughout and anything else queued there gets its turn.
-//!
-//! While the watcher is queued or running it is the engine: the engine
-//! work item returns at once rather than keep it waiting in the same
-//! workqueue pool, and a kick that finds it running only hands its
-//! doorbell to the model. Both are safe because the watcher, once it has
-//! cleared its flags, looks for engine work once more under the fabric
-//! lock, under which every doorbell and engine work is added.
+//! over, until nothing new came for [`IDLE_NS`] or it ran [`MAX_NS`]; in
+//! the second case it queues itself again on its own CPU, so a long stream
+//! is watched from one CPU throughout, with a pause between runs where
+//! anything else queued there gets its turn.
 //!
 //! While it runs, the watch word in the UAR page of every watched QP's
 //! process is set ([`crate::rmlx5_abi::uapi::UAR_WATCH_OFFSET`]), and a
@@ -92,8 +84,6 @@ extern "C" {
     /// `linux/sched/stat.h`: whether the current task is the only one
     /// runnable on this CPU (KVM's halt polling stops on it too).
     fn single_task_running() -> bool;
-    /// `rmlx5_shim.c`: `cond_resched()`.
-    fn rmlx5_shim_cond_resched();
 }
 
 /// Whether no other task waits for this CPU.
@@ -119,14 +109,9 @@ pub(crate) const IDLE_NS: u64 = 50_000;
 /// the fabric lock) before the next: kicks that still come find the lock
 /// free.
 pub(crate) const POLL_GAP_NS: u64 = 2_000;
-/// The longest one watcher segment keeps its word set, with preemption
-/// off (a stream goes on in the next segment, after a preemption point).
+/// The longest one watcher run keeps its word set (it is queued again if
+/// work was still coming).
 pub(crate) const MAX_NS: u64 = 500_000;
-/// Segments of one watcher run: a stream still going on after them is
-/// queued again on the workqueue, so that other work items of this CPU's
-/// pool get their turn (every 8 ms: below the 10 ms after which the
-/// workqueue counts a work item as CPU-intensive).
-pub(crate) const MAX_SEGMENTS: u32 = 16;
 /// After a run that stopped because another task wanted its CPU, the
 /// watcher is not started again for this long (no CPU to spare).
 pub(crate) const BACKOFF_NS: u64 = 2_000_000;
@@ -342,7 +327,6 @@ impl SoftHca {
             return false;
         }
         self.perf.watch_queued.mark(self.perf.now());
-
         let w = self.clone();
         let queued = if here {
             // A per-CPU workqueue queues on the caller's CPU; this one is
@@ -354,87 +338,8 @@ impl SoftHca {
         if !queued {
             let _ = self.perf.watch_queued.take(0);
             self.watching.store(false, Ordering::Release);
-            // The engine work item may have given way to the watcher that
-            // `watching` announced for a moment: let it run again.
-            self.kick_engine();
         }
         queued
-    }
-}
-
-impl SoftHca {
-    /// One segment of a watcher run: sets the watch words, takes doorbells
-    /// and runs the engine until nothing new came for [`IDLE_NS`], another
-    /// task wants this CPU, or [`MAX_NS`] passed, then clears the words
-    /// and takes what came meanwhile. Returns whether engine work remains,
-    /// and whether the segment stopped at `MAX_NS` having taken doorbells
-    /// (a stream going on).
-    fn watch_segment(&self) -> (bool, bool) {
-        let perf = &self.perf;
-        let start = perf.now();
-        let mut last = start;
-        // Whether a pass of this segment took a doorbell record: a segment
-        // that reaches its longest goes on only for a stream of user
-        // doorbells, not for other engine work alone (kernel ULPs' QPs,
-        // long messages). Not only in its last `IDLE_NS`: a process driving
-        // a thousand QPs stops ringing while the engine works through what
-        // it posted, until completions free its send queues.
-        let mut found_any = false;
-        let mut streaming = false;
-        // Preemption is off from here until the word is cleared.
-        let _run = self.watch_run.lock();
-        {
-            let mut st = self.state.lock();
-            st.watch.runs += 1;
-            st.set_watch_word(true);
-        }
-        loop {
-            let (busy, found) = {
-                let mut st = self.state.lock();
-                // Only the records of QPs whose processes set their
-                // doorbell bits: a provider that skips a kick has set its
-                // bit (see the handshake in the module comment).
-                let found = st.scan_bits();
-                (self.engine_locked(&mut st) || found, found)
-            };
-            let now = perf.now();
-            if busy {
-                last = now;
-            }
-            found_any |= found;
-            // Poll only while no task wants this CPU: a busy process (a
-            // receiver reposting, a poller) must never wait for the
-            // watcher; it runs again from the next kick.
-            let ran = now.saturating_sub(start);
-            if !cpu_is_ours() {
-                self.watch_backoff
-                    .store(now.saturating_add(BACKOFF_NS), Ordering::Relaxed);
-                perf.watch_busy.add(ran);
-                break;
-            }
-            if now.saturating_sub(last) > IDLE_NS {
-                perf.watch_idle.add(ran);
-                break;
-            }
-            if self.shutting_down.load(Ordering::Acquire) || ran > MAX_NS {
-                perf.watch_max.add(ran);
-                streaming = found_any;
-                break;
-            }
-            if !busy {
-                while perf.now().saturating_sub(now) < POLL_GAP_NS {
-                    core::hint::spin_loop();
-                }
-            }
-        }
-        let mut st = self.state.lock();
-        st.set_watch_word(false);
-        // Dekker: the cleared word before the last reading of the bits
-        // (the provider sets its bit, a full barrier, before its last
-        // reading of the word).
-        smp_mb(Full);
-        let found = st.scan_bits();
-        (self.engine_locked(&mut st) || found, streaming)
     }
 }
 
@@ -452,37 +357,78 @@ impl WorkItem<3> for SoftHca {
             this.watching.store(false, Ordering::Release);
             return;
         }
-        // Segments while a stream goes on, each with preemption off for
-        // at most `MAX_NS`, and a preemption point between them (the words
-        // cleared, so kicks fill the gap). Going through the workqueue
-        // between segments instead cost a queueing delay each time (87 to
-        // 288 µs on average at 16 to 1,000 QP pairs), during which every
-        // post kicked and executed WQEs in the posting process.
-        this.watch_running.store(true, Ordering::Release);
-        let mut segments = 0u32;
-        let (more, streaming) = loop {
-            let (more, streaming) = this.watch_segment();
-            segments += 1;
-            if !streaming || segments >= MAX_SEGMENTS {
-                break (more, streaming);
+        let mut last = start;
+        // When a pass last took a doorbell record: a run that reaches its
+        // longest goes on only for a stream of user doorbells, not for
+        // other engine work (kernel ULPs' QPs, long messages).
+        let mut last_found = start;
+        // Whether the run stopped at its longest while doorbells still
+        // came.
+        let mut streaming = false;
+        let more = {
+            // Preemption is off from here until the word is cleared.
+            let _run = this.watch_run.lock();
+            {
+                let mut st = this.state.lock();
+                st.watch.runs += 1;
+                st.set_watch_word(true);
             }
-            let pause = perf.now();
-            // SAFETY: process context (a work item), no lock held.
-            unsafe { rmlx5_shim_cond_resched() };
-            perf.watch_pause.add(perf.now().saturating_sub(pause));
-            if this.shutting_down.load(Ordering::Acquire) || !cpu_is_ours() {
-                // Another task wants this CPU now: the kicks take over
-                // and start a watcher elsewhere.
-                break (more, false);
+            loop {
+                let (busy, found) = {
+                    let mut st = this.state.lock();
+                    // Only the records of QPs whose processes set their
+                    // doorbell bits: a provider that skips a kick has set
+                    // its bit (see the handshake in the module comment).
+                    let found = st.scan_bits();
+                    (this.engine_locked(&mut st) || found, found)
+                };
+                let now = perf.now();
+                if busy {
+                    last = now;
+                }
+                if found {
+                    last_found = now;
+                }
+                // Poll only while no task wants this CPU: a busy process
+                // (a receiver reposting, a poller) must never wait for the
+                // watcher; it runs again from the next kick.
+                let ran = now.saturating_sub(start);
+                if !cpu_is_ours() {
+                    this.watch_backoff
+                        .store(now.saturating_add(BACKOFF_NS), Ordering::Relaxed);
+                    perf.watch_busy.add(ran);
+                    break;
+                }
+                if now.saturating_sub(last) > IDLE_NS {
+                    perf.watch_idle.add(ran);
+                    break;
+                }
+                if this.shutting_down.load(Ordering::Acquire) || ran > MAX_NS {
+                    perf.watch_max.add(ran);
+                    streaming = now.saturating_sub(last_found) <= IDLE_NS;
+                    break;
+                }
+                if !busy {
+                    while perf.now().saturating_sub(now) < POLL_GAP_NS {
+                        core::hint::spin_loop();
+                    }
+                }
             }
+            let mut st = this.state.lock();
+            st.set_watch_word(false);
+            // Dekker: the cleared word before the last reading of the
+            // bits (the provider sets its bit, a full barrier, before its
+            // last reading of the word).
+            smp_mb(Full);
+            let found = st.scan_bits();
+            this.engine_locked(&mut st) || found
         };
-        this.watch_running.store(false, Ordering::Release);
         this.watching.store(false, Ordering::Release);
-        // A stream still running after `MAX_SEGMENTS` goes on in a new
-        // run, queued behind whatever else waits for this CPU's workqueue
-        // pool (kicks fill the gap). It is not left to the kicks to start
-        // again: that takes two close kicks, each executing its WQE in the
-        // posting process, and the queueing delay after them.
+        // A stream still running goes on in a new run, queued behind
+        // whatever else waits for the workqueue (the word was cleared in
+        // between: kicks fill the gap). It is not left to the kicks to
+        // start again: that takes two close kicks, each executing its WQE
+        // in the posting process, and the queueing delay after them.
         if streaming {
             // Under the fabric lock: `shutdown` sets its flag under it
             // before it flushes this work, so a run that finds the flag
@@ -493,14 +439,8 @@ impl WorkItem<3> for SoftHca {
                 return;
             }
         }
-        // Work remains or was still coming: continue it. The engine work
-        // item gives way while `watching` is set (it returns at once), so
-        // work queued since the last segment's final engine run is looked
-        // for here, under the fabric lock, now that `watching` is clear:
-        // whoever added it did so under that lock and queued the engine
-        // work after, which then either finds `watching` clear and runs,
-        // or was queued before this lock is taken and its work is found.
-        if more || this.locked_direct(|st| this.engine_locked(st)) {
+        if more {
+            // Work remains or was still coming: continue it.
             this.kick_engine();
         }
     }
