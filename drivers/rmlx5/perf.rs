@@ -130,9 +130,11 @@ pub(crate) struct Perf {
     /// The model's memory accesses (reads and writes through the DMA
     /// registry) and the bytes they moved.
     pub(crate) dma: Timed,
-    /// The accesses the platform's range cache missed, each a search of
-    /// the DMA registry, and the registry's size at each (the second
-    /// column sums it, so its average is the size searched).
+    /// The accesses that searched the DMA registry (answered neither by
+    /// the platform's ranges nor by the registry's grants; a search that
+    /// faults is not counted), and the registry's size at each, dead
+    /// regions included (the second column sums it, so its average is
+    /// the size searched).
     pub(crate) dma_search: Timed,
     /// Interrupt raised by the model → its EQ handler starts.
     pub(crate) irq_delay: Timed,

@@ -295,10 +295,13 @@ impl DmaRegistry {
     }
 
     /// Finds the registered range `[start, end)` that holds the bytes
-    /// `[addr, end)` whole, from the grants remembered since the last
-    /// removal or by a search (then remembered). The second value says
-    /// whether it searched.
+    /// `[addr, end)` whole, from the grants of the current generation (made
+    /// since the last removal or closing of the direct map) or by a search
+    /// (then remembered). The second value says whether it searched.
     fn find(&mut self, addr: u64, end: u64) -> Result<((u64, u64), bool), DmaFault> {
+        if end < addr {
+            return Err(DmaFault);
+        }
         let slot = grant_slot(addr);
         if let Some(g) = self.grants.get(slot) {
             if g.generation == self.generation && g.start <= addr && end <= g.end {
@@ -318,7 +321,7 @@ impl DmaRegistry {
 
     /// Finds the registered range `[start, end)` that holds the bytes
     /// `[addr, end)` whole by searching the regions: a live region, or
-    /// the direct map.
+    /// the direct map. `end` is not below `addr` (checked by [`Self::find`]).
     fn check(&self, addr: u64, end: u64) -> Result<(u64, u64), DmaFault> {
         // Candidates start at or below `addr`; walk back from the last one
         // while an earlier region can still reach `end`.
@@ -349,7 +352,9 @@ const RANGE_CACHE: usize = 4;
 /// The model's view of the machine for one locked section: memory through
 /// the registry, interrupts through the shim's irq_work.
 pub(crate) struct SoftPlatform<'a> {
-    pub(crate) dma: &'a mut DmaRegistry,
+    /// Private: a platform's holder must not add or remove regions while
+    /// it lives, since `ranges` below would then go stale.
+    dma: &'a mut DmaRegistry,
     /// Interrupt vectors per HCA (hwirq = hca * irqs_per_hca + vector).
     pub(crate) irqs_per_hca: u32,
     /// Where raised interrupts are stamped (the event path's figures).
@@ -374,8 +379,10 @@ pub(crate) struct SoftPlatform<'a> {
     /// (two shared atomic additions per section instead of per access).
     accesses: u64,
     bytes: u64,
-    /// Registry searches (range-cache misses) and the regions they
-    /// searched, added to `perf` with the accesses.
+    /// Successful registry searches (accesses that neither this
+    /// platform's ranges nor the registry's grants answered) and the
+    /// regions, dead ones included, the registry held at each; added to
+    /// `perf` with the accesses.
     searches: u64,
     searched: u64,
 }
@@ -533,6 +540,8 @@ mod tests {
         reg.add_raw(b, 4096, RegionKind::UserMr)?;
         assert_eq!(reg.find(a + 8, a + 16), Ok(((a, a + 4096), true)));
         assert_eq!(reg.find(a + 64, a + 128), Ok(((a, a + 4096), false)));
+        // An end below the start is no access, granted or not.
+        assert_eq!(reg.find(a + 4096 + 8, a + 16), Err(DmaFault));
         // Outside the granted range: searched again, and refused.
         assert_eq!(reg.find(a + 4090, a + 4100), Err(DmaFault));
         assert_eq!(reg.find(b, b + 8), Ok(((b, b + 4096), true)));
