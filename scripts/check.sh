@@ -22,6 +22,15 @@ failures=()
 start=$(date +%s)
 step() { printf '\n=== %s\n' "$*"; }
 count_fail() { failed=$((failed + 1)); failures+=("$1"); }
+# guest_failures RESULTS WHAT: adds what a guest run names as failed
+# (run-guest.py's "failures", a line each) to the summary printed last.
+guest_failures() {
+    local line
+    while IFS= read -r line; do
+        failures+=("$2: $line")
+    done < <(python3 -c 'import json,sys
+for l in json.load(open(sys.argv[1])).get("failures", []): print(l.replace("\n", " | "))' "$1")
+}
 # add_guest_results RESULTS WHAT: adds the guest test counts of a guest
 # run without KUnit (run-guest.py --results) and removes the file.
 add_guest_results() {
@@ -32,6 +41,7 @@ print(d["guest_passed"], d["guest_failed"])' "$1")
         passed=$((passed + gp))
         failed=$((failed + gf))
         [ "$gf" = 0 ] || failures+=("$2: $gf failed")
+        guest_failures "$1" "$2"
     else
         count_fail "$2 runner"
     fi
@@ -124,6 +134,7 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 failed=$((failed + kf + gf))
                 [ "$kf" = 0 ] || failures+=("KUnit: $kf failed")
                 [ "$gf" = 0 ] || failures+=("guest: $gf failed")
+                guest_failures "$res" "guest"
             else
                 count_fail "guest runner"
             fi

@@ -361,6 +361,8 @@ def parse_kunit(args, log_text, workdir):
                 passed += 1
             elif status in ("FAIL", "ERROR", "TEST_CRASHED", "NO_TESTS"):
                 failed += 1
+                lines.append(f"failed case: {group.get('name', '?')}.{case.get('name', '?')} "
+                             f"({status})")
         for sub in group.get("sub_groups", []):
             walk(sub)
 
@@ -513,6 +515,9 @@ def main():
             if m.group(2) != "0" and not failed_since_exit:
                 results.append((False, m.group(1), f"exited with status {m.group(2)}", i))
             failed_since_exit = False
+    # What failed, a line each, for the caller's summary (make check prints
+    # it last, where CI's short tail of the output still shows it).
+    failures = []
     for ok, name, why, i in results:
         if ok:
             guest_passed += 1
@@ -521,21 +526,33 @@ def main():
             guest_failed += 1
             print(f"guest: FAIL {name}: {why}")
             print(excerpt(lines, i, before=20, after=5))
+            failures.append(f"{name}: {why}"[:300])
     for name, why, i in problems:
         guest_failed += 1
         print(f"guest: FAIL {name}: {why}")
         if name == "cx_emu":
             print(cx_emu.tail())
+            failures.append(f"{name}: {why}: {cx_emu.tail(3).strip()}"[:600])
         else:
             print(excerpt(lines, i))
+            at = ""
+            if i is not None and 0 <= i < len(lines):
+                at = ": " + PRINTK_PREFIX.sub("", lines[i]).strip()
+            failures.append(f"{name}: {why}{at}"[:300])
+    named = [l for l in kunit_lines if l.startswith("failed case: ")]
+    failures += named
+    if kunit_failed and not named:
+        failures.append("KUnit: " + (kunit_lines[-1] if kunit_lines else "no summary"))
     if args.mode in ("check", "stress", "pci-smoke", "prod") and not results:
         guest_failed += 1
         print("guest: FAIL no_results: the guest reported no test results")
+        failures.append("no_results: the guest reported no test results")
 
     if args.results:
         with open(args.results, "w") as f:
             json.dump({"kunit_passed": kunit_passed, "kunit_failed": kunit_failed,
-                       "guest_passed": guest_passed, "guest_failed": guest_failed}, f)
+                       "guest_passed": guest_passed, "guest_failed": guest_failed,
+                       "failures": failures}, f)
     print(f"guest: KUnit {kunit_passed} passed, {kunit_failed} failed; "
           f"guest tests {guest_passed} passed, {guest_failed} failed")
     if cx_emu and (kunit_failed or guest_failed) and not any(p[0] == "cx_emu" for p in problems):
