@@ -98,21 +98,19 @@ pub(crate) struct Rings {
 impl BlueFlame {
     /// A store of `data` to a BlueFlame half at time `now` (ns).
     pub(crate) fn store(&mut self, s: BfStore, data: &[u8], now: u64) -> Rings {
-        if let Some(p) = self.pending.as_mut() {
-            let same = (p.uar, p.reg, p.half) == (s.uar, s.reg, s.half);
-            if same && s.at == p.written {
-                p.written += data.len();
-                p.last = now;
-                if p.written >= p.expected {
-                    let r = p.ring(true);
-                    self.pending = None;
-                    return Rings {
-                        earlier: None,
-                        this: Some(r),
-                    };
-                }
-                return Rings::default();
+        let continued = self.continues(s);
+        if let Some(p) = self.pending.as_mut().filter(|_| continued) {
+            p.written += data.len();
+            p.last = now;
+            if p.written >= p.expected {
+                let r = p.ring(true);
+                self.pending = None;
+                return Rings {
+                    earlier: None,
+                    this: Some(r),
+                };
             }
+            return Rings::default();
         }
         let earlier = self.flush();
         if s.at != 0 || data.len() < 8 {
@@ -154,6 +152,13 @@ impl BlueFlame {
             earlier,
             this: None,
         }
+    }
+
+    /// Whether store `s` continues the held BlueFlame copy (the next
+    /// bytes of the same half), rather than ending it.
+    pub(crate) fn continues(&self, s: BfStore) -> bool {
+        self.pending
+            .is_some_and(|p| (p.uar, p.reg, p.half) == (s.uar, s.reg, s.half) && s.at == p.written)
     }
 
     /// Rings the held doorbell as a plain one (something else reached the

@@ -551,8 +551,24 @@ impl Function {
             trace!("store to UAR {index} at {o:#x} dropped: the function is stopped");
             return;
         }
-        if o + data.len() > UAR_PAGE_SIZE || !self.bus.uars.store(index, o, data) {
+        // A held doorbell is rung before a store that does not continue
+        // its copy lands: the model reads the doorbell's 8 bytes from the
+        // register half, and another QP ringing the same half (kernel QPs
+        // share a register) would have replaced them. A ConnectX takes
+        // each doorbell write with the bytes it carried.
+        let continues = match uar_register(o, data.len()) {
+            UarReg::BlueFlame { reg, half, at } => self.bf.continues(BfStore {
+                uar: index,
+                reg,
+                half,
+                at,
+            }),
+            _ => false,
+        };
+        if !continues {
             self.flush_blueflame(cx);
+        }
+        if o + data.len() > UAR_PAGE_SIZE || !self.bus.uars.store(index, o, data) {
             self.stray(
                 u64::from(index) * UAR_PAGE_SIZE as u64 + o as u64,
                 data,

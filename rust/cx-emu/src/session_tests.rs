@@ -1139,3 +1139,59 @@ fn a_function_without_bus_mastering_answers_nothing_until_it_has_it_again() {
     assert!(!o0.0 && !o1.0, "{:?} {:?}", o0.2, o1.2);
     assert_eq!((o0.1, o1.1), (0, 0));
 }
+
+/// Two QPs of one function ring the same BlueFlame half back to back, as
+/// kernel QPs sharing a register do: the first doorbell, a lone 8-byte
+/// store the emulator holds in case a BlueFlame copy follows, is rung with
+/// its own bytes, not with the second QP's that replaced them in the UAR
+/// page. A ConnectX takes each doorbell write with the data it carried.
+#[test]
+fn two_qps_ringing_one_blueflame_half_back_to_back() {
+    let (mut d0, mut d1, server) = start2();
+    let data0 = d0.alloc(0x10000);
+    let data1 = d1.alloc(0x10000);
+    let (lkey0, cq0, qp0a) = rc_function(&mut d0, data0);
+    let (lkey1, cq1, qp1a) = rc_function(&mut d1, data1);
+    // The second QPs in a PD of their own, with its own key.
+    let (pd0, lkey0b) = d0.pd_and_mr(data0, 0x10000);
+    let (pd1, lkey1b) = d1.pd_and_mr(data1, 0x10000);
+    let qp0b = d0.create_qp(pd0, &cq0);
+    let qp1b = d1.create_qp(pd1, &cq1);
+    d0.connect(&qp0a, (2, qp1a.qpn), 2, 8);
+    d1.connect(&qp1a, (1, qp0a.qpn), 2, 8);
+    d0.connect(&qp0b, (2, qp1b.qpn), 2, 8);
+    d1.connect(&qp1b, (1, qp0b.qpn), 2, 8);
+
+    d0.put(data0, &[0x5a; 64]);
+    d1.post_recv(&qp1a, 0, lkey1, data1 + 0x100, 64);
+    d1.post_recv(&qp1b, 0, lkey1b, data1 + 0x200, 64);
+    // Both doorbells land on register 0, half 0, with nothing between
+    // them; the read rings whatever is still held.
+    d0.post_send(&qp0a, 0, lkey0, data0, 64);
+    d0.post_send(&qp0b, 0, lkey0b, data0, 64);
+    d0.c.read32be(INITIALIZING_OFFSET);
+
+    for (i, qp) in [qp0a, qp0b].iter().enumerate() {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let cqe = loop {
+            if let Some(c) = d0.cqe(&cq0, i as u32) {
+                break c;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no completion {i} (QP {:#x})",
+                qp.qpn
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        let c = Cqe64::decode(&cqe).unwrap();
+        assert_eq!(c.op_own.opcode, CqeOpcode::Req, "completion {i}");
+    }
+    assert_eq!(d1.get(data1 + 0x100, 64), [0x5a; 64]);
+    assert_eq!(d1.get(data1 + 0x200, 64), [0x5a; 64]);
+    drop(d0);
+    drop(d1);
+    let [o0, o1] = server.join().unwrap();
+    assert_eq!((o0.0, o0.1), (false, 0), "function 0: {:?}", o0.2);
+    assert_eq!((o1.0, o1.1), (false, 0), "function 1: {:?}", o1.2);
+}
