@@ -233,6 +233,9 @@ pub(crate) const CQ_REPORT_MISSED_EVENTS: u32 = 4;
 /// Consumer state of a CQ.
 struct CqPoll {
     ci: u32,
+    /// Set before DESTROY_CQ is sent (cleared again if it fails): no arm
+    /// may reach the device after it, where the CQ no longer exists.
+    closing: bool,
 }
 
 /// A completion queue.
@@ -342,7 +345,7 @@ impl Cq {
             dbr,
             uar_addr,
             handler,
-            poll <- new_spinlock_irq!(CqPoll { ci: 0 }, "rmlx5_cq_poll"),
+            poll <- new_spinlock_irq!(CqPoll { ci: 0, closing: false }, "rmlx5_cq_poll"),
             arm_sn: AtomicU32::new(0),
             busy: AtomicU32::new(0),
             events: AtomicU64::new(0),
@@ -653,6 +656,11 @@ impl Cq {
             _ => return Err(EINVAL),
         };
         let p = self.poll.lock();
+        // A destroy that passed the check above has not sent DESTROY_CQ
+        // while `closing` is clear, and sends it only after taking this lock.
+        if p.closing {
+            return Err(EINVAL);
+        }
         let arm = CqArm {
             sn: (self.arm_sn.load(Ordering::Relaxed) & 3) as u8,
             cmd,
@@ -686,7 +694,13 @@ impl Cq {
                 if self.qps.load(Ordering::Acquire) != 0 {
                     return Err(EBUSY);
                 }
-                self.dev.be.destroy_cq(self.cqn, [&self.buf, &self.dbr])?;
+                // An arm racing this destroy either rang before this
+                // point or sees `closing` and rings nothing.
+                self.poll.lock().closing = true;
+                if let Err(e) = self.dev.be.destroy_cq(self.cqn, [&self.buf, &self.dbr]) {
+                    self.poll.lock().closing = false;
+                    return Err(e);
+                }
                 {
                     let dev = &self.dev;
                     dev.events.lock().remove_cq(self.cqn, self);
