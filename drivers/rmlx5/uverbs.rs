@@ -59,9 +59,8 @@ impl MiscDevice for Ucontext {
     fn ioctl(ctx: Pin<&Self>, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
         let command = cmd::command(cmd)?;
         // Its device went away (node.rs): nothing is left to command.
-        if ctx.is_disassociated() {
-            return Err(EIO);
-        }
+        // Disassociation waits for the commands already in.
+        let _in = ctx.enter_command()?;
         commands::run(&ctx, command, &cmd::Arg::new(arg))
     }
 

@@ -79,10 +79,11 @@ where
 
 /// Sleeps in steps of 100 µs until `busy` returns false: a destroy waiting
 /// for the event paths (the dispatcher, the EQ handler) to leave an object
-/// they are in a call on. It must wait however long that takes, since the
-/// object is freed after; if it waits for 10 s it says so once (naming the
-/// object: `what` and `id`), so that a stuck wait leaves a trace in the
-/// log rather than a silent hang. Process context.
+/// they are in a call on, or a disassociation waiting for the commands in
+/// flight on a user context. It must wait however long that takes, since
+/// what it waits for uses the object after; if it waits for 10 s it says
+/// so once (naming the object: `what` and `id`), so that a stuck wait
+/// leaves a trace in the log rather than a silent hang. Process context.
 pub(crate) fn wait_not_busy(what: &str, id: u32, busy: impl Fn() -> bool) {
     const STEP_US: i64 = 100;
     const WARN_STEPS: u32 = 100_000;
@@ -91,7 +92,7 @@ pub(crate) fn wait_not_busy(what: &str, id: u32, busy: impl Fn() -> bool) {
         fsleep(Delta::from_micros(STEP_US));
         steps = steps.saturating_add(1);
         if steps == WARN_STEPS {
-            pr_warn!("destroying {what} {id:#x}: still in use by the event path after 10 s; waiting on\n");
+            pr_warn!("{what} {id:#x}: still in use after 10 s; waiting on\n");
         }
     }
 }

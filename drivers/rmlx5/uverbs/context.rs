@@ -20,6 +20,7 @@
 
 use core::sync::atomic::{
     AtomicBool,
+    AtomicU32,
     Ordering, //
 };
 use kernel::{
@@ -114,11 +115,23 @@ pub(crate) struct Ucontext {
     /// Disassociated from its device ([`Ucontext::disassociate`]): every
     /// command and mapping gets `EIO`.
     disassociated: AtomicBool,
+    /// Commands running on the context ([`Ucontext::enter_command`]);
+    /// disassociation waits for them.
+    in_flight: AtomicU32,
     #[pin]
     pub(crate) objects: Mutex<Objects>,
     /// Counts the context as a user of its device node until it is gone
     /// (last field: dropped after everything else).
     _user: UserRef,
+}
+
+/// A command running on a context ([`Ucontext::enter_command`]).
+pub(crate) struct CommandGuard<'a>(&'a Ucontext);
+
+impl Drop for CommandGuard<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Ucontext {
@@ -141,6 +154,7 @@ impl Ucontext {
                 async_fd_taken: AtomicBool::new(false),
                 fatal_told: AtomicBool::new(false),
                 disassociated: AtomicBool::new(false),
+                in_flight: AtomicU32::new(0),
                 objects <- new_mutex!(Objects {
                     pds: Table::new(MAX_OBJECTS),
                     mrs: Table::new(MAX_OBJECTS),
@@ -185,7 +199,19 @@ impl Ucontext {
     /// mapped stay (each page holds a reference). The rest goes when the
     /// process closes the file.
     pub(crate) fn disassociate(&self) {
-        self.disassociated.store(true, Ordering::Release);
+        // SeqCst here and in `enter_command`: either a command sees the
+        // flag, or this sees its count (as ib_uverbs waits for its SRCU
+        // readers before it disassociates). A command that is already in
+        // holds objects (an `Arc` taken from a table) and may still be
+        // creating one; destroying under it would leave a QP on the UAR
+        // page given back below. Commands end within the device's
+        // command timeout.
+        self.disassociated.store(true, Ordering::SeqCst);
+        crate::work::wait_not_busy(
+            "user context (commands in flight) on device",
+            self.hca_index,
+            || self.in_flight.load(Ordering::SeqCst) != 0,
+        );
         self.uar.revoke();
         for ch in self.destroy_objects().iter() {
             ch.close();
@@ -195,6 +221,17 @@ impl Ucontext {
         self.tell_fatal();
         self.async_queue.close_after_pending();
         self.uar.give_back();
+    }
+
+    /// Enters a command: `EIO` once the context is disassociated, else a
+    /// guard that [`Ucontext::disassociate`] waits for.
+    pub(crate) fn enter_command(&self) -> Result<CommandGuard<'_>> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let g = CommandGuard(self);
+        if self.disassociated.load(Ordering::SeqCst) {
+            return Err(EIO);
+        }
+        Ok(g)
     }
 
     /// Whether [`Ucontext::disassociate`] has run.

@@ -101,8 +101,9 @@ impl Users {
 
     /// The device is going away (unbind, after the node was removed):
     /// every open context is disassociated from it
-    /// ([`Ucontext::disassociate`]), saying so in the log. Returns at
-    /// once; no process is waited for. Process context, and no `mmap_lock`
+    /// ([`Ucontext::disassociate`]), saying so in the log. No process is
+    /// waited for, only the commands already running on its contexts.
+    /// Process context, and no `mmap_lock`
     /// held (each process's is taken to unmap its UAR page).
     pub(crate) fn disassociate(&self, index: u16) {
         let open = self.open.lock();
