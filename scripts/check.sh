@@ -134,7 +134,7 @@ print(d["kunit_passed"], d["kunit_failed"], d["guest_passed"], d["guest_failed"]
                 failed=$((failed + kf + gf))
                 [ "$kf" = 0 ] || failures+=("KUnit: $kf failed")
                 [ "$gf" = 0 ] || failures+=("guest: $gf failed")
-                guest_failures "$res" "guest"
+                guest_failures "$res" "main guest"
             else
                 count_fail "guest runner"
             fi

@@ -532,7 +532,9 @@ def main():
         print(f"guest: FAIL {name}: {why}")
         if name == "cx_emu":
             print(cx_emu.tail())
-            failures.append(f"{name}: {why}: {cx_emu.tail(3).strip()}"[:600])
+            with open(cx_emu.log_path, errors="replace") as f:
+                last = " | ".join(l.strip() for l in f.read().splitlines()[-3:])
+            failures.append(f"{name}: {why}: {last}"[:600])
         else:
             print(excerpt(lines, i))
             at = ""

@@ -233,8 +233,9 @@ pub(crate) const CQ_REPORT_MISSED_EVENTS: u32 = 4;
 /// Consumer state of a CQ.
 struct CqPoll {
     ci: u32,
-    /// Set before DESTROY_CQ is sent (cleared again if it fails): no arm
-    /// may reach the device after it, where the CQ no longer exists.
+    /// Set before DESTROY_CQ is sent, and left set if the command fails
+    /// (a command that timed out may still have destroyed the CQ): no arm
+    /// may reach the device after it, where the CQ may no longer exist.
     closing: bool,
 }
 
@@ -697,10 +698,7 @@ impl Cq {
                 // An arm racing this destroy either rang before this
                 // point or sees `closing` and rings nothing.
                 self.poll.lock().closing = true;
-                if let Err(e) = self.dev.be.destroy_cq(self.cqn, [&self.buf, &self.dbr]) {
-                    self.poll.lock().closing = false;
-                    return Err(e);
-                }
+                self.dev.be.destroy_cq(self.cqn, [&self.buf, &self.dbr])?;
                 {
                     let dev = &self.dev;
                     dev.events.lock().remove_cq(self.cqn, self);

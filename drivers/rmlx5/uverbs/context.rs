@@ -204,8 +204,8 @@ impl Ucontext {
         // readers before it disassociates). A command that is already in
         // holds objects (an `Arc` taken from a table) and may still be
         // creating one; destroying under it would leave a QP on the UAR
-        // page given back below. Commands end within the device's
-        // command timeout.
+        // page given back below. Each device command a command runs ends
+        // within the command timeout.
         self.disassociated.store(true, Ordering::SeqCst);
         crate::work::wait_not_busy(
             "user context (commands in flight) on device",

@@ -10,9 +10,10 @@
 //! new open), and then the contexts still open on it are disassociated
 //! ([`Users::disassociate`]), as ib_uverbs does for mlx5_ib: each is told
 //! `DEVICE_FATAL`, its objects are destroyed on the function and its UAR
-//! page leaves the process (whose later stores land in memory), so the
-//! unbind goes on at once; the process sees `EIO` from then on and frees
-//! the rest when it closes the file.
+//! page leaves the process (whose later stores land in memory). The unbind
+//! waits only for the commands already running on the context, not for the
+//! process; the process sees `EIO` from then on and frees the rest when it
+//! closes the file.
 
 use kernel::{
     container_of,
