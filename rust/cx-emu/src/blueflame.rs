@@ -89,7 +89,10 @@ pub(crate) struct BlueFlame {
 /// What a store asks the caller to ring, in this order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Rings {
-    /// An earlier held doorbell that this store ends.
+    /// An earlier held doorbell that this store ends. `Function::uar_write`
+    /// rings a held doorbell before a store that does not continue it lands
+    /// (so the doorbell is read with its own bytes) and finds none here;
+    /// the type still never drops one on its own.
     pub(crate) earlier: Option<Ring>,
     /// This store's doorbell, if it completed one.
     pub(crate) this: Option<Ring>,

@@ -555,8 +555,10 @@ impl Function {
         // its copy lands: the model reads the doorbell's 8 bytes from the
         // register half, and another QP ringing the same half (kernel QPs
         // share a register) would have replaced them. A ConnectX takes
-        // each doorbell write with the bytes it carried.
-        let continues = match uar_register(o, data.len()) {
+        // each doorbell write with the bytes it carried. So no branch
+        // below has a held doorbell to ring but a BlueFlame store's own.
+        let register = uar_register(o, data.len());
+        let continues = match register {
             UarReg::BlueFlame { reg, half, at } => self.bf.continues(BfStore {
                 uar: index,
                 reg,
@@ -578,7 +580,7 @@ impl Function {
         }
         let uar_addr = self.fw.uar_addr(index);
         let end = o + data.len();
-        match uar_register(o, data.len()) {
+        match register {
             UarReg::BlueFlame { reg, half, at } => {
                 let now = self.now();
                 let store = BfStore {
@@ -593,7 +595,6 @@ impl Function {
                 }
             }
             UarReg::CqDoorbell => {
-                self.flush_blueflame(cx);
                 if end == UAR_CQ_DOORBELL_OFFSET + 8 {
                     let Some(hca) = hca!(self, cx) else {
                         return;
@@ -608,8 +609,7 @@ impl Function {
                 }
             }
             UarReg::EqArm | UarReg::EqUpdate => {
-                self.flush_blueflame(cx);
-                let arm = matches!(uar_register(o, data.len()), UarReg::EqArm);
+                let arm = matches!(register, UarReg::EqArm);
                 let last = if arm {
                     UAR_EQ_ARM_OFFSET
                 } else {
@@ -624,7 +624,6 @@ impl Function {
                 }
             }
             UarReg::None => {
-                self.flush_blueflame(cx);
                 self.stray(
                     u64::from(index) * UAR_PAGE_SIZE as u64 + o as u64,
                     data,
