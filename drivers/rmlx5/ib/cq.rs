@@ -648,7 +648,7 @@ impl Cq {
     /// `CQ_REPORT_MISSED_EVENTS`). Returns 1 if missed events were asked
     /// for and a completion is already waiting, else 0.
     pub(crate) fn req_notify(&self, flags: u32) -> Result<i32> {
-        if !matches!(self.handler, Some(Handler::Ulp(_))) || self.is_destroyed() {
+        if !matches!(self.handler, Some(Handler::Ulp(_))) {
             return Err(EINVAL);
         }
         let cmd = match flags & (CQ_SOLICITED | CQ_NEXT_COMP) {
@@ -657,8 +657,9 @@ impl Cq {
             _ => return Err(EINVAL),
         };
         let p = self.poll.lock();
-        // A destroy that passed the check above has not sent DESTROY_CQ
-        // while `closing` is clear, and sends it only after taking this lock.
+        // Destroyed, or being destroyed: `closing` is set under this lock
+        // before DESTROY_CQ is sent, so while it is clear the CQ exists on
+        // the device until this lock is released.
         if p.closing {
             return Err(EINVAL);
         }
