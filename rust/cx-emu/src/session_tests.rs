@@ -1184,6 +1184,7 @@ fn two_qps_ringing_one_blueflame_half_back_to_back() {
             );
             std::thread::sleep(std::time::Duration::from_millis(1));
         };
+        // PANIC: host test harness: a CQE the model wrote decodes, or the test fails.
         let c = Cqe64::decode(&cqe).unwrap();
         assert_eq!(c.op_own.opcode, CqeOpcode::Req, "completion {i}");
     }
@@ -1191,6 +1192,7 @@ fn two_qps_ringing_one_blueflame_half_back_to_back() {
     assert_eq!(d1.get(data1 + 0x200, 64), [0x5a; 64]);
     drop(d0);
     drop(d1);
+    // PANIC: host test harness: a panic in the emulator's thread fails the test.
     let [o0, o1] = server.join().unwrap();
     assert_eq!((o0.0, o0.1), (false, 0), "function 0: {:?}", o0.2);
     assert_eq!((o1.0, o1.1), (false, 0), "function 1: {:?}", o1.2);
