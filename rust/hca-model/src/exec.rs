@@ -43,18 +43,18 @@
 use super::cq::CqeBody;
 use super::dev::{err_cqe, Dev};
 use super::fabric::lid_of_index;
+use super::fabric::Instances;
 use super::flush;
-use super::hca::Hca;
 use super::mem::DmaMemory;
 use super::mem::Platform;
 use super::mr::{self, resolve, Access};
 use super::prm::cqe::{Cqe64, OpOwn};
 use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
 use super::prm::wqe::{CE_CQ_UPDATE, CE_CQ_UPDATE_AND_EQE};
-use super::qp::{QpAttr, QpState, RemoteQp, WaitKind};
+use super::qp::{QpAttr, QpId, QpState, RemoteQp, WaitKind};
 use super::respond::{self, Answer, ReqKind, Request};
 use super::stats::bump;
-use super::table::{get_mut, Storage};
+use super::table::get_mut;
 use super::timer;
 use super::transfer::{self, CopyFault, Piece, Pieces, Scratch};
 use super::ud;
@@ -69,6 +69,8 @@ pub(super) fn cost(len: u64) -> u32 {
 /// What the requester knows about the WQE it is executing.
 pub(super) struct Local {
     pub(super) slot: u32,
+    /// The QP, to find it again in the step's last phase.
+    pub(super) id: QpId,
     pub(super) qpn: u32,
     /// LID of the sending port and SL of the QP's path: what the
     /// responder reports as `slid` and `sl`.
@@ -214,20 +216,29 @@ fn wait_or_fail<P: Platform>(
     dev.sched.park(dev.t.qps, l.slot);
 }
 
-/// Runs one step of the QP in `slot` of instance `a`: executes or flushes
-/// one WQE, or raises a pending SQ_DRAINED event. Returns the budget used.
-/// A QP that still has work it can do now goes back on the active list.
-pub(super) fn step<S: Storage, P: Platform>(
-    hcas: &mut [Hca<S>],
+/// Runs one step of the QP `id` of instance `a`, which the caller has
+/// just taken off the active list: executes or flushes one WQE, or raises
+/// a pending SQ_DRAINED event. Returns the budget used. A QP that still
+/// has work it can do now, or was activated meanwhile, goes back on the
+/// active list.
+pub(super) fn step<I: Instances + ?Sized, P: Platform>(
+    set: &mut I,
     scratch: &mut Scratch,
     now: u64,
     p: &mut P,
     a: usize,
-    slot: u32,
+    id: QpId,
 ) -> u32 {
-    let used = step_qp(hcas, scratch, now, p, a, slot);
-    if let Some(h) = hcas.get_mut(a) {
+    let used = step_qp(set, scratch, now, p, a, id);
+    if let Some(mut h) = set.hold(a) {
         let dev = h.dev();
+        let slot = id.slot;
+        // Destroyed meanwhile, and perhaps a new QP in the slot that is
+        // not this step's to put back. (A QP reset meanwhile is still
+        // this step's: its running mark is cleared below.)
+        if id.find_object(dev.t.qps).is_none() {
+            return used;
+        }
         let more = get_mut(dev.t.qps, slot).is_some_and(|q| {
             q.wait.is_none()
                 && match q.state {
@@ -237,34 +248,181 @@ pub(super) fn step<S: Storage, P: Platform>(
                     _ => false,
                 }
         });
-        if more {
-            dev.sched.activate(dev.t.qps, slot);
-        }
+        dev.sched.end_step(dev.t.qps, slot, more);
     }
     used
 }
 
-fn step_qp<S: Storage, P: Platform>(
-    hcas: &mut [Hca<S>],
+/// What the first phase of a step, on the requester's instance, leaves
+/// for the others.
+enum Begun<'w> {
+    /// The step is over, with the budget it used.
+    Done(u32),
+    /// A UD or GSI datagram, built and ready to route, and its WQE (whose
+    /// bytes hold any inline data).
+    Datagram(ud::Ready, SendWqe<'w>),
+    /// An RC request to the responder QP, with the requester's view of
+    /// its WQE.
+    Request {
+        l: Local,
+        req: Request,
+        wqe: SendWqe<'w>,
+    },
+}
+
+fn step_qp<I: Instances + ?Sized, P: Platform>(
+    set: &mut I,
     scratch: &mut Scratch,
     now: u64,
     p: &mut P,
     a: usize,
-    slot: u32,
+    id: QpId,
 ) -> u32 {
-    let Some(hca) = hcas.get_mut(a) else {
-        return 1;
+    let Scratch {
+        wqe: wqe_buf,
+        recv: recv_buf,
+        local,
+        remote,
+        packet,
+    } = scratch;
+    // Phase 1, the requester's instance: read and check the WQE, resolve
+    // its local buffers.
+    let begun = match set.hold(a) {
+        Some(mut h) => begin(&mut h.dev(), now, p, a, id, wqe_buf, local),
+        None => return 1,
     };
-    let mut dev = hca.dev();
-    let Some(qp) = get_mut(dev.t.qps, slot) else {
-        return 1;
+    let (l, req, wqe) = match &begun {
+        Begun::Done(used) => return *used,
+        Begun::Datagram(ready, wqe) => {
+            let payload = ud::Payload {
+                local,
+                inline: wqe.bytes(),
+                packet,
+            };
+            return ud::send(set, p, a, ready, payload, remote, recv_buf);
+        }
+        Begun::Request { l, req, wqe } => (l, req, wqe),
+    };
+    let len = req.len;
+
+    // Phase 2, the responder's instance: check the request and reserve
+    // what it needs. An atomic is executed here, whole, so that it is
+    // atomic with respect to every other through this instance.
+    let b = usize::from(l.dest.hca);
+    let (answer, atomic_old) = match set.hold(b) {
+        Some(mut h) => {
+            let mut dev = h.dev();
+            let answer = respond::request(&mut dev, p, req, remote, recv_buf);
+            let old = match (answer, req.kind) {
+                (Answer::Ack(grant), ReqKind::Atomic(op)) => {
+                    let old = atomic_target(p, op, remote);
+                    respond::finish(&mut dev, p, req, &grant, old.is_ok());
+                    Some(old)
+                }
+                _ => None,
+            };
+            (answer, old)
+        }
+        None => (Answer::Silent, None),
+    };
+    let grant = match answer {
+        Answer::Ack(g) => g,
+        Answer::Silent | Answer::Rnr { .. } | Answer::Nak(_) => {
+            if let Some(mut h) = set.hold(a) {
+                let mut dev = h.dev();
+                if l.id.find(dev.t.qps).is_some() {
+                    match answer {
+                        Answer::Rnr { timer } => {
+                            wait_or_fail(&mut dev, p, l, WaitKind::Rnr, timer, now)
+                        }
+                        Answer::Nak(s) => fail(&mut dev, p, l, s),
+                        _ => wait_or_fail(&mut dev, p, l, WaitKind::Timeout, 0, now),
+                    }
+                }
+            }
+            return 1;
+        }
+    };
+
+    // Phase 3, no instance: the data moves between the ranges resolved.
+    let moved = match (req.kind, atomic_old) {
+        (ReqKind::Send { .. } | ReqKind::Write { .. }, _) => {
+            transfer::copy(p, local, wqe.bytes(), remote, len, packet)
+        }
+        (ReqKind::Read, _) => transfer::copy(p, remote, &[], local, len, packet)
+            // For a read, the source is remote and the destination local.
+            .map_err(|f| match f {
+                CopyFault::Source => CopyFault::Destination,
+                CopyFault::Destination => CopyFault::Source,
+            }),
+        (ReqKind::Atomic(_), Some(Ok(old))) => match local.first_addr() {
+            Some(result) => p.write(result, &old).map_err(|_| CopyFault::Source),
+            None => Err(CopyFault::Source),
+        },
+        (ReqKind::Atomic(_), _) => Err(CopyFault::Destination),
+    };
+
+    // Phase 4, the responder's instance: complete there. `Source` now
+    // always means the requester's memory failed: the message never ended
+    // at the responder (its last packet was never sent), so nothing
+    // completes there and a receive WQE it took stays posted. An atomic
+    // finished in phase 2.
+    if !matches!(req.kind, ReqKind::Atomic(_)) {
+        if let Some(mut h) = set.hold(b) {
+            let mut dev = h.dev();
+            match moved {
+                Ok(()) => respond::finish(&mut dev, p, req, &grant, true),
+                Err(CopyFault::Destination) => respond::finish(&mut dev, p, req, &grant, false),
+                Err(CopyFault::Source) => respond::release(&mut dev, &grant),
+            }
+        }
+    }
+
+    // Phase 5, the requester's instance: its completion, if the QP is
+    // still the one that posted the WQE.
+    if let Some(mut h) = set.hold(a) {
+        let mut dev = h.dev();
+        if l.id.find(dev.t.qps).is_some() {
+            match moved {
+                Ok(()) => succeed(&mut dev, p, l, len),
+                Err(CopyFault::Source) => fail(&mut dev, p, l, CqeSyndrome::LocalProt),
+                Err(CopyFault::Destination) => {
+                    let s = if matches!(req.kind, ReqKind::Send { .. }) {
+                        CqeSyndrome::RemoteOp
+                    } else {
+                        CqeSyndrome::RemoteAccess
+                    };
+                    fail(&mut dev, p, l, s);
+                }
+            }
+        }
+    }
+    cost(len)
+}
+
+/// Phase 1 of a step, holding the requester's instance: the QP's state,
+/// its retry wait, the WQE read and checked, its local buffers resolved
+/// into `local`. A WQE that completes here (a local error, a NOP, a UMR)
+/// ends the step.
+fn begin<'w, P: Platform>(
+    dev: &mut Dev<'_>,
+    now: u64,
+    p: &mut P,
+    a: usize,
+    id: QpId,
+    wqe_buf: &'w mut [u8; super::prm::wqe::MAX_WQE_SIZE],
+    local: &mut Pieces,
+) -> Begun<'w> {
+    let slot = id.slot;
+    let Some(qp) = id.find(dev.t.qps) else {
+        return Begun::Done(1);
     };
     match qp.state {
         QpState::Err => {
-            if flush::flush_one(&mut dev, p, slot) {
+            if flush::flush_one(dev, p, slot) {
                 dev.sched.activate(dev.t.qps, slot);
             }
-            return 1;
+            return Begun::Done(1);
         }
         QpState::Rts => {}
         QpState::Sqd if qp.wait.is_some() => {}
@@ -274,9 +432,9 @@ fn step_qp<S: Storage, P: Platform>(
                 let qpn = qp.qpn;
                 dev.qp_event(p, EventType::SqDrained, qpn);
             }
-            return 1;
+            return Begun::Done(1);
         }
-        _ => return 1,
+        _ => return Begun::Done(1),
     }
     // A transport timer that expired counts a timeout; with no retry left
     // the WQE fails once it has been read below.
@@ -284,7 +442,7 @@ fn step_qp<S: Storage, P: Platform>(
     if let Some((kind, deadline)) = qp.wait {
         if deadline > now {
             dev.sched.park(dev.t.qps, slot);
-            return 1;
+            return Begun::Done(1);
         }
         if kind == WaitKind::Timeout {
             bump(&mut dev.stats.timeouts);
@@ -293,19 +451,20 @@ fn step_qp<S: Storage, P: Platform>(
         }
     }
     let Some(qp) = get_mut(dev.t.qps, slot) else {
-        return 1;
+        return Begun::Done(1);
     };
     let Some(sq) = qp.sq else {
-        return 1;
+        return Begun::Done(1);
     };
     let pending = sq.pi.wrapping_sub(sq.ci);
     if pending == 0 {
-        return 1;
+        return Begun::Done(1);
     }
     let (qpn, attr, conn) = (qp.qpn, qp.attr, qp.conn);
     let (pdn, send_cqn) = (attr.pdn, attr.send_cqn);
     let mut l = Local {
         slot,
+        id,
         qpn,
         slid: lid_of_index(u16::try_from(a).unwrap_or(u16::MAX)),
         sl: conn.sl,
@@ -316,29 +475,22 @@ fn step_qp<S: Storage, P: Platform>(
         opcode: 0,
         signaled: true,
     };
-    let Scratch {
-        wqe: wqe_buf,
-        recv: recv_buf,
-        local,
-        remote,
-        packet,
-    } = scratch;
     local.clear();
     let wqe = match SendWqe::read(p, &sq, pending, wqe_buf) {
         Ok(w) => w,
         Err(m) => {
             l.opcode = m.opcode;
             l.bbs = m.bbs;
-            fail(&mut dev, p, &l, CqeSyndrome::LocalQpOp);
-            return 1;
+            fail(dev, p, &l, CqeSyndrome::LocalQpOp);
+            return Begun::Done(1);
         }
     };
     l.opcode = u8::from(wqe.ctrl.opcode);
     l.bbs = wqe.bbs;
     l.signaled = matches!(wqe.ctrl.ce, CE_CQ_UPDATE | CE_CQ_UPDATE_AND_EQE);
     if retries_spent {
-        fail(&mut dev, p, &l, CqeSyndrome::TransportRetryExc);
-        return 1;
+        fail(dev, p, &l, CqeSyndrome::TransportRetryExc);
+        return Begun::Done(1);
     }
     if attr.service.is_datagram() {
         let send = ud::Send {
@@ -348,46 +500,49 @@ fn step_qp<S: Storage, P: Platform>(
             own_qkey: conn.qkey,
             sq_ci: sq.ci,
         };
-        return ud::execute(hcas, p, a, &send, local, remote, recv_buf, packet);
+        return match ud::prepare(dev, p, &send, a, local) {
+            Ok((d, av)) => Begun::Datagram(ud::Ready { l, d, av }, wqe),
+            Err(used) => Begun::Done(used),
+        };
     }
     let op = match wqe.op() {
         Some((op, from)) if wqe.ctrl.wqe_index == sq.ci && wqe.ctrl.qpn == qpn => {
             let resolved = match op {
                 Op::Nop => Ok(()),
                 Op::Send { .. } | Op::Write { .. } => {
-                    local_pieces(&dev, &wqe, from, &attr, false, local)
+                    local_pieces(dev, &wqe, from, &attr, false, local)
                 }
-                Op::Read { .. } => local_pieces(&dev, &wqe, from, &attr, true, local),
-                Op::Atomic { .. } => atomic_result(&dev, p, &wqe, from, pdn, local),
+                Op::Read { .. } => local_pieces(dev, &wqe, from, &attr, true, local),
+                Op::Atomic { .. } => atomic_result(dev, p, &wqe, from, pdn, local),
                 Op::Umr { .. } => Ok(()),
             };
             match resolved {
                 Ok(()) => op,
                 Err(s) => {
-                    fail(&mut dev, p, &l, s);
-                    return 1;
+                    fail(dev, p, &l, s);
+                    return Begun::Done(1);
                 }
             }
         }
         _ => {
-            fail(&mut dev, p, &l, CqeSyndrome::LocalQpOp);
-            return 1;
+            fail(dev, p, &l, CqeSyndrome::LocalQpOp);
+            return Begun::Done(1);
         }
     };
     let len = local.total();
     let req = match op {
         Op::Nop => {
-            succeed(&mut dev, p, &l, 0);
-            return 1;
+            succeed(dev, p, &l, 0);
+            return Begun::Done(1);
         }
         Op::Umr { ctrl, mkey, xlt } => {
             // Local to this HCA: the MR changes when the WQE executes, in
             // order with the QP's other WQEs.
             match mr::umr(dev.t.mrs, p, pdn, wqe.ctrl.imm, &ctrl, &mkey, xlt.as_ref()) {
-                Ok(()) => succeed(&mut dev, p, &l, 0),
-                Err(s) => fail(&mut dev, p, &l, s),
+                Ok(()) => succeed(dev, p, &l, 0),
+                Err(s) => fail(dev, p, &l, s),
             }
-            return 1;
+            return Begun::Done(1);
         }
         Op::Send { imm, inval } => request(ReqKind::Send { imm, inval }, &l, 0, 0, len),
         Op::Write { raddr, imm } => {
@@ -400,67 +555,7 @@ fn step_qp<S: Storage, P: Platform>(
         solicited: wqe.ctrl.solicited,
         ..req
     };
-
-    let b = usize::from(l.dest.hca);
-    let answer = match hcas.get_mut(b) {
-        Some(h) => respond::request(&mut h.dev(), p, &req, remote, recv_buf),
-        None => Answer::Silent,
-    };
-    let grant = match answer {
-        Answer::Ack(g) => g,
-        Answer::Silent | Answer::Rnr { .. } | Answer::Nak(_) => {
-            if let Some(h) = hcas.get_mut(a) {
-                let mut dev = h.dev();
-                match answer {
-                    Answer::Rnr { timer } => {
-                        wait_or_fail(&mut dev, p, &l, WaitKind::Rnr, timer, now)
-                    }
-                    Answer::Nak(s) => fail(&mut dev, p, &l, s),
-                    _ => wait_or_fail(&mut dev, p, &l, WaitKind::Timeout, 0, now),
-                }
-            }
-            return 1;
-        }
-    };
-
-    let moved = match req.kind {
-        ReqKind::Send { .. } | ReqKind::Write { .. } => {
-            transfer::copy(p, local, wqe.bytes(), remote, len, packet)
-        }
-        ReqKind::Read => transfer::copy(p, remote, &[], local, len, packet)
-            // For a read, the source is remote and the destination local.
-            .map_err(|f| match f {
-                CopyFault::Source => CopyFault::Destination,
-                CopyFault::Destination => CopyFault::Source,
-            }),
-        ReqKind::Atomic(op) => atomic(p, op, remote, local),
-    };
-    // `Source` now always means the requester's memory failed: the message
-    // never ended at the responder (its last packet was never sent), so
-    // nothing completes there and a receive WQE it took stays posted.
-    if let Some(h) = hcas.get_mut(b) {
-        match moved {
-            Ok(()) => respond::finish(&mut h.dev(), p, &req, &grant, true),
-            Err(CopyFault::Destination) => respond::finish(&mut h.dev(), p, &req, &grant, false),
-            Err(CopyFault::Source) => {}
-        }
-    }
-    if let Some(h) = hcas.get_mut(a) {
-        let mut dev = h.dev();
-        match moved {
-            Ok(()) => succeed(&mut dev, p, &l, len),
-            Err(CopyFault::Source) => fail(&mut dev, p, &l, CqeSyndrome::LocalProt),
-            Err(CopyFault::Destination) => {
-                let s = if matches!(req.kind, ReqKind::Send { .. }) {
-                    CqeSyndrome::RemoteOp
-                } else {
-                    CqeSyndrome::RemoteAccess
-                };
-                fail(&mut dev, p, &l, s);
-            }
-        }
-    }
-    cost(len)
+    Begun::Request { l, req, wqe }
 }
 
 fn request(kind: ReqKind, l: &Local, raddr: u64, rkey: u32, len: u64) -> Request {
@@ -505,15 +600,15 @@ fn atomic_result<M: DmaMemory + ?Sized>(
     Ok(())
 }
 
-/// Executes an atomic on the remote target and returns the original value
-/// to the local buffer, both in host byte order (see [`super::atomic`]).
-fn atomic<P: Platform>(
+/// Executes an atomic on its remote target, in host byte order (see
+/// [`super::atomic`]), and returns the original value for the requester's
+/// result buffer. The caller holds the responder's instance.
+fn atomic_target<P: Platform>(
     p: &mut P,
     op: super::atomic::AtomicOp,
     remote: &Pieces,
-    local: &Pieces,
-) -> Result<(), CopyFault> {
-    let (Some(target), Some(result)) = (remote.first_addr(), local.first_addr()) else {
+) -> Result<[u8; 8], CopyFault> {
+    let Some(target) = remote.first_addr() else {
         return Err(CopyFault::Destination);
     };
     let mut old = [0u8; 8];
@@ -522,5 +617,5 @@ fn atomic<P: Platform>(
     let new = op.apply(u64::from_ne_bytes(old));
     p.write(target, &new.to_ne_bytes())
         .map_err(|_| CopyFault::Destination)?;
-    p.write(result, &old).map_err(|_| CopyFault::Source)
+    Ok(old)
 }

@@ -4,11 +4,40 @@
 //! queued work across instances.
 //!
 //! A send on instance A addressed to a QP on instance B (or on A, or to the
-//! sending QP itself) is executed by one engine step that holds the whole
-//! fabric: it borrows A, then B, then A again, never both at once, so the
-//! same code serves every case and nothing is allocated. The kernel keeps
-//! the fabric behind one lock and calls [`Fabric::run`] after each kick and
-//! from a work item while [`RunReport::more`] is set.
+//! sending QP itself) is executed by one engine step in phases: it holds
+//! A, then B, then A again, never two at once, so the same code serves
+//! every case and nothing is allocated. [`Fabric::run`] holds the whole
+//! fabric for its run; the kernel keeps the fabric behind one lock and
+//! calls it after each kick and from a work item while [`RunReport::more`]
+//! is set.
+//!
+//! # Several engines
+//!
+//! An embedder may instead run one engine per instance, each on its own
+//! CPU, with [`run_instance`]: it reaches the instances through
+//! [`Instances`], which hands out one instance at a time (a lock per
+//! instance, taken per phase and never two at once, so no lock order
+//! between instances arises). Each engine needs its own [`Scratch`] and
+//! its own platform handle. Between the phases of a step the instances are
+//! free, so the engine works by these rules:
+//!
+//! - a QP taken off an active list stays with the engine that took it
+//!   until its step ends; a doorbell meanwhile is remembered, not acted on
+//!   (`sched.rs`);
+//! - a later phase finds its QP again by slot, slot variant, QPN and RESET
+//!   epoch, and leaves it alone if any changed (destroyed or reset
+//!   meanwhile: the completion is dropped, as hardware drops one for a QP
+//!   that no longer exists);
+//! - a responder QP answers no second request while one it granted has not
+//!   finished, so a receive WQE is never granted twice (only a QP sending
+//!   to a peer that is connected elsewhere could try);
+//! - an atomic's read, modify and write happen in one phase, holding the
+//!   responder's instance, so atomics through one HCA are atomic with
+//!   respect to each other;
+//! - the data moves holding no instance, between ranges resolved in the
+//!   earlier phases: the platform must keep memory reachable until the
+//!   copy ends, or fault the access (the kernel's DMA registry checks each
+//!   access).
 //!
 //! # Clock
 //!
@@ -19,6 +48,7 @@
 //! arms an hrtimer).
 
 use core::borrow::BorrowMut;
+use core::ops::DerefMut;
 
 use super::exec;
 use super::hca::Hca;
@@ -73,6 +103,80 @@ impl<S: Storage> HcaSet for &mut [Hca<S>] {
 
     fn hcas(&mut self) -> &mut [Hca<S>] {
         self
+    }
+}
+
+/// The instances of a fabric as an engine reaches them: one at a time,
+/// for one phase of a step. Implemented for a slice of instances (one
+/// engine owns them all, [`Fabric::run`]); an embedder that runs several
+/// engines implements it over a lock per instance.
+pub trait Instances {
+    /// The storage type of every instance.
+    type Storage: Storage;
+    /// Instance access for one phase (a guard that unlocks on drop).
+    type Held<'a>: DerefMut<Target = Hca<Self::Storage>>
+    where
+        Self: 'a;
+
+    /// How many instances there are; instance `i` has fabric index `i`.
+    fn count(&self) -> usize;
+
+    /// Instance `index`, held until the result is dropped.
+    fn hold(&mut self, index: usize) -> Option<Self::Held<'_>>;
+}
+
+impl<S: Storage> Instances for [Hca<S>] {
+    type Storage = S;
+    type Held<'a>
+        = &'a mut Hca<S>
+    where
+        Self: 'a;
+
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn hold(&mut self, index: usize) -> Option<&mut Hca<S>> {
+        self.get_mut(index)
+    }
+}
+
+/// Executes queued work of instance `a` only (its QPs' send WQEs, flushes,
+/// retries due at `now`, SQ drained events), as [`Fabric::run`] does for
+/// all of them: the engine of one instance, when each has its own. The
+/// responder phases of its WQEs hold their target instances in turn
+/// through `set`. `more` says whether instance `a` still has work.
+pub fn run_instance<I: Instances + ?Sized, P: Platform>(
+    set: &mut I,
+    scratch: &mut Scratch,
+    now: u64,
+    p: &mut P,
+    a: usize,
+    budget: u32,
+) -> RunReport {
+    match set.hold(a) {
+        Some(mut h) => h.expire(now),
+        None => {
+            return RunReport {
+                used: 0,
+                more: false,
+            }
+        }
+    }
+    let mut used = 0u32;
+    while used < budget {
+        let qp = set.hold(a).and_then(|mut h| h.pop_active());
+        let Some(qp) = qp else {
+            break;
+        };
+        used = used.saturating_add(exec::step(set, scratch, now, p, a, qp));
+        if p.yield_engine() {
+            break;
+        }
+    }
+    RunReport {
+        used,
+        more: set.hold(a).is_some_and(|h| h.has_work()),
     }
 }
 
@@ -191,15 +295,14 @@ impl<H: HcaSet, X: BorrowMut<Scratch>> Fabric<H, X> {
         let mut idle = 0usize;
         while used < budget && n != 0 && idle < n {
             let a = self.cursor % n;
-            let slot = hcas.get_mut(a).and_then(Hca::pop_active);
-            let Some(slot) = slot else {
+            let qp = hcas.get_mut(a).and_then(Hca::pop_active);
+            let Some(qp) = qp else {
                 self.cursor = self.cursor.wrapping_add(1);
                 idle += 1;
                 continue;
             };
             idle = 0;
-            used =
-                used.saturating_add(exec::step(hcas, self.scratch.borrow_mut(), now, p, a, slot));
+            used = used.saturating_add(exec::step(hcas, self.scratch.borrow_mut(), now, p, a, qp));
             self.cursor = self.cursor.wrapping_add(1);
             if p.yield_engine() {
                 break;

@@ -18,7 +18,7 @@ use super::error::Error;
 use super::mr::{self, Mr, MrAttr};
 use super::pd::Pd;
 use super::port::Port;
-use super::qp::{Qp, QpAttr, QpInfo, QpService, QpState, QPN_BASE};
+use super::qp::{Qp, QpAttr, QpId, QpInfo, QpService, QpState, QPN_BASE};
 use super::qp_modify::{self, QpModify};
 use super::sched::Sched;
 use super::stats::Stats;
@@ -524,6 +524,9 @@ impl<S: Storage> Hca<S> {
         )
         .ok_or(Error::NoSpace)?;
         let slot = t.qps.get_mut(index as usize).ok_or(Error::NoSpace)?;
+        // A new QP in a reused slot is a different QP to an engine step
+        // that still names the old one (`QpId`).
+        slot.variant = slot.variant.wrapping_add(1);
         slot.obj = Some(Qp::new(QPN_BASE + index, *attr));
         if let Some(pd) = get_mut(t.pds, attr.pdn) {
             inc(&mut pd.users);
@@ -635,10 +638,12 @@ impl<S: Storage> Hca<S> {
         self.sched.has_active()
     }
 
-    /// Takes the next QP with work off the active list.
-    pub(super) fn pop_active(&mut self) -> Option<u32> {
+    /// Takes the next QP with work off the active list, marked running,
+    /// and says which QP it is.
+    pub(super) fn pop_active(&mut self) -> Option<QpId> {
         let t = self.storage.tables();
-        self.sched.pop_active(t.qps)
+        let slot = self.sched.pop_active(t.qps)?;
+        QpId::of(t.qps, slot)
     }
 
     /// Moves QPs whose retry deadline has passed to the active list.

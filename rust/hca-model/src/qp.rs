@@ -19,6 +19,7 @@
 
 use super::mr::Access;
 use super::ring::{Ring, RingPages};
+use super::table::Slot;
 
 /// QPN of the QP in slot 0.
 pub const QPN_BASE: u32 = 0x100;
@@ -225,6 +226,11 @@ pub(super) enum OnList {
     Active,
     /// Waits for its retry deadline.
     Timer,
+    /// Taken off the active list by an engine that is executing one of
+    /// its WQEs: no other engine may take it until that step ends
+    /// (`Sched::end_step`). An activation meanwhile is remembered in
+    /// `Qp::rerun`.
+    Running,
 }
 
 /// The send queue ring.
@@ -266,6 +272,60 @@ pub struct Qp {
     /// Engine list membership and link (slot index of the next QP).
     pub(super) on_list: OnList,
     pub(super) next: u32,
+    /// Activated while `Running`: the step's end puts it on the active
+    /// list.
+    pub(super) rerun: bool,
+    /// A request of this QP's peer was granted and has not finished
+    /// (`respond::request` to `respond::finish` or `respond::release`):
+    /// a second one meanwhile is not answered, so that a receive WQE is
+    /// never granted twice.
+    pub(super) responding: bool,
+    /// Bumped by every move to RESET: with the slot's variant and the
+    /// QPN it tells an engine whose step released the instance between
+    /// phases whether it still has the same QP ([`QpId`]).
+    pub(super) epoch: u32,
+}
+
+/// Which QP an engine step is working for, to find it again in a later
+/// phase: the slot, the slot's variant, the QPN and the QP's RESET epoch.
+/// If any of them changed (the QP was destroyed, or reset, meanwhile) the
+/// phase leaves it alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct QpId {
+    pub(super) slot: u32,
+    variant: u8,
+    qpn: u32,
+    epoch: u32,
+}
+
+impl QpId {
+    /// The identity of the QP in `slot` now, if there is one.
+    pub(super) fn of(qps: &[Slot<Qp>], slot: u32) -> Option<QpId> {
+        let s = qps.get(slot as usize)?;
+        let qp = s.obj.as_ref()?;
+        Some(QpId {
+            slot,
+            variant: s.variant,
+            qpn: qp.qpn,
+            epoch: qp.epoch,
+        })
+    }
+
+    /// The QP this identity names, if it is still in its slot and has not
+    /// been reset since.
+    pub(super) fn find<'q>(&self, qps: &'q mut [Slot<Qp>]) -> Option<&'q mut Qp> {
+        self.find_object(qps).filter(|qp| qp.epoch == self.epoch)
+    }
+
+    /// The same QP object, reset or not since: not destroyed, and no
+    /// other QP created in its slot.
+    pub(super) fn find_object<'q>(&self, qps: &'q mut [Slot<Qp>]) -> Option<&'q mut Qp> {
+        let s = qps.get_mut(self.slot as usize)?;
+        if s.variant != self.variant {
+            return None;
+        }
+        s.obj.as_mut().filter(|qp| qp.qpn == self.qpn)
+    }
 }
 
 impl Qp {
@@ -295,6 +355,9 @@ impl Qp {
             sqd_notify_pending: false,
             on_list: OnList::None,
             next: u32::MAX,
+            rerun: false,
+            responding: false,
+            epoch: 0,
         }
     }
 
@@ -339,5 +402,7 @@ impl Qp {
         self.timeout_retries = 0;
         self.comm_established = false;
         self.sqd_notify_pending = false;
+        self.responding = false;
+        self.epoch = self.epoch.wrapping_add(1);
     }
 }

@@ -39,7 +39,7 @@ use super::prm::doorbell::{QpDbRec, QP_DBR_SIZE};
 use super::prm::opcode::{CqeOpcode, CqeSyndrome, EventType};
 use super::prm::recv::RecvSegs;
 use super::prm::ring;
-use super::qp::{QpService, QpState, Rq};
+use super::qp::{QpId, QpService, QpState, Rq};
 use super::stats::bump;
 use super::table::get_mut;
 use super::transfer::{Piece, Pieces};
@@ -77,11 +77,12 @@ pub(super) struct Request {
     pub(super) solicited: bool,
 }
 
-/// What the responder granted.
+/// What the responder granted. Until [`finish`] or [`release`] takes it
+/// back, the responder QP answers no other request (`Qp::responding`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Grant {
-    /// Slot of the responder QP.
-    slot: u32,
+    /// The responder QP, to find it again in the phase that finishes.
+    id: QpId,
     /// The receive WQE consumed (SEND, WRITE_IMM): its counter.
     recv: Option<u16>,
 }
@@ -161,7 +162,11 @@ pub(super) fn request<P: Platform>(
     let Some((slot, qp)) = dev.qp(req.dest_qpn) else {
         return Answer::Silent;
     };
-    if !qp.state.receives() || qp.attr.service != QpService::Rc {
+    // A QP still finishing another granted request (possible only for a
+    // requester that is not its peer, with engines running side by side)
+    // drops this one, as a responder drops a packet out of sequence: the
+    // requester times out and retries.
+    if !qp.state.receives() || qp.attr.service != QpService::Rc || qp.responding {
         return Answer::Silent;
     }
     let qpn = qp.qpn;
@@ -218,8 +223,11 @@ pub(super) fn request<P: Platform>(
         req.kind,
         ReqKind::Send { .. } | ReqKind::Write { imm: Some(_) }
     );
+    let Some(id) = QpId::of(dev.t.qps, slot) else {
+        return Answer::Silent;
+    };
     if !wants_recv {
-        return Answer::Ack(Grant { slot, recv: None });
+        return grant(dev, id, None);
     }
     let Some(rq) = rq else {
         return Answer::Rnr { timer: rnr_timer };
@@ -229,10 +237,7 @@ pub(super) fn request<P: Platform>(
     }
     let counter = rq.ci;
     if !matches!(req.kind, ReqKind::Send { .. }) {
-        return Answer::Ack(Grant {
-            slot,
-            recv: Some(counter),
-        });
+        return grant(dev, id, Some(counter));
     }
 
     if let Err(s) = scatter_list(dev, p, &rq, pdn, req.len, remote, recv_buf) {
@@ -262,10 +267,24 @@ pub(super) fn request<P: Platform>(
             return Answer::Nak(CqeSyndrome::RemoteInvalReq);
         }
     }
-    Answer::Ack(Grant {
-        slot,
-        recv: Some(counter),
-    })
+    grant(dev, id, Some(counter))
+}
+
+/// Grants a request to the responder QP `id`: it is busy until the grant
+/// is finished or released.
+fn grant(dev: &mut Dev<'_>, id: QpId, recv: Option<u16>) -> Answer {
+    if let Some(qp) = id.find(dev.t.qps) {
+        qp.responding = true;
+    }
+    Answer::Ack(Grant { id, recv })
+}
+
+/// Takes back a grant whose message never ended (the requester's memory
+/// faulted): nothing completes, a receive WQE it named stays posted.
+pub(super) fn release(dev: &mut Dev<'_>, grant: &Grant) {
+    if let Some(qp) = grant.id.find(dev.t.qps) {
+        qp.responding = false;
+    }
 }
 
 /// Reads the receive WQE at the consumer counter of `rq` (of a QP in PD
@@ -324,27 +343,23 @@ pub(super) fn finish<P: Platform>(
     grant: &Grant,
     ok: bool,
 ) {
-    let Some(qp) = get_mut(dev.t.qps, grant.slot) else {
+    // Destroyed or reset since the grant (engines side by side): the
+    // message reached no QP.
+    let Some(qp) = grant.id.find(dev.t.qps) else {
         return;
     };
+    qp.responding = false;
+    let slot = grant.id.slot;
     let qpn = qp.qpn;
     let cqn = qp.attr.recv_cqn;
     let Some(counter) = grant.recv else {
         if !ok {
-            fail_no_wqe(dev, p, grant.slot, qpn, EventType::WqAccessError);
+            fail_no_wqe(dev, p, slot, qpn, EventType::WqAccessError);
         }
         return;
     };
     if !ok {
-        fail_recv(
-            dev,
-            p,
-            grant.slot,
-            qpn,
-            cqn,
-            counter,
-            CqeSyndrome::LocalProt,
-        );
+        fail_recv(dev, p, slot, qpn, cqn, counter, CqeSyndrome::LocalProt);
         return;
     }
     if let Some(rq) = qp.rq.as_mut() {
@@ -385,5 +400,5 @@ pub(super) fn finish<P: Platform>(
             owner: false,
         },
     });
-    dev.qp_cqe(p, grant.slot, cqn, body, req.solicited);
+    dev.qp_cqe(p, slot, cqn, body, req.solicited);
 }

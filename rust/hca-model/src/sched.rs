@@ -12,6 +12,16 @@
 //! A QP is linked into `active` exactly when its `on_list` is
 //! `OnList::Active`, into `timer` exactly when it is `OnList::Timer`,
 //! and `len` counts the QPs linked into each list.
+//!
+//! # A QP an engine is executing
+//!
+//! [`Sched::pop_active`] marks the QP it returns `OnList::Running` until
+//! the engine calls [`Sched::end_step`]. An embedder that runs several
+//! engines, each holding an instance only for one phase of a step (see
+//! [`super::fabric::Instances`]), lets doorbells and control operations
+//! reach the instance between those phases; an activation then only sets
+//! `Qp::rerun`, so no second engine takes the QP and executes the same
+//! head WQE. The step's own engine may still park it (a retry wait).
 
 use super::qp::{OnList, Qp};
 use super::table::{get, get_mut, Slot};
@@ -113,29 +123,71 @@ impl Sched {
                 self.timer.remove(qps, slot);
                 self.active.push_back(qps, slot, OnList::Active);
             }
+            Some(OnList::Running) => {
+                if let Some(q) = get_mut(qps, slot) {
+                    q.rerun = true;
+                }
+            }
             Some(OnList::Active) | None => {}
         }
     }
 
-    /// Puts the QP in `slot` (on no list) on the timer list.
+    /// Puts the QP in `slot` (on no list, or being executed by the caller)
+    /// on the timer list.
     pub(super) fn park(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
-        if get(qps, slot).is_some_and(|q| q.on_list == OnList::None) {
+        if get(qps, slot).is_some_and(|q| matches!(q.on_list, OnList::None | OnList::Running)) {
+            if let Some(q) = get_mut(qps, slot) {
+                q.rerun = false;
+            }
             self.timer.push_back(qps, slot, OnList::Timer);
         }
     }
 
-    /// Takes the QP in `slot` off whichever list it is on.
+    /// Takes the QP in `slot` off whichever list it is on (a QP being
+    /// executed stays with its engine, which will not put it back: its
+    /// activation is forgotten).
     pub(super) fn unlink(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
         match get(qps, slot).map(|q| q.on_list) {
             Some(OnList::Active) => self.active.remove(qps, slot),
             Some(OnList::Timer) => self.timer.remove(qps, slot),
+            Some(OnList::Running) => {
+                if let Some(q) = get_mut(qps, slot) {
+                    q.rerun = false;
+                }
+            }
             Some(OnList::None) | None => {}
         }
     }
 
-    /// Takes the first QP off the active list.
+    /// Takes the first QP off the active list and marks it running: until
+    /// [`Sched::end_step`], only its engine puts it on a list.
     pub(super) fn pop_active(&mut self, qps: &mut [Slot<Qp>]) -> Option<u32> {
-        self.active.pop_front(qps)
+        let slot = self.active.pop_front(qps)?;
+        if let Some(q) = get_mut(qps, slot) {
+            q.on_list = OnList::Running;
+            q.rerun = false;
+        }
+        Some(slot)
+    }
+
+    /// Ends the step of the QP in `slot` that [`Sched::pop_active`] gave an
+    /// engine: unless the step parked it, it goes back on the active list
+    /// if `more` (it has work it can do now) or if it was activated during
+    /// the step. A QP that is no longer running (its slot was freed and
+    /// reused meanwhile) is left alone.
+    pub(super) fn end_step(&mut self, qps: &mut [Slot<Qp>], slot: u32, more: bool) {
+        let Some(q) = get_mut(qps, slot) else {
+            return;
+        };
+        if q.on_list != OnList::Running {
+            return;
+        }
+        q.on_list = OnList::None;
+        let again = more || q.rerun;
+        q.rerun = false;
+        if again {
+            self.activate(qps, slot);
+        }
     }
 
     /// Whether any QP is on the active list.
@@ -243,5 +295,39 @@ mod tests {
         s.activate(&mut t, 1);
         assert_eq!(s.next_deadline(&t), None);
         assert_eq!(s.pop_active(&mut t), Some(1));
+    }
+
+    #[test]
+    fn a_running_qp_is_activated_only_by_its_step_end() {
+        let mut t = qps(3);
+        let mut s = Sched::EMPTY;
+        s.activate(&mut t, 1);
+        assert_eq!(s.pop_active(&mut t), Some(1));
+        // A doorbell between the phases of its step: no second engine may
+        // take it.
+        s.activate(&mut t, 1);
+        assert!(!s.has_active());
+        s.end_step(&mut t, 1, false);
+        assert_eq!(s.pop_active(&mut t), Some(1));
+        // Nothing new and nothing left: it stays off.
+        s.end_step(&mut t, 1, false);
+        assert!(!s.has_active());
+        // Reset or destroyed meanwhile: the activation is forgotten.
+        s.activate(&mut t, 1);
+        assert_eq!(s.pop_active(&mut t), Some(1));
+        s.activate(&mut t, 1);
+        s.unlink(&mut t, 1);
+        s.end_step(&mut t, 1, false);
+        assert!(!s.has_active());
+        // Parked by its own step: the step's end leaves it on the timer.
+        s.activate(&mut t, 2);
+        assert_eq!(s.pop_active(&mut t), Some(2));
+        if let Some(q) = get_mut(&mut t, 2) {
+            q.wait = Some((WaitKind::Rnr, 50));
+        }
+        s.park(&mut t, 2);
+        s.end_step(&mut t, 2, true);
+        assert!(!s.has_active());
+        assert_eq!(s.next_deadline(&t), Some(50));
     }
 }

@@ -41,16 +41,14 @@ mod recv;
 
 use super::dev::{Dev, GSI_WIRE_QPN};
 use super::exec::{cost, fail, local_pieces, succeed, Local};
-use super::fabric::{index_of_lid, lid_of_index};
-use super::hca::Hca;
+use super::fabric::{index_of_lid, lid_of_index, Instances};
 use super::mem::Platform;
 use super::prm::net_hdr::NET_HDR_SIZE;
 use super::prm::opcode::CqeSyndrome;
 use super::prm::wqe::DatagramSeg;
 use super::qp::{QpAttr, QpService};
 use super::stats::bump;
-use super::table::Storage;
-use super::transfer::{Pieces, PACKET};
+use super::transfer::Pieces;
 use super::wqe::{SendWqe, UdOp};
 
 /// Bit 31 of a send WQE's Q_Key: send with the QP's own Q_Key instead.
@@ -104,22 +102,38 @@ pub(super) enum Outcome {
 }
 
 /// The instance a datagram from a port of link layer `roce` to the
-/// address vector `av` reaches, or `None`.
-fn route<S: Storage>(hcas: &[Hca<S>], roce: bool, av: &DatagramSeg) -> Option<usize> {
+/// address vector `av` reaches, or `None`. Holds each instance it looks at
+/// in turn.
+fn route<I: Instances + ?Sized>(set: &mut I, roce: bool, av: &DatagramSeg) -> Option<usize> {
     if roce {
-        hcas.iter()
-            .position(|h| h.port().is_roce() && h.port().has_mac(&av.rmac))
+        (0..set.count()).find(|&i| {
+            set.hold(i)
+                .is_some_and(|h| h.port().is_roce() && h.port().has_mac(&av.rmac))
+        })
     } else {
         let b = usize::from(index_of_lid(av.rlid)?);
-        hcas.get(b).filter(|h| !h.port().is_roce()).map(|_| b)
+        set.hold(b)
+            .is_some_and(|h| !h.port().is_roce())
+            .then_some(b)
     }
 }
+
+/// A datagram the sender's instance has built: what the later phases of
+/// the step need.
+pub(super) struct Ready {
+    /// The requester's view of the WQE.
+    pub(super) l: Local,
+    pub(super) d: Datagram,
+    pub(super) av: DatagramSeg,
+}
+
+pub(super) use recv::Payload;
 
 /// The local half of a UD send on the sender's instance: decodes the WQE,
 /// resolves its gather list into `local` and builds the datagram. `Err`
 /// means the step is over (the WQE completed, in error or as a NOP or a
 /// drop, with the budget it used).
-fn prepare<P: Platform>(
+pub(super) fn prepare<P: Platform>(
     dev: &mut Dev<'_>,
     p: &mut P,
     s: &Send<'_, '_>,
@@ -184,52 +198,41 @@ fn prepare<P: Platform>(
     Ok((d, av))
 }
 
-/// Executes the send WQE `s` of the UD or GSI QP in `s.l.slot` of
-/// instance `a`, start to finish, with the engine's scratch lists, receive
-/// WQE copy and packet buffer. Returns the budget used.
-#[expect(clippy::too_many_arguments)]
-pub(super) fn execute<S: Storage, P: Platform>(
-    hcas: &mut [Hca<S>],
+/// Sends the datagram `r` that the first phase of a step built on
+/// instance `a`: routes it, delivers it holding the receiving instance
+/// (reading the sender's memory through `payload`), then completes the
+/// send holding `a` again, if the QP is still the one that posted it.
+/// Returns the budget used.
+pub(super) fn send<I: Instances + ?Sized, P: Platform>(
+    set: &mut I,
     p: &mut P,
     a: usize,
-    s: &Send<'_, '_>,
-    local: &mut Pieces,
+    r: &Ready,
+    payload: Payload<'_>,
     remote: &mut Pieces,
     recv_buf: &mut [u8],
-    packet: &mut [u8; PACKET],
 ) -> u32 {
-    let Some(h) = hcas.get_mut(a) else {
+    let Some(roce) = set.hold(a).map(|h| h.port().is_roce()) else {
         return 1;
     };
-    let roce = h.port().is_roce();
-    let (d, av) = match prepare(&mut h.dev(), p, s, a, local) {
-        Ok(x) => x,
-        Err(used) => return used,
+    let b = route(set, roce, &r.av);
+    let outcome = match b.and_then(|b| set.hold(b)) {
+        Some(mut h) => recv::deliver(&mut h.dev(), p, &r.d, payload, remote, recv_buf),
+        None => Outcome::Dropped,
     };
-    let outcome = match route(hcas, roce, &av).and_then(|b| hcas.get_mut(b)) {
-        Some(h) => {
-            let payload = recv::Payload {
-                local,
-                inline: s.wqe.bytes(),
-                packet,
-            };
-            recv::deliver(&mut h.dev(), p, &d, payload, remote, recv_buf)
-        }
-        None => {
-            if let Some(h) = hcas.get_mut(a) {
-                bump(&mut h.dev().stats.ud_drop_no_dest);
-            }
-            Outcome::Dropped
-        }
-    };
-    if let Some(h) = hcas.get_mut(a) {
+    if let Some(mut h) = set.hold(a) {
         let mut dev = h.dev();
-        match outcome {
-            Outcome::SourceFault => fail(&mut dev, p, s.l, CqeSyndrome::LocalProt),
-            Outcome::Delivered | Outcome::Dropped | Outcome::RecvError => {
-                succeed(&mut dev, p, s.l, d.len)
+        if b.is_none() {
+            bump(&mut dev.stats.ud_drop_no_dest);
+        }
+        if r.l.id.find(dev.t.qps).is_some() {
+            match outcome {
+                Outcome::SourceFault => fail(&mut dev, p, &r.l, CqeSyndrome::LocalProt),
+                Outcome::Delivered | Outcome::Dropped | Outcome::RecvError => {
+                    succeed(&mut dev, p, &r.l, r.d.len)
+                }
             }
         }
     }
-    cost(d.len)
+    cost(r.d.len)
 }

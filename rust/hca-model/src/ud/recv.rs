@@ -51,13 +51,13 @@ struct Receiver {
 }
 
 /// Where a datagram's payload comes from.
-pub(super) struct Payload<'a> {
+pub(in super::super) struct Payload<'a> {
     /// The sender's gather list.
-    pub(super) local: &'a Pieces,
+    pub(in super::super) local: &'a Pieces,
     /// The send WQE's bytes, which its inline pieces index.
-    pub(super) inline: &'a [u8],
+    pub(in super::super) inline: &'a [u8],
     /// The engine's packet buffer (a datagram is one packet).
-    pub(super) packet: &'a mut [u8; PACKET],
+    pub(in super::super) packet: &'a mut [u8; PACKET],
 }
 
 /// Delivers `d`, whose payload is `src`, at the instance `dev`: finds the

@@ -26,6 +26,7 @@ mod cmd_query;
 mod cmd_ud;
 mod cmd_user_queues;
 mod cmd_vport;
+mod engines;
 mod errors;
 mod failure;
 mod fastreg;

@@ -184,6 +184,23 @@ impl World {
         bbs: u16,
         how: Ring,
     ) -> Result<(), DoorbellError> {
+        let db = self.doorbell_stores(qp, index, bbs, how);
+        let mem = &mut self.mem;
+        self.fabric
+            .hca(qp.hca as u16)
+            .unwrap()
+            .send_doorbell(mem, &db)
+    }
+
+    /// The stores of [`World::ring_sq`] (doorbell record, UAR register),
+    /// without the doorbell call they lead to, which the caller makes.
+    pub fn doorbell_stores(
+        &mut self,
+        qp: &mut TestQp,
+        index: u16,
+        bbs: u16,
+        how: Ring,
+    ) -> SendDoorbell {
         self.mem.put(
             qp.dbr + QP_DBR_SEND_OFFSET as u64,
             &counter_word(qp.cur_post),
@@ -212,11 +229,7 @@ impl World {
             blueflame_len,
         };
         qp.half ^= 1;
-        let mem = &mut self.mem;
-        self.fabric
-            .hca(qp.hca as u16)
-            .unwrap()
-            .send_doorbell(mem, &db)
+        db
     }
 
     /// Posts a list of work requests with one doorbell, and runs the engine.
