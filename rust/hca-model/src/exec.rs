@@ -84,6 +84,25 @@ pub(super) struct Local {
     signaled: bool,
 }
 
+impl Local {
+    /// The QP `id` before the first phase of its step fills in the rest.
+    fn blank(id: QpId) -> Self {
+        Local {
+            slot: id.slot,
+            id,
+            qpn: 0,
+            slid: 0,
+            sl: 0,
+            send_cqn: 0,
+            dest: RemoteQp { hca: 0, qpn: 0 },
+            wqe_counter: 0,
+            bbs: 1,
+            opcode: 0,
+            signaled: true,
+        }
+    }
+}
+
 /// Resolves the data segments of `wqe` from byte `from` on: the gather
 /// list of a SEND or WRITE (`write` false: pointers and inline data), or
 /// the scatter list of a READ (`write` true: pointers only, LOCAL_WRITE),
@@ -199,6 +218,11 @@ fn wait_or_fail<P: Platform>(
     let Some(qp) = get_mut(dev.t.qps, l.slot) else {
         return;
     };
+    // Moved to ERR while the request was out (engines side by side): the
+    // flush completes the WQE; a wait would hold the flush back.
+    if qp.state == QpState::Err {
+        return;
+    }
     let c = qp.conn;
     let deadline = match kind {
         WaitKind::Rnr => {
@@ -218,9 +242,8 @@ fn wait_or_fail<P: Platform>(
 
 /// Runs one step of the QP `id` of instance `a`, which the caller has
 /// just taken off the active list: executes or flushes one WQE, or raises
-/// a pending SQ_DRAINED event. Returns the budget used. A QP that still
-/// has work it can do now, or was activated meanwhile, goes back on the
-/// active list.
+/// a pending SQ_DRAINED event. Returns the budget used. The step ends in
+/// its last phase on the requester's instance ([`end_step`]).
 pub(super) fn step<I: Instances + ?Sized, P: Platform>(
     set: &mut I,
     scratch: &mut Scratch,
@@ -229,46 +252,64 @@ pub(super) fn step<I: Instances + ?Sized, P: Platform>(
     a: usize,
     id: QpId,
 ) -> u32 {
-    let used = step_qp(set, scratch, now, p, a, id);
-    if let Some(mut h) = set.hold(a) {
-        let dev = h.dev();
-        let slot = id.slot;
-        // Destroyed meanwhile, and perhaps a new QP in the slot that is
-        // not this step's to put back. (A QP reset meanwhile is still
-        // this step's: its running mark is cleared below.)
-        if id.find_object(dev.t.qps).is_none() {
-            return used;
-        }
-        let more = get_mut(dev.t.qps, slot).is_some_and(|q| {
-            q.wait.is_none()
-                && match q.state {
-                    QpState::Rts => q.sq_pending(),
-                    // The in-flight WQE finished: SQ_DRAINED is now due.
-                    QpState::Sqd => q.sqd_notify_pending,
-                    _ => false,
-                }
-        });
-        dev.sched.end_step(dev.t.qps, slot, more);
-    }
-    used
+    step_qp(set, scratch, now, p, a, id)
 }
 
-/// What the first phase of a step, on the requester's instance, leaves
-/// for the others.
-enum Begun<'w> {
+/// Ends the step of the QP `id`, holding its instance: a QP that still has
+/// work it can do now, or was activated meanwhile, goes back on the active
+/// list, one that waits for a retry on the timer list. A QP destroyed
+/// meanwhile, perhaps with a new QP in its slot, is not the step's to put
+/// back; a QP reset meanwhile still is (its running mark is cleared).
+#[inline]
+pub(super) fn end_step(dev: &mut Dev<'_>, id: QpId) {
+    let Some(q) = id.find_object(dev.t.qps) else {
+        return;
+    };
+    let more = q.wait.is_none()
+        && match q.state {
+            QpState::Rts => q.sq_pending(),
+            // The in-flight WQE finished: SQ_DRAINED is now due.
+            QpState::Sqd => q.sqd_notify_pending,
+            _ => false,
+        };
+    dev.sched.end_step(dev.t.qps, id.slot, more);
+}
+
+/// How the first phase of a step, on the requester's instance, ended. What
+/// the later phases need (the requester's view of the WQE, the request,
+/// the datagram) it writes into the caller's variables, so that nothing
+/// larger than this moves between the phases.
+enum Next<'w> {
     /// The step is over, with the budget it used.
     Done(u32),
-    /// A UD or GSI datagram, built and ready to route, and its WQE (whose
-    /// bytes hold any inline data).
-    Datagram(ud::Ready, SendWqe<'w>),
-    /// An RC request to the responder QP, with the requester's view of
-    /// its WQE.
-    Request {
-        l: Local,
-        req: Request,
-        wqe: SendWqe<'w>,
-    },
+    /// A UD or GSI datagram is built and ready to route; the WQE's bytes
+    /// hold any inline data.
+    Datagram(SendWqe<'w>),
+    /// An RC request is ready for the responder QP.
+    Request(SendWqe<'w>),
 }
+
+/// Where the first phase of a step writes what the later ones need.
+struct Out<'o> {
+    /// The requester's gather or scatter list.
+    local: &'o mut Pieces,
+    l: &'o mut Local,
+    req: &'o mut Request,
+    datagram: &'o mut Option<ud::Ready>,
+}
+
+/// A request before the first phase fills it in.
+const BLANK_REQUEST: Request = Request {
+    kind: ReqKind::Read,
+    dest_qpn: 0,
+    src_qpn: 0,
+    slid: 0,
+    sl: 0,
+    raddr: 0,
+    rkey: 0,
+    len: 0,
+    solicited: false,
+};
 
 fn step_qp<I: Instances + ?Sized, P: Platform>(
     set: &mut I,
@@ -287,22 +328,42 @@ fn step_qp<I: Instances + ?Sized, P: Platform>(
     } = scratch;
     // Phase 1, the requester's instance: read and check the WQE, resolve
     // its local buffers.
-    let begun = match set.hold(a) {
-        Some(mut h) => begin(&mut h.dev(), now, p, a, id, wqe_buf, local),
+    let mut l = Local::blank(id);
+    let mut req = BLANK_REQUEST;
+    let mut datagram = None;
+    let next = match set.hold(a) {
+        Some(mut h) => {
+            let mut dev = h.dev();
+            let out = Out {
+                local: &mut *local,
+                l: &mut l,
+                req: &mut req,
+                datagram: &mut datagram,
+            };
+            let next = begin(&mut dev, now, p, a, id, wqe_buf, out);
+            if matches!(next, Next::Done(_)) {
+                end_step(&mut dev, id);
+            }
+            next
+        }
         None => return 1,
     };
-    let (l, req, wqe) = match &begun {
-        Begun::Done(used) => return *used,
-        Begun::Datagram(ready, wqe) => {
+    let wqe = match next {
+        Next::Done(used) => return used,
+        Next::Datagram(wqe) => {
+            let Some(ready) = datagram else {
+                return 1;
+            };
             let payload = ud::Payload {
                 local,
                 inline: wqe.bytes(),
                 packet,
             };
-            return ud::send(set, p, a, ready, payload, remote, recv_buf);
+            return ud::send(set, p, a, &l, &ready, payload, remote, recv_buf);
         }
-        Begun::Request { l, req, wqe } => (l, req, wqe),
+        Next::Request(wqe) => wqe,
     };
+    let (l, req) = (&l, &req);
     let len = req.len;
 
     // Phase 2, the responder's instance: check the request and reserve
@@ -339,6 +400,7 @@ fn step_qp<I: Instances + ?Sized, P: Platform>(
                         _ => wait_or_fail(&mut dev, p, l, WaitKind::Timeout, 0, now),
                     }
                 }
+                end_step(&mut dev, id);
             }
             return 1;
         }
@@ -379,7 +441,7 @@ fn step_qp<I: Instances + ?Sized, P: Platform>(
     }
 
     // Phase 5, the requester's instance: its completion, if the QP is
-    // still the one that posted the WQE.
+    // still the one that posted the WQE, and the step's end.
     if let Some(mut h) = set.hold(a) {
         let mut dev = h.dev();
         if l.id.find(dev.t.qps).is_some() {
@@ -396,6 +458,7 @@ fn step_qp<I: Instances + ?Sized, P: Platform>(
                 }
             }
         }
+        end_step(&mut dev, id);
     }
     cost(len)
 }
@@ -411,18 +474,19 @@ fn begin<'w, P: Platform>(
     a: usize,
     id: QpId,
     wqe_buf: &'w mut [u8; super::prm::wqe::MAX_WQE_SIZE],
-    local: &mut Pieces,
-) -> Begun<'w> {
+    out: Out<'_>,
+) -> Next<'w> {
+    let (l, local) = (out.l, out.local);
     let slot = id.slot;
     let Some(qp) = id.find(dev.t.qps) else {
-        return Begun::Done(1);
+        return Next::Done(1);
     };
     match qp.state {
         QpState::Err => {
             if flush::flush_one(dev, p, slot) {
                 dev.sched.activate(dev.t.qps, slot);
             }
-            return Begun::Done(1);
+            return Next::Done(1);
         }
         QpState::Rts => {}
         QpState::Sqd if qp.wait.is_some() => {}
@@ -432,9 +496,9 @@ fn begin<'w, P: Platform>(
                 let qpn = qp.qpn;
                 dev.qp_event(p, EventType::SqDrained, qpn);
             }
-            return Begun::Done(1);
+            return Next::Done(1);
         }
-        _ => return Begun::Done(1),
+        _ => return Next::Done(1),
     }
     // A transport timer that expired counts a timeout; with no retry left
     // the WQE fails once it has been read below.
@@ -442,7 +506,7 @@ fn begin<'w, P: Platform>(
     if let Some((kind, deadline)) = qp.wait {
         if deadline > now {
             dev.sched.park(dev.t.qps, slot);
-            return Begun::Done(1);
+            return Next::Done(1);
         }
         if kind == WaitKind::Timeout {
             bump(&mut dev.stats.timeouts);
@@ -451,18 +515,18 @@ fn begin<'w, P: Platform>(
         }
     }
     let Some(qp) = get_mut(dev.t.qps, slot) else {
-        return Begun::Done(1);
+        return Next::Done(1);
     };
     let Some(sq) = qp.sq else {
-        return Begun::Done(1);
+        return Next::Done(1);
     };
     let pending = sq.pi.wrapping_sub(sq.ci);
     if pending == 0 {
-        return Begun::Done(1);
+        return Next::Done(1);
     }
     let (qpn, attr, conn) = (qp.qpn, qp.attr, qp.conn);
     let (pdn, send_cqn) = (attr.pdn, attr.send_cqn);
-    let mut l = Local {
+    *l = Local {
         slot,
         id,
         qpn,
@@ -481,28 +545,31 @@ fn begin<'w, P: Platform>(
         Err(m) => {
             l.opcode = m.opcode;
             l.bbs = m.bbs;
-            fail(dev, p, &l, CqeSyndrome::LocalQpOp);
-            return Begun::Done(1);
+            fail(dev, p, l, CqeSyndrome::LocalQpOp);
+            return Next::Done(1);
         }
     };
     l.opcode = u8::from(wqe.ctrl.opcode);
     l.bbs = wqe.bbs;
     l.signaled = matches!(wqe.ctrl.ce, CE_CQ_UPDATE | CE_CQ_UPDATE_AND_EQE);
     if retries_spent {
-        fail(dev, p, &l, CqeSyndrome::TransportRetryExc);
-        return Begun::Done(1);
+        fail(dev, p, l, CqeSyndrome::TransportRetryExc);
+        return Next::Done(1);
     }
     if attr.service.is_datagram() {
         let send = ud::Send {
-            l: &l,
+            l,
             wqe: &wqe,
             attr: &attr,
             own_qkey: conn.qkey,
             sq_ci: sq.ci,
         };
         return match ud::prepare(dev, p, &send, a, local) {
-            Ok((d, av)) => Begun::Datagram(ud::Ready { l, d, av }, wqe),
-            Err(used) => Begun::Done(used),
+            Ok((d, av)) => {
+                *out.datagram = Some(ud::Ready { d, av });
+                Next::Datagram(wqe)
+            }
+            Err(used) => Next::Done(used),
         };
     }
     let op = match wqe.op() {
@@ -519,43 +586,43 @@ fn begin<'w, P: Platform>(
             match resolved {
                 Ok(()) => op,
                 Err(s) => {
-                    fail(dev, p, &l, s);
-                    return Begun::Done(1);
+                    fail(dev, p, l, s);
+                    return Next::Done(1);
                 }
             }
         }
         _ => {
-            fail(dev, p, &l, CqeSyndrome::LocalQpOp);
-            return Begun::Done(1);
+            fail(dev, p, l, CqeSyndrome::LocalQpOp);
+            return Next::Done(1);
         }
     };
     let len = local.total();
     let req = match op {
         Op::Nop => {
-            succeed(dev, p, &l, 0);
-            return Begun::Done(1);
+            succeed(dev, p, l, 0);
+            return Next::Done(1);
         }
         Op::Umr { ctrl, mkey, xlt } => {
             // Local to this HCA: the MR changes when the WQE executes, in
             // order with the QP's other WQEs.
             match mr::umr(dev.t.mrs, p, pdn, wqe.ctrl.imm, &ctrl, &mkey, xlt.as_ref()) {
-                Ok(()) => succeed(dev, p, &l, 0),
-                Err(s) => fail(dev, p, &l, s),
+                Ok(()) => succeed(dev, p, l, 0),
+                Err(s) => fail(dev, p, l, s),
             }
-            return Begun::Done(1);
+            return Next::Done(1);
         }
-        Op::Send { imm, inval } => request(ReqKind::Send { imm, inval }, &l, 0, 0, len),
+        Op::Send { imm, inval } => request(ReqKind::Send { imm, inval }, l, 0, 0, len),
         Op::Write { raddr, imm } => {
-            request(ReqKind::Write { imm }, &l, raddr.raddr, raddr.rkey, len)
+            request(ReqKind::Write { imm }, l, raddr.raddr, raddr.rkey, len)
         }
-        Op::Read { raddr } => request(ReqKind::Read, &l, raddr.raddr, raddr.rkey, len),
-        Op::Atomic { raddr, op } => request(ReqKind::Atomic(op), &l, raddr.raddr, raddr.rkey, 8),
+        Op::Read { raddr } => request(ReqKind::Read, l, raddr.raddr, raddr.rkey, len),
+        Op::Atomic { raddr, op } => request(ReqKind::Atomic(op), l, raddr.raddr, raddr.rkey, 8),
     };
-    let req = Request {
+    *out.req = Request {
         solicited: wqe.ctrl.solicited,
         ..req
     };
-    Begun::Request { l, req, wqe }
+    Next::Request(wqe)
 }
 
 fn request(kind: ReqKind, l: &Local, raddr: u64, rkey: u32, len: u64) -> Request {

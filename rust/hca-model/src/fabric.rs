@@ -5,8 +5,9 @@
 //!
 //! A send on instance A addressed to a QP on instance B (or on A, or to the
 //! sending QP itself) is executed by one engine step in phases: it holds
-//! A, then B, then A again, never two at once, so the same code serves
-//! every case and nothing is allocated. [`Fabric::run`] holds the whole
+//! A (the WQE), then B (the request), then none (the data), then B (the
+//! responder's completion) and A (the requester's), never two at once, so
+//! the same code serves every case and nothing is allocated. [`Fabric::run`] holds the whole
 //! fabric for its run; the kernel keeps the fabric behind one lock and
 //! calls it after each kick and from a work item while [`RunReport::more`]
 //! is set.
@@ -31,6 +32,10 @@
 //! - a responder QP answers no second request while one it granted has not
 //!   finished, so a receive WQE is never granted twice (only a QP sending
 //!   to a peer that is connected elsewhere could try);
+//! - a QP in ERR takes no wait and completes no granted receive: the flush
+//!   completes its WQEs, each once;
+//! - a QP the step parks goes on the timer list at the step's end, not
+//!   before, so no other engine expires it while the step still runs;
 //! - an atomic's read, modify and write happen in one phase, holding the
 //!   responder's instance, so atomics through one HCA are atomic with
 //!   respect to each other;
@@ -121,7 +126,10 @@ pub trait Instances {
     /// How many instances there are; instance `i` has fabric index `i`.
     fn count(&self) -> usize;
 
-    /// Instance `index`, held until the result is dropped.
+    /// Instance `index`, held until the result is dropped. `None` must
+    /// mean only that no instance has that index, for good: a step that
+    /// could not take back an instance it already used would leave its QP
+    /// marked running, or a responder busy, for ever.
     fn hold(&mut self, index: usize) -> Option<Self::Held<'_>>;
 }
 
@@ -145,7 +153,11 @@ impl<S: Storage> Instances for [Hca<S>] {
 /// retries due at `now`, SQ drained events), as [`Fabric::run`] does for
 /// all of them: the engine of one instance, when each has its own. The
 /// responder phases of its WQEs hold their target instances in turn
-/// through `set`. `more` says whether instance `a` still has work.
+/// through `set`. `more` says whether instance `a` still has work; a step
+/// can also give another instance work (a responder QP it moved to ERR,
+/// whose queues must be flushed, or a CQ overrun there), so after a run
+/// the embedder asks each instance the run reached whether it
+/// [`Hca::has_work`] and wakes its engine.
 pub fn run_instance<I: Instances + ?Sized, P: Platform>(
     set: &mut I,
     scratch: &mut Scratch,

@@ -300,6 +300,7 @@ pub(super) struct QpId {
 
 impl QpId {
     /// The identity of the QP in `slot` now, if there is one.
+    #[inline]
     pub(super) fn of(qps: &[Slot<Qp>], slot: u32) -> Option<QpId> {
         let s = qps.get(slot as usize)?;
         let qp = s.obj.as_ref()?;
@@ -313,12 +314,14 @@ impl QpId {
 
     /// The QP this identity names, if it is still in its slot and has not
     /// been reset since.
+    #[inline]
     pub(super) fn find<'q>(&self, qps: &'q mut [Slot<Qp>]) -> Option<&'q mut Qp> {
         self.find_object(qps).filter(|qp| qp.epoch == self.epoch)
     }
 
     /// The same QP object, reset or not since: not destroyed, and no
     /// other QP created in its slot.
+    #[inline]
     pub(super) fn find_object<'q>(&self, qps: &'q mut [Slot<Qp>]) -> Option<&'q mut Qp> {
         let s = qps.get_mut(self.slot as usize)?;
         if s.variant != self.variant {

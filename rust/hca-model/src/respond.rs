@@ -270,10 +270,11 @@ pub(super) fn request<P: Platform>(
     grant(dev, id, Some(counter))
 }
 
-/// Grants a request to the responder QP `id`: it is busy until the grant
-/// is finished or released.
+/// Grants a request to the responder QP `id` (found in this same hold):
+/// it is busy until the grant is finished or released.
+#[inline]
 fn grant(dev: &mut Dev<'_>, id: QpId, recv: Option<u16>) -> Answer {
-    if let Some(qp) = id.find(dev.t.qps) {
+    if let Some(qp) = get_mut(dev.t.qps, id.slot) {
         qp.responding = true;
     }
     Answer::Ack(Grant { id, recv })
@@ -349,6 +350,11 @@ pub(super) fn finish<P: Platform>(
         return;
     };
     qp.responding = false;
+    // Moved to ERR since the grant: the flush completes (or has already
+    // completed) the receive it reserved, with WR_FLUSH_ERR, once.
+    if qp.state == QpState::Err {
+        return;
+    }
     let slot = grant.id.slot;
     let qpn = qp.qpn;
     let cqn = qp.attr.recv_cqn;

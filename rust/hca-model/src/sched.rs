@@ -132,13 +132,12 @@ impl Sched {
         }
     }
 
-    /// Puts the QP in `slot` (on no list, or being executed by the caller)
-    /// on the timer list.
+    /// Puts the QP in `slot` (on no list) on the timer list. A running QP
+    /// stays with its engine: the step's end files it by its `wait`
+    /// ([`Sched::end_step`]), so no other engine can take it off the timer
+    /// list before that step has ended.
     pub(super) fn park(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
-        if get(qps, slot).is_some_and(|q| matches!(q.on_list, OnList::None | OnList::Running)) {
-            if let Some(q) = get_mut(qps, slot) {
-                q.rerun = false;
-            }
+        if get(qps, slot).is_some_and(|q| q.on_list == OnList::None) {
             self.timer.push_back(qps, slot, OnList::Timer);
         }
     }
@@ -171,10 +170,11 @@ impl Sched {
     }
 
     /// Ends the step of the QP in `slot` that [`Sched::pop_active`] gave an
-    /// engine: unless the step parked it, it goes back on the active list
-    /// if `more` (it has work it can do now) or if it was activated during
-    /// the step. A QP that is no longer running (its slot was freed and
-    /// reused meanwhile) is left alone.
+    /// engine: it goes back on the active list if `more` (it has work it
+    /// can do now) or if it was activated during the step, else on the
+    /// timer list if it waits for a retry (the step parked it). The caller
+    /// has checked that the slot still holds the QP it popped.
+    #[inline]
     pub(super) fn end_step(&mut self, qps: &mut [Slot<Qp>], slot: u32, more: bool) {
         let Some(q) = get_mut(qps, slot) else {
             return;
@@ -185,8 +185,11 @@ impl Sched {
         q.on_list = OnList::None;
         let again = more || q.rerun;
         q.rerun = false;
+        let waits = q.wait.is_some();
         if again {
             self.activate(qps, slot);
+        } else if waits {
+            self.park(qps, slot);
         }
     }
 
@@ -290,8 +293,10 @@ mod tests {
         assert_eq!(s.pop_active(&mut t), Some(2));
         s.unlink(&mut t, 0);
         assert_eq!(s.next_deadline(&t), None);
-        // Activating a parked QP moves it.
-        s.park(&mut t, 1);
+        // Its step over and its wait still set, QP 1 is parked again;
+        // activating a parked QP moves it.
+        s.end_step(&mut t, 1, false);
+        assert_eq!(s.next_deadline(&t), Some(10));
         s.activate(&mut t, 1);
         assert_eq!(s.next_deadline(&t), None);
         assert_eq!(s.pop_active(&mut t), Some(1));
@@ -319,15 +324,26 @@ mod tests {
         s.unlink(&mut t, 1);
         s.end_step(&mut t, 1, false);
         assert!(!s.has_active());
-        // Parked by its own step: the step's end leaves it on the timer.
+        // Parked by its own step: the step's end, not the park, puts it on
+        // the timer list, so no engine can expire it before then.
         s.activate(&mut t, 2);
         assert_eq!(s.pop_active(&mut t), Some(2));
         if let Some(q) = get_mut(&mut t, 2) {
             q.wait = Some((WaitKind::Rnr, 50));
         }
         s.park(&mut t, 2);
-        s.end_step(&mut t, 2, true);
+        assert_eq!(s.next_deadline(&t), None);
+        assert_eq!(s.expire(&mut t, 100), None);
+        s.end_step(&mut t, 2, false);
         assert!(!s.has_active());
         assert_eq!(s.next_deadline(&t), Some(50));
+        // A doorbell during that step wins over the wait, as it does for
+        // a parked QP: it runs again (and parks again if still early).
+        assert_eq!(s.expire(&mut t, 100), None);
+        assert_eq!(s.pop_active(&mut t), Some(2));
+        s.park(&mut t, 2);
+        s.activate(&mut t, 2);
+        s.end_step(&mut t, 2, false);
+        assert_eq!(s.pop_active(&mut t), Some(2));
     }
 }

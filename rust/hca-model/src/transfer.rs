@@ -98,6 +98,7 @@ impl Pieces {
 
     /// Appends a piece. Returns `false` if the list is full or the total
     /// would overflow.
+    #[inline]
     pub(super) fn push(&mut self, piece: Piece) -> bool {
         let Some(total) = self.total.checked_add(piece.len()) else {
             return false;

@@ -40,7 +40,7 @@ mod header;
 mod recv;
 
 use super::dev::{Dev, GSI_WIRE_QPN};
-use super::exec::{cost, fail, local_pieces, succeed, Local};
+use super::exec::{cost, end_step, fail, local_pieces, succeed, Local};
 use super::fabric::{index_of_lid, lid_of_index, Instances};
 use super::mem::Platform;
 use super::prm::net_hdr::NET_HDR_SIZE;
@@ -121,8 +121,6 @@ fn route<I: Instances + ?Sized>(set: &mut I, roce: bool, av: &DatagramSeg) -> Op
 /// A datagram the sender's instance has built: what the later phases of
 /// the step need.
 pub(super) struct Ready {
-    /// The requester's view of the WQE.
-    pub(super) l: Local,
     pub(super) d: Datagram,
     pub(super) av: DatagramSeg,
 }
@@ -201,12 +199,15 @@ pub(super) fn prepare<P: Platform>(
 /// Sends the datagram `r` that the first phase of a step built on
 /// instance `a`: routes it, delivers it holding the receiving instance
 /// (reading the sender's memory through `payload`), then completes the
-/// send holding `a` again, if the QP is still the one that posted it.
+/// send holding `a` again, if the QP is still the one that posted it, and
+/// ends the step.
 /// Returns the budget used.
+#[expect(clippy::too_many_arguments)]
 pub(super) fn send<I: Instances + ?Sized, P: Platform>(
     set: &mut I,
     p: &mut P,
     a: usize,
+    l: &Local,
     r: &Ready,
     payload: Payload<'_>,
     remote: &mut Pieces,
@@ -225,14 +226,15 @@ pub(super) fn send<I: Instances + ?Sized, P: Platform>(
         if b.is_none() {
             bump(&mut dev.stats.ud_drop_no_dest);
         }
-        if r.l.id.find(dev.t.qps).is_some() {
+        if l.id.find(dev.t.qps).is_some() {
             match outcome {
-                Outcome::SourceFault => fail(&mut dev, p, &r.l, CqeSyndrome::LocalProt),
+                Outcome::SourceFault => fail(&mut dev, p, l, CqeSyndrome::LocalProt),
                 Outcome::Delivered | Outcome::Dropped | Outcome::RecvError => {
-                    succeed(&mut dev, p, &r.l, r.d.len)
+                    succeed(&mut dev, p, l, r.d.len)
                 }
             }
         }
+        end_step(&mut dev, l.id);
     }
     cost(r.d.len)
 }

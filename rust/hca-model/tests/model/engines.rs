@@ -338,18 +338,38 @@ fn step_with_gap(w: &mut World, a: usize, at: usize, gap: Gap<'_>) -> (usize, bo
 /// A second engine's one step on instance `a`, inside a gap: the budget
 /// it used.
 fn second_engine(h: &mut [Hca<VecStorage>], mem: &Mutex<TestMem>, a: usize) -> u32 {
+    second_engine_at(h, mem, a, 0)
+}
+
+/// As [`second_engine`], at model time `now`.
+fn second_engine_at(h: &mut [Hca<VecStorage>], mem: &Mutex<TestMem>, a: usize, now: u64) -> u32 {
     let mut scratch = Box::new(Scratch::new());
-    run_instance(h, &mut scratch, 0, &mut Shared(mem), a, 1).used
+    run_instance(h, &mut scratch, now, &mut Shared(mem), a, 1).used
+}
+
+/// The modify that moves a QP to ERR.
+fn to_err() -> QpModify {
+    QpModify {
+        mask: AttrMask::STATE,
+        state: QpState::Err,
+        cur_state: QpState::Reset,
+        attrs: Default::default(),
+    }
+}
+
+/// What a CQ holds, as (wr_id, success).
+fn outcomes(wcs: &[Wc]) -> Vec<(u64, bool)> {
+    wcs.iter().map(|w| (w.wr_id, w.ok())).collect()
 }
 
 /// The holds of a run of one RC step: 0 expires timers, 1 takes the QP,
 /// 2 is the requester's first phase, 3 the responder's request, 4 its
-/// finish, 5 the requester's completion, 6 the step's end; 7 asks whether
-/// work is left.
+/// finish, 5 the requester's completion with the step's end; 6 asks
+/// whether work is left. (A request that gets no grant skips the finish.)
 const REQUEST: usize = 3;
 const FINISH: usize = 4;
 const COMPLETE: usize = 5;
-const HOLDS: usize = 8;
+const HOLDS: usize = 7;
 
 /// Instance 0's QP `a` connected to instance 1's `b`, a 64-byte source
 /// on 0 and a receive of 64 bytes posted on `b`.
@@ -604,5 +624,87 @@ fn a_busy_responder_does_not_grant_its_receive_twice() {
     assert_eq!(
         wcs.iter().map(|w| (w.wr_id, w.ok())).collect::<Vec<_>>(),
         [(1, true)]
+    );
+}
+
+/// A requester moved to ERR while its request is out, and its responder
+/// too, so that the request goes unanswered: the WQE is flushed at once,
+/// not held back by a transport-timeout wait.
+#[test]
+fn a_requester_moved_to_err_between_phases_is_flushed_not_parked() {
+    let mut p = pair();
+    send(&mut p, 1);
+    let (aq, bq) = (p.a.qpn, p.b.qpn);
+    let mut gap = |h: &mut [Hca<VecStorage>], _: &Mutex<TestMem>| {
+        h[0].modify_qp(aq, &to_err()).unwrap();
+        h[1].modify_qp(bq, &to_err()).unwrap();
+    };
+    let (_, more) = step_with_gap(&mut p.w, 0, REQUEST, &mut gap);
+    assert!(more);
+    p.w.run();
+    let wcs = p.w.poll_all(&mut p.acq, &[&p.a]);
+    assert_eq!(outcomes(&wcs), [(1, false)]);
+    assert_eq!(
+        wcs[0].syndrome,
+        Some(mlx5_prm::opcode::CqeSyndrome::WrFlush as u8)
+    );
+    assert_eq!(p.w.hca(0).next_deadline(), None);
+}
+
+/// A responder moved to ERR after it granted a SEND, and flushed by its
+/// own engine before the SEND finishes: each of its receives completes
+/// once, flushed; the reserved one is not completed a second time.
+#[test]
+fn a_responder_moved_to_err_between_phases_completes_each_receive_once() {
+    let mut p = pair();
+    let second = Sge {
+        addr: p.dst.addr + 64,
+        ..p.dst
+    };
+    p.w.post_recv(&mut p.b, 8, &[second]);
+    send(&mut p, 1);
+    let bq = p.b.qpn;
+    let mut gap = |h: &mut [Hca<VecStorage>], mem: &Mutex<TestMem>| {
+        h[1].modify_qp(bq, &to_err()).unwrap();
+        while second_engine(h, mem, 1) != 0 {}
+    };
+    step_with_gap(&mut p.w, 0, FINISH, &mut gap);
+    p.w.run();
+    let wcs = p.w.poll_all(&mut p.bcq, &[&p.b]);
+    assert_eq!(outcomes(&wcs), [(7, false), (8, false)]);
+    assert_eq!(p.w.hca(1).stats().bad_recv_counters, 0);
+    assert_eq!(outcomes(&p.w.poll_all(&mut p.acq, &[&p.a])), [(1, true)]);
+}
+
+/// A QP whose request gets an RNR NAK (no receive posted) is parked in
+/// the same hold that ends its step, so a second engine of the instance,
+/// running with every deadline passed in the gap before that hold, finds
+/// it neither active nor waiting; afterwards the retry runs once and
+/// completes.
+#[test]
+fn a_qp_parked_by_its_step_is_never_free_between_phases() {
+    let mut p = pair();
+    send(&mut p, 1);
+    p.w.run();
+    send(&mut p, 2);
+    const LATER: u64 = 1 << 40;
+    let mut second = None;
+    let mut gap = |h: &mut [Hca<VecStorage>], mem: &Mutex<TestMem>| {
+        second = Some(second_engine_at(h, mem, 0, LATER));
+    };
+    // A request without a grant skips the finish: hold 4 is the
+    // requester's completion phase, which parks the QP and ends the step.
+    let (_, more) = step_with_gap(&mut p.w, 0, FINISH, &mut gap);
+    assert_eq!((second, more), (Some(0), false));
+    assert!(p.w.hca(0).next_deadline().is_some());
+    p.w.post_recv(&mut p.b, 8, &[p.dst]);
+    p.w.advance(LATER);
+    assert_eq!(
+        outcomes(&p.w.poll_all(&mut p.acq, &[&p.a])),
+        [(1, true), (2, true)]
+    );
+    assert_eq!(
+        outcomes(&p.w.poll_all(&mut p.bcq, &[&p.b])),
+        [(7, true), (8, true)]
     );
 }
