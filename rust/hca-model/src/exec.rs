@@ -351,7 +351,11 @@ fn step_qp<I: Instances + ?Sized, P: Platform>(
     let wqe = match next {
         Next::Done(used) => return used,
         Next::Datagram(wqe) => {
+            // `begin` built it; without it the step ends here.
             let Some(ready) = datagram else {
+                if let Some(mut h) = set.hold(a) {
+                    end_step(&mut h.dev(), id);
+                }
                 return 1;
             };
             let payload = ud::Payload {
