@@ -153,12 +153,61 @@ impl<S: Storage> Instances for [Hca<S>] {
 /// retries due at `now`, SQ drained events), as [`Fabric::run`] does for
 /// all of them: the engine of one instance, when each has its own. The
 /// responder phases of its WQEs hold their target instances in turn
-/// through `set`. `more` says whether instance `a` still has work; a step
-/// can also give another instance work (a responder QP it moved to ERR,
-/// whose queues must be flushed, or a CQ overrun there), so after a run
-/// the embedder asks each instance the run reached whether it
-/// [`Hca::has_work`] and wakes its engine.
+/// through `set`. `more` says whether instance `a` still has work, and
+/// `others` which other instances the run gave work to, whose engines the
+/// embedder wakes (an instance from 64 on is not in it: with that many,
+/// the embedder asks each one's [`Hca::has_work`] itself).
 pub fn run_instance<I: Instances + ?Sized, P: Platform>(
+    set: &mut I,
+    scratch: &mut Scratch,
+    now: u64,
+    p: &mut P,
+    a: usize,
+    budget: u32,
+) -> RunReport {
+    let mut reached = Reached { set, mask: 0 };
+    let mut report = run_one(&mut reached, scratch, now, p, a, budget);
+    let mask = reached.mask & !bit(a);
+    report.others = (0..64)
+        .filter(|&i| mask & bit(i) != 0)
+        .filter(|&i| reached.set.hold(i).is_some_and(|h| h.has_work()))
+        .fold(0, |m, i| m | bit(i));
+    report
+}
+
+/// Bit `i` of an instance mask (0 for `i` from 64 on).
+fn bit(i: usize) -> u64 {
+    u32::try_from(i)
+        .ok()
+        .and_then(|i| 1u64.checked_shl(i))
+        .unwrap_or(0)
+}
+
+/// The instances, recording which ones a run held.
+struct Reached<'s, I: ?Sized> {
+    set: &'s mut I,
+    mask: u64,
+}
+
+impl<I: Instances + ?Sized> Instances for Reached<'_, I> {
+    type Storage = I::Storage;
+    type Held<'b>
+        = I::Held<'b>
+    where
+        Self: 'b;
+
+    fn count(&self) -> usize {
+        self.set.count()
+    }
+
+    fn hold(&mut self, index: usize) -> Option<I::Held<'_>> {
+        self.mask |= bit(index);
+        self.set.hold(index)
+    }
+}
+
+/// [`run_instance`] without the report of the other instances.
+fn run_one<I: Instances + ?Sized, P: Platform>(
     set: &mut I,
     scratch: &mut Scratch,
     now: u64,
@@ -172,6 +221,7 @@ pub fn run_instance<I: Instances + ?Sized, P: Platform>(
             return RunReport {
                 used: 0,
                 more: false,
+                others: 0,
             }
         }
     }
@@ -189,6 +239,7 @@ pub fn run_instance<I: Instances + ?Sized, P: Platform>(
     RunReport {
         used,
         more: set.hold(a).is_some_and(|h| h.has_work()),
+        others: 0,
     }
 }
 
@@ -198,8 +249,16 @@ pub struct RunReport {
     /// Budget units used (one per WQE executed or flushed, plus one per
     /// 4 KiB moved).
     pub used: u32,
-    /// Whether work remains that can run now: call [`Fabric::run`] again.
+    /// Whether work remains that can run now: call [`Fabric::run`] again
+    /// (for [`run_instance`]: work of its own instance).
     pub more: bool,
+    /// [`run_instance`] only: the other instances its steps reached that
+    /// now have work (bit `i` for instance `i`, instances 0 to 63), whose
+    /// engines the embedder should wake. A step gives another instance
+    /// work when it moves a responder QP there to ERR (its queues must be
+    /// flushed) or overruns a CQ there. Always 0 from [`Fabric::run`],
+    /// which runs every instance.
+    pub others: u64,
 }
 
 /// Several HCA instances connected to one switch.
@@ -323,6 +382,7 @@ impl<H: HcaSet, X: BorrowMut<Scratch>> Fabric<H, X> {
         RunReport {
             used,
             more: hcas.iter().any(Hca::has_work),
+            others: 0,
         }
     }
 }

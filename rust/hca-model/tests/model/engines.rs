@@ -365,11 +365,12 @@ fn outcomes(wcs: &[Wc]) -> Vec<(u64, bool)> {
 /// The holds of a run of one RC step: 0 expires timers, 1 takes the QP,
 /// 2 is the requester's first phase, 3 the responder's request, 4 its
 /// finish, 5 the requester's completion with the step's end; 6 asks
-/// whether work is left. (A request that gets no grant skips the finish.)
+/// whether work is left, 7 whether the responder's instance now has work.
+/// (A request that gets no grant skips the finish.)
 const REQUEST: usize = 3;
 const FINISH: usize = 4;
 const COMPLETE: usize = 5;
-const HOLDS: usize = 7;
+const HOLDS: usize = 8;
 
 /// Instance 0's QP `a` connected to instance 1's `b`, a 64-byte source
 /// on 0 and a receive of 64 bytes posted on `b`.
@@ -707,4 +708,32 @@ fn a_qp_parked_by_its_step_is_never_free_between_phases() {
         outcomes(&p.w.poll_all(&mut p.bcq, &[&p.b])),
         [(7, true), (8, true)]
     );
+}
+
+/// A run that moves a responder QP of another instance to ERR (a WRITE
+/// with a bad rkey) reports that instance in `others`, whose engine then
+/// flushes the responder's receive.
+#[test]
+fn a_run_reports_the_other_instances_it_gave_work() {
+    let mut p = pair();
+    let bad = WrOp::Write {
+        raddr: p.dst.addr,
+        rkey: 0x00de_ad00,
+    };
+    let (i, n) = p.w.build_wqe(&mut p.a, &Wr::new(1, bad, &[p.src]));
+    p.w.ring_sq(&mut p.a, i, n, Ring::Plain).unwrap();
+    let mut hcas: Vec<_> = take(&mut p.w)
+        .into_iter()
+        .map(|m| m.into_inner().unwrap())
+        .collect();
+    let mem = Mutex::new(std::mem::take(&mut p.w.mem));
+    let mut scratch = Box::new(Scratch::new());
+    let r = run_instance(&mut hcas[..], &mut scratch, 0, &mut Shared(&mem), 0, 8);
+    assert_eq!((r.more, r.others), (false, 1 << 1));
+    let r = run_instance(&mut hcas[..], &mut scratch, 0, &mut Shared(&mem), 1, 8);
+    assert_eq!((r.more, r.others), (false, 0));
+    p.w.mem = mem.into_inner().unwrap();
+    give(&mut p.w, hcas.into_iter().map(Mutex::new).collect());
+    assert_eq!(outcomes(&p.w.poll_all(&mut p.acq, &[&p.a])), [(1, false)]);
+    assert_eq!(outcomes(&p.w.poll_all(&mut p.bcq, &[&p.b])), [(7, false)]);
 }
