@@ -33,7 +33,8 @@
 //!   finished, so a receive WQE is never granted twice (only a QP sending
 //!   to a peer that is connected elsewhere could try);
 //! - a QP in ERR takes no wait and completes no granted receive: the flush
-//!   completes its WQEs, each once;
+//!   completes its WQEs, each once, and leaves a granted receive alone
+//!   until the data moving into it has landed;
 //! - a QP the step parks goes on the timer list at the step's end, not
 //!   before, so no other engine expires it while the step still runs;
 //! - an atomic's read, modify and write happen in one phase, holding the
@@ -154,9 +155,10 @@ impl<S: Storage> Instances for [Hca<S>] {
 /// all of them: the engine of one instance, when each has its own. The
 /// responder phases of its WQEs hold their target instances in turn
 /// through `set`. `more` says whether instance `a` still has work, and
-/// `others` which other instances the run gave work to, whose engines the
-/// embedder wakes (an instance from 64 on is not in it: with that many,
-/// the embedder asks each one's [`Hca::has_work`] itself).
+/// `others` which other instances the run reached and that have work now
+/// (it may have given it to them, or they had it already), whose engines
+/// the embedder wakes (an instance from 64 on is not in it: with that
+/// many, the embedder asks each one's [`Hca::has_work`] itself).
 pub fn run_instance<I: Instances + ?Sized, P: Platform>(
     set: &mut I,
     scratch: &mut Scratch,
@@ -253,7 +255,7 @@ pub struct RunReport {
     /// (for [`run_instance`]: work of its own instance).
     pub more: bool,
     /// [`run_instance`] only: the other instances its steps reached that
-    /// now have work (bit `i` for instance `i`, instances 0 to 63), whose
+    /// have work now (bit `i` for instance `i`, instances 0 to 63), whose
     /// engines the embedder should wake. A step gives another instance
     /// work when it moves a responder QP there to ERR (its queues must be
     /// flushed) or overruns a CQ there. Always 0 from [`Fabric::run`],

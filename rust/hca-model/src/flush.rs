@@ -47,7 +47,10 @@ pub(super) fn flush_one<P: Platform>(dev: &mut Dev<'_>, p: &mut P, slot: u32) ->
         dev.qp_cqe(p, slot, send_cqn, body, true);
         return true;
     }
-    let Some(rq) = qp.rq else {
+    // A receive granted to a request whose data may still be moving
+    // (engines side by side) is not flushed under it: `respond::finish`
+    // or `release` activates the QP again once the message is over.
+    let Some(rq) = qp.rq.filter(|_| !qp.responding) else {
         return false;
     };
     if recvs_posted(p, &mut dev.stats.bad_recv_counters, &rq, dbr) == 0 {

@@ -281,10 +281,14 @@ fn grant(dev: &mut Dev<'_>, id: QpId, recv: Option<u16>) -> Answer {
 }
 
 /// Takes back a grant whose message never ended (the requester's memory
-/// faulted): nothing completes, a receive WQE it named stays posted.
+/// faulted): nothing completes, a receive WQE it named stays posted (or is
+/// flushed, if the QP went to ERR meanwhile).
 pub(super) fn release(dev: &mut Dev<'_>, grant: &Grant) {
     if let Some(qp) = grant.id.find(dev.t.qps) {
         qp.responding = false;
+        if qp.state == QpState::Err {
+            dev.sched.activate(dev.t.qps, grant.id.slot);
+        }
     }
 }
 
@@ -350,9 +354,11 @@ pub(super) fn finish<P: Platform>(
         return;
     };
     qp.responding = false;
-    // Moved to ERR since the grant: the flush completes (or has already
-    // completed) the receive it reserved, with WR_FLUSH_ERR, once.
+    // Moved to ERR since the grant: the flush, which left the reserved
+    // receive alone while the data moved, completes it now, with
+    // WR_FLUSH_ERR.
     if qp.state == QpState::Err {
+        dev.sched.activate(dev.t.qps, grant.id.slot);
         return;
     }
     let slot = grant.id.slot;

@@ -21,7 +21,8 @@
 //! [`super::fabric::Instances`]), lets doorbells and control operations
 //! reach the instance between those phases; an activation then only sets
 //! `Qp::rerun`, so no second engine takes the QP and executes the same
-//! head WQE. The step's own engine may still park it (a retry wait).
+//! head WQE. A park of a running QP only leaves its wait recorded: the
+//! step's end files it on the timer list.
 
 use super::qp::{OnList, Qp};
 use super::table::{get, get_mut, Slot};

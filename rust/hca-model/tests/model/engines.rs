@@ -737,3 +737,73 @@ fn a_run_reports_the_other_instances_it_gave_work() {
     assert_eq!(outcomes(&p.w.poll_all(&mut p.acq, &[&p.a])), [(1, false)]);
     assert_eq!(outcomes(&p.w.poll_all(&mut p.bcq, &[&p.b])), [(7, false)]);
 }
+
+/// A platform that runs `gap` once, just before the first read of `at`:
+/// something another CPU does while a step is in its copy phase, which
+/// holds no instance.
+struct DuringCopy<'a, 'g> {
+    mem: &'a Mutex<TestMem>,
+    at: u64,
+    gap: Option<Box<dyn FnOnce() + 'g>>,
+}
+
+impl DmaMemory for DuringCopy<'_, '_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
+        if addr == self.at {
+            if let Some(gap) = self.gap.take() {
+                gap();
+            }
+        }
+        Shared(self.mem).read(addr, buf)
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+        Shared(self.mem).write(addr, data)
+    }
+}
+
+impl Platform for DuringCopy<'_, '_> {
+    fn interrupt(&mut self, irq: Interrupt) {
+        Shared(self.mem).interrupt(irq);
+    }
+}
+
+/// A responder moved to ERR while a SEND's data is moving into the
+/// receive it granted, and its engine run at once: the flush leaves that
+/// receive alone until the data has landed, then completes it (flushed)
+/// once, so a consumer never sees its buffer written after its
+/// completion.
+#[test]
+fn a_receive_is_not_flushed_under_the_data_moving_into_it() {
+    let mut p = pair();
+    send(&mut p, 1);
+    let (bq, dst) = (p.b.qpn, p.dst.addr);
+    let hcas = take(&mut p.w);
+    let mem = Mutex::new(std::mem::take(&mut p.w.mem));
+    let flushed_in_gap = std::cell::Cell::new(None);
+    let gap = || {
+        hcas[1].lock().unwrap().modify_qp(bq, &to_err()).unwrap();
+        let mut scratch = Box::new(Scratch::new());
+        while run_instance(&mut Locked(&hcas), &mut scratch, 0, &mut Shared(&mem), 1, 1).used != 0 {
+        }
+        flushed_in_gap.set(Some(hcas[1].lock().unwrap().stats().flushed));
+    };
+    let mut platform = DuringCopy {
+        mem: &mem,
+        at: p.src.addr,
+        gap: Some(Box::new(gap)),
+    };
+    let mut scratch = Box::new(Scratch::new());
+    let r = run_instance(&mut Locked(&hcas), &mut scratch, 0, &mut platform, 0, 1);
+    drop(platform);
+    // The step's end told whoever runs instance 1 that it has work: the
+    // receive's flush, which waited for the data.
+    assert_eq!((flushed_in_gap.get(), r.others), (Some(0), 1 << 1));
+    while run_instance(&mut Locked(&hcas), &mut scratch, 0, &mut Shared(&mem), 1, 1).used != 0 {}
+    p.w.mem = mem.into_inner().unwrap();
+    give(&mut p.w, hcas);
+    assert_eq!(p.w.read(dst, 64), vec![0x5a; 64]);
+    assert_eq!(outcomes(&p.w.poll_all(&mut p.bcq, &[&p.b])), [(7, false)]);
+    assert_eq!(p.w.hca(1).stats().flushed, 1);
+    assert_eq!(outcomes(&p.w.poll_all(&mut p.acq, &[&p.a])), [(1, true)]);
+}
