@@ -470,46 +470,15 @@ fn a_requester_reset_between_phases_gets_no_stale_completion() {
     );
 }
 
-/// Brings QP `qpn` of `h` from RESET back to RTS, sending to `dest`, as
-/// `World::to_rts_with` does.
+/// Resets QP `qpn` of `h` and brings it back to RTS, sending to `dest`,
+/// as `World::to_rts_with` does.
 fn reconnect(h: &mut Hca<VecStorage>, qpn: u32, dest: hca_model::qp::RemoteQp) {
     let attrs = hca_model::qp::ConnAttrs {
         dest,
         ..rts_attrs(dest)
     };
-    let masks = [
-        (
-            QpState::Init,
-            AttrMask::PKEY_INDEX
-                .or(AttrMask::PORT)
-                .or(AttrMask::ACCESS_FLAGS),
-        ),
-        (
-            QpState::Rtr,
-            AttrMask::AV
-                .or(AttrMask::PATH_MTU)
-                .or(AttrMask::DEST_QPN)
-                .or(AttrMask::RQ_PSN)
-                .or(AttrMask::MAX_DEST_RD_ATOMIC)
-                .or(AttrMask::MIN_RNR_TIMER),
-        ),
-        (
-            QpState::Rts,
-            AttrMask::TIMEOUT
-                .or(AttrMask::RETRY_CNT)
-                .or(AttrMask::RNR_RETRY)
-                .or(AttrMask::SQ_PSN)
-                .or(AttrMask::MAX_QP_RD_ATOMIC),
-        ),
-    ];
-    for state in [QpState::Reset]
-        .into_iter()
-        .chain(masks.iter().map(|m| m.0))
-    {
-        let mask = masks
-            .iter()
-            .find(|m| m.0 == state)
-            .map_or(AttrMask::STATE, |m| m.1);
+    let reset = (QpState::Reset, AttrMask::STATE);
+    for (state, mask) in [reset].into_iter().chain(RTS_STEPS) {
         let m = QpModify {
             mask: mask.or(AttrMask::STATE),
             state,

@@ -247,6 +247,34 @@ pub struct World {
     pub budget: u32,
 }
 
+/// The transitions from RESET that bring an RC QP to RTS, with the
+/// attributes each sets.
+pub const RTS_STEPS: [(QpState, AttrMask); 3] = [
+    (
+        QpState::Init,
+        AttrMask::PKEY_INDEX
+            .or(AttrMask::PORT)
+            .or(AttrMask::ACCESS_FLAGS),
+    ),
+    (
+        QpState::Rtr,
+        AttrMask::AV
+            .or(AttrMask::PATH_MTU)
+            .or(AttrMask::DEST_QPN)
+            .or(AttrMask::RQ_PSN)
+            .or(AttrMask::MAX_DEST_RD_ATOMIC)
+            .or(AttrMask::MIN_RNR_TIMER),
+    ),
+    (
+        QpState::Rts,
+        AttrMask::TIMEOUT
+            .or(AttrMask::RETRY_CNT)
+            .or(AttrMask::RNR_RETRY)
+            .or(AttrMask::SQ_PSN)
+            .or(AttrMask::MAX_QP_RD_ATOMIC),
+    ),
+];
+
 /// The modify-QP attributes that bring an RC QP to RTS.
 pub fn rts_attrs(dest: RemoteQp) -> ConnAttrs {
     ConnAttrs {
@@ -507,23 +535,9 @@ impl World {
     /// Brings `qp` to RTS sending to `dest` with `attrs` (dest filled in).
     pub fn to_rts_with(&mut self, qp: &TestQp, dest: RemoteQp, attrs: ConnAttrs) {
         let a = ConnAttrs { dest, ..attrs };
-        let init = AttrMask::PKEY_INDEX
-            .or(AttrMask::PORT)
-            .or(AttrMask::ACCESS_FLAGS);
-        let rtr = AttrMask::AV
-            .or(AttrMask::PATH_MTU)
-            .or(AttrMask::DEST_QPN)
-            .or(AttrMask::RQ_PSN)
-            .or(AttrMask::MAX_DEST_RD_ATOMIC)
-            .or(AttrMask::MIN_RNR_TIMER);
-        let rts = AttrMask::TIMEOUT
-            .or(AttrMask::RETRY_CNT)
-            .or(AttrMask::RNR_RETRY)
-            .or(AttrMask::SQ_PSN)
-            .or(AttrMask::MAX_QP_RD_ATOMIC);
-        self.modify(qp, QpState::Init, init, a).unwrap();
-        self.modify(qp, QpState::Rtr, rtr, a).unwrap();
-        self.modify(qp, QpState::Rts, rts, a).unwrap();
+        for (state, mask) in RTS_STEPS {
+            self.modify(qp, state, mask, a).unwrap();
+        }
     }
 
     /// Connects two QPs (possibly the same) with the default attributes.
