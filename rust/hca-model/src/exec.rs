@@ -206,7 +206,8 @@ pub(super) fn succeed<P: Platform>(dev: &mut Dev<'_>, p: &mut P, l: &Local, len:
 /// The head WQE must wait for a retry: after an RNR NAK for the
 /// responder's RNR timer, unless its RNR retries are spent (it then fails
 /// at once); after a request that got no answer for the local ACK timeout
-/// (whether retries remain is decided when that timer expires).
+/// (whether retries remain is decided when that timer expires). The wait
+/// is recorded in the QP; the step's end files it on the timer list.
 fn wait_or_fail<P: Platform>(
     dev: &mut Dev<'_>,
     p: &mut P,
@@ -237,22 +238,6 @@ fn wait_or_fail<P: Platform>(
         WaitKind::Timeout => timer::ack_timeout_deadline(now, c.timeout),
     };
     qp.wait = Some((kind, deadline));
-    dev.sched.park(dev.t.qps, l.slot);
-}
-
-/// Runs one step of the QP `id` of instance `a`, which the caller has
-/// just taken off the active list: executes or flushes one WQE, or raises
-/// a pending SQ_DRAINED event. Returns the budget used. The step ends in
-/// its last phase on the requester's instance ([`end_step`]).
-pub(super) fn step<I: Instances + ?Sized, P: Platform>(
-    set: &mut I,
-    scratch: &mut Scratch,
-    now: u64,
-    p: &mut P,
-    a: usize,
-    id: QpId,
-) -> u32 {
-    step_qp(set, scratch, now, p, a, id)
 }
 
 /// Ends the step of the QP `id`, holding its instance: a QP that still has
@@ -311,7 +296,11 @@ const BLANK_REQUEST: Request = Request {
     solicited: false,
 };
 
-fn step_qp<I: Instances + ?Sized, P: Platform>(
+/// Runs one step of the QP `id` of instance `a`, which the caller has
+/// just taken off the active list: executes or flushes one WQE, or raises
+/// a pending SQ_DRAINED event. Returns the budget used. The step ends in
+/// its last phase on the requester's instance ([`end_step`]).
+pub(super) fn step<I: Instances + ?Sized, P: Platform>(
     set: &mut I,
     scratch: &mut Scratch,
     now: u64,
@@ -508,8 +497,8 @@ fn begin<'w, P: Platform>(
     // the WQE fails once it has been read below.
     let mut retries_spent = false;
     if let Some((kind, deadline)) = qp.wait {
+        // Not yet due: the step's end files it on the timer list again.
         if deadline > now {
-            dev.sched.park(dev.t.qps, slot);
             return Next::Done(1);
         }
         if kind == WaitKind::Timeout {

@@ -21,8 +21,8 @@
 //! [`super::fabric::Instances`]), lets doorbells and control operations
 //! reach the instance between those phases; an activation then only sets
 //! `Qp::rerun`, so no second engine takes the QP and executes the same
-//! head WQE. A park of a running QP only leaves its wait recorded: the
-//! step's end files it on the timer list.
+//! head WQE. A step that must wait records it in `Qp::wait`, and the
+//! step's end files the QP on the timer list.
 
 use super::qp::{OnList, Qp};
 use super::table::{get, get_mut, Slot};
@@ -134,9 +134,9 @@ impl Sched {
     }
 
     /// Puts the QP in `slot` (on no list) on the timer list. A running QP
-    /// stays with its engine: the step's end files it by its `wait`
-    /// ([`Sched::end_step`]), so no other engine can take it off the timer
-    /// list before that step has ended.
+    /// stays with its engine: [`Sched::end_step`] files it by its `wait`,
+    /// so no other engine can take it off the timer list before that step
+    /// has ended.
     pub(super) fn park(&mut self, qps: &mut [Slot<Qp>], slot: u32) {
         if get(qps, slot).is_some_and(|q| q.on_list == OnList::None) {
             self.timer.push_back(qps, slot, OnList::Timer);
