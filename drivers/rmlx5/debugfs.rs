@@ -5,8 +5,10 @@
 //! `rmlx5/cx_cmd` (how their commands run, see `cx/events.rs`) and
 //! `rmlx5/objects` (what each function holds for its users).
 //!
-//! Each file prints a snapshot taken under the fabric lock (formatting
-//! into the seq_file buffer does not sleep).
+//! `eqs`, `cqs` and `qps` print one line per object, each read under the
+//! fabric lock on its own (a walk of a whole table under it would keep
+//! interrupts off for milliseconds); `stats` is one snapshot under it
+//! (formatting into the seq_file buffer does not sleep).
 
 use core::{
     fmt,
@@ -119,16 +121,28 @@ fn eqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     Ok(())
 }
 
+/// Runs `query` under the fabric lock for one table slot. `cqs` and `qps`
+/// take the lock per slot rather than once around their walk: a table has
+/// 16,384 slots, and one hold across the walk and a line formatted per
+/// live object would keep interrupts off on this CPU, and the engine and
+/// the EQ handlers waiting, for all of it. Each line is thus consistent in
+/// itself, not with the others.
+fn query_slot<T>(
+    soft: &SoftHca,
+    query: impl FnOnce(&mut crate::hca::Locked) -> Option<T>,
+) -> Option<T> {
+    query(&mut soft.state.lock())
+}
+
 fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "cqn pi ci armed solicited sn error events handler")?;
     let dev = crate::mlx5_core::device::get(r.hca).ok();
-    let mut st = r.soft.state.lock();
     let index = r.hca as u16;
     for cqn in 0..MAX_CQS as u32 {
-        let Some(i) = st.fabric.hca(index).and_then(|m| m.query_cq(cqn)) else {
+        // The fabric lock per slot (see `query_slot`).
+        let Some(i) = query_slot(&r.soft, |st| st.fabric.hca(index)?.query_cq(cqn)) else {
             continue;
         };
-        // The table lock is a leaf: it may be taken under the fabric lock.
         let handler = dev
             .as_ref()
             .is_some_and(|d| d.events.lock().cq(cqn).is_some());
@@ -151,14 +165,11 @@ fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 
 fn qps(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "qpn state dest_hca dest_qpn sq_pi sq_ci rq_ci")?;
-    let mut st = r.soft.state.lock();
     let index = r.hca as u16;
     for slot in 0..MAX_QPS as u32 {
-        let Some(i) = st
-            .fabric
-            .hca(index)
-            .and_then(|m| m.query_qp(QPN_BASE + slot))
-        else {
+        let Some(i) = query_slot(&r.soft, |st| {
+            st.fabric.hca(index)?.query_qp(QPN_BASE + slot)
+        }) else {
             continue;
         };
         writeln!(
