@@ -558,6 +558,17 @@ static int rmlx5_ibc_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	if (cq->ucq)
 		return rmlx5_ibc_user_destroy_cq(cq);
 #endif
+	/*
+	 * A CQ that ib_core polls in softirq (ib_alloc_cq, IB_POLL_SOFTIRQ):
+	 * ib_free_cq's irq_poll_disable() returns once ib_poll_handler has
+	 * called irq_poll_complete(), but the handler then still re-arms
+	 * the CQ (ib_req_notify_cq), which would reach the CQ freed below.
+	 * The handler runs in softirq, an RCU read-side section: a grace
+	 * period lets it finish first. Kernel CQs are destroyed rarely (a
+	 * ULP's teardown), so the wait costs little where it is paid.
+	 */
+	if (ibcq->poll_ctx == IB_POLL_SOFTIRQ && ibcq->iop.poll)
+		synchronize_rcu();
 	err = rmlx5_ib_destroy_cq(cq->cq);
 	if (err)
 		return err;
