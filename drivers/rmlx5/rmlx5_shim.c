@@ -342,6 +342,24 @@ void rmlx5_pci_clear_master(struct device *dev)
 }
 
 /*
+ * Whether reads of the function's memory BARs reach it: it is not
+ * disconnected and its memory decode is on (a read that does not reach
+ * it returns all ones, or zero on some hosts and emulators).
+ */
+bool rmlx5_pci_decodes(struct device *dev)
+{
+	struct pci_dev *pdev = to_pci_dev(dev);
+	u16 cmd;
+
+	if (pci_dev_is_disconnected(pdev))
+		return false;
+	if (pci_read_config_word(pdev, PCI_COMMAND, &cmd) ||
+	    PCI_POSSIBLE_ERROR(cmd))
+		return false;
+	return cmd & PCI_COMMAND_MEMORY;
+}
+
+/*
  * A periodic callback on the system workqueue: the health poll of a
  * ConnectX function. rmlx5_poller_stop() waits for a running call and
  * prevents the next; the callback's memory is the caller's.
@@ -443,8 +461,9 @@ static unsigned int rmlx5_poller_event(struct pci_dev *pdev, unsigned int what)
  * remove. A reset the core does (sysfs `reset`, a bus reset) and an error
  * AER reports take the same path as a failure the health poll finds: the
  * function is failed (DMA off, verbs device fatal) before the reset; after
- * it, the recovery is queued (unbind, which writes the function off,
- * then probe, which resets it again and brings it up). The recovery work
+ * it, the recovery is queued (unbind, then probe, which brings it up;
+ * the probe resets it first only if the core's reset did not clear its
+ * command queue, see cx/health.rs). The recovery work
  * waits for the device lock, so it runs once the core is done.
  */
 static void rmlx5_cx_reset_prepare(struct pci_dev *pdev)
@@ -475,11 +494,13 @@ static pci_ers_result_t rmlx5_cx_slot_reset(struct pci_dev *pdev)
 	/*
 	 * The link was reset: the config space is as the probe saved it
 	 * (BARs, MSI-X), but the function stays failed, without DMA, until
-	 * the recovery probes it again.
+	 * the recovery probes it again. Bus mastering goes off before the
+	 * state is saved again, so that a later restore of this state (the
+	 * core's, around a reset) does not turn it back on.
 	 */
 	pci_restore_state(pdev);
-	pci_save_state(pdev);
 	pci_clear_master(pdev);
+	pci_save_state(pdev);
 	pci_info(pdev, "PCI slot reset: config space restored\n");
 	return PCI_ERS_RESULT_RECOVERED;
 }
@@ -517,7 +538,8 @@ void rmlx5_pci_install_err_handlers(struct device *dev)
 /*
  * Recovery of a failed PCI function, outside the driver's own context:
  * unbind (the driver writes the function off) and probe again, which
- * resets the function first (FLR or whatever the PCI core has for it). Holds a
+ * resets the function first (FLR or whatever the PCI core has for it)
+ * unless the core reset it after it failed (cx/health.rs). Holds a
  * reference to the device meanwhile. Runs on @wq, the module's reap
  * workqueue, which module exit destroys (and so waits for) after the PCI
  * driver is unregistered: a recovery racing with rmmod finds no driver
@@ -664,7 +686,7 @@ static void rmlx5_recovery_fn(struct work_struct *work)
 		dev_info(r->dev, "recovery: unbound meanwhile, nothing to do\n");
 		goto out;
 	}
-	/* Unbind writes the function off; probe resets it (it is recorded
+	/* Unbind writes the function off; probe resets it (if it is recorded
 	 * as written off) before giving it bus mastering, and brings it up. */
 	device_release_driver(r->dev);
 	rmlx5_recent_note(r->dev);

@@ -25,6 +25,7 @@ void rmlx5_pci_disable(struct device *dev);
 int rmlx5_pci_request_bar0(struct device *dev);
 void rmlx5_pci_release_bar0(struct device *dev);
 void rmlx5_pci_clear_master(struct device *dev);
+bool rmlx5_pci_decodes(struct device *dev);
 struct rmlx5_poller;
 struct rmlx5_poller *rmlx5_poller_start(void (*fn)(void *),
 					unsigned int (*event)(void *, unsigned int),

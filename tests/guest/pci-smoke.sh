@@ -548,6 +548,8 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                 fa0=$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI error reported, the link")
                 fs0=$(dmesg | grep -c "rmlx5_cx $bdf: PCI slot reset: config space restored")
                 fr0=$(dmesg | grep -c "rmlx5_cx $bdf: health: PCI link recovered (recovering the function)")
+                wo0=$(dmesg | grep -c "rmlx5_cx $bdf: reset: it was written off after a failure")
+                wc0=$(dmesg | grep -c "rmlx5_cx $bdf: reset by the PCI core after it failed")
                 rmlx5-pingpong --events --size 64 --iters 1000000 --device $n --peer-device $n > /tmp/pp-fault.log 2>&1 &
                 pp=$!
                 sleep 2
@@ -622,6 +624,22 @@ if [ -f "$root/lib/modules/rmlx5.ko" ]; then
                         else
                             fail cx_fault_${case}_told_by_the_pci_core "no 'a PCI reset of the function is coming' and 'PCI reset done (recovering the function)' pair for this reset"
                         fi
+                    fi
+                    # One reset per recovery: a failure the health poll
+                    # found is reset by the recovery's probe (the function
+                    # was written off); one the PCI core reset (its sysfs
+                    # reset, AER's link reset) is not reset again, since
+                    # the reset cleared the firmware's command queue.
+                    wo=$(( $(dmesg | grep -c "rmlx5_cx $bdf: reset: it was written off after a failure") - wo0 ))
+                    wc=$(( $(dmesg | grep -c "rmlx5_cx $bdf: reset by the PCI core after it failed") - wc0 ))
+                    case $fault in
+                    flr | aer_*) want="0 1" ;;
+                    *) want="1 0" ;;
+                    esac
+                    if [ "$wo $wc" = "$want" ]; then
+                        pass cx_fault_${case}_reset_once
+                    else
+                        fail cx_fault_${case}_reset_once "probe resets (written off) and PCI-core resets noted: $wo $wc, want $want"
                     fi
                     n=$(cxdev)
                     if rmlx5-pingpong --events --size 4096 --iters 200 --device $n --peer-device $n > /tmp/pp-after.log 2>&1; then

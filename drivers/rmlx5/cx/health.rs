@@ -87,6 +87,7 @@ mod pci_event {
 
 extern "C" {
     fn rmlx5_pci_clear_master(dev: *mut c_void);
+    fn rmlx5_pci_decodes(dev: *mut c_void) -> bool;
     fn rmlx5_poller_start(
         f: unsafe extern "C" fn(*mut c_void),
         event: unsafe extern "C" fn(*mut c_void, u32) -> u32,
@@ -118,6 +119,11 @@ pub(crate) struct Fatal {
     /// One more than the opcode of a command that timed out, 0 if none:
     /// the next poll fails the function for it.
     lost: AtomicU32,
+    /// The function was reset after it failed (its DMA already off), by
+    /// the PCI core: its firmware holds none of the driver's addresses,
+    /// so take-down does not record it for a reset and its next probe
+    /// does not reset it again (see [`Monitor::pci_event`]).
+    reset_after_failure: AtomicBool,
 }
 
 impl Fatal {
@@ -128,6 +134,7 @@ impl Fatal {
                 claimed: AtomicBool::new(false),
                 no_recovery: AtomicBool::new(false),
                 lost: AtomicU32::new(0),
+                reset_after_failure: AtomicBool::new(false),
             },
             GFP_KERNEL,
         )?)
@@ -149,6 +156,12 @@ impl Fatal {
     /// Publishes the failure (after the DMA was stopped).
     fn publish(&self) {
         self.failed.store(true, Ordering::Release);
+    }
+
+    /// Whether the function was reset after it failed (see
+    /// [`Fatal::reset_after_failure`]).
+    fn was_reset_after_failure(&self) -> bool {
+        self.reset_after_failure.load(Ordering::Acquire)
     }
 
     /// The function is being unbound: no recovery from now on.
@@ -291,6 +304,14 @@ impl<'bound> Monitor<'bound> {
         HealthBuffer::decode(&b)
     }
 
+    /// The command queue address the function reads back, with the word
+    /// that holds its low half and the NIC interface state.
+    fn cmdq_readback(&self) -> (u64, CmdqAddrLSz) {
+        let l = CmdqAddrLSz::decode(self.read(CMDQ_ADDR_L_SZ_OFFSET));
+        let addr = u64::from(self.read(CMDQ_ADDR_H_OFFSET)) << 32 | u64::from(l.addr_l);
+        (addr, l)
+    }
+
     /// One look at the function: why it failed, if it did.
     fn diagnose(&self) -> Option<Failure> {
         if let Some(op) = self.fatal.lost() {
@@ -315,8 +336,7 @@ impl<'bound> Monitor<'bound> {
                 );
             }
         }
-        let l = CmdqAddrLSz::decode(self.read(CMDQ_ADDR_L_SZ_OFFSET));
-        let addr = u64::from(self.read(CMDQ_ADDR_H_OFFSET)) << 32 | u64::from(l.addr_l);
+        let (addr, l) = self.cmdq_readback();
         if addr != self.cmdq {
             return Some(Failure::Reset(addr));
         }
@@ -405,10 +425,7 @@ impl<'bound> Monitor<'bound> {
         // module's exit, which waits for it.
         let r = unsafe { rmlx5_pci_recover(raw, wq, grace) };
         if r == 0 {
-            dev_info!(
-                self.pdev,
-                "health: recovery queued (unbind, reset, probe)\n"
-            );
+            dev_info!(self.pdev, "health: recovery queued (unbind, probe)\n");
         } else if r == EBUSY.to_errno() {
             dev_err!(
                 self.pdev,
@@ -417,6 +434,37 @@ impl<'bound> Monitor<'bound> {
             );
         } else {
             dev_err!(self.pdev, "health: cannot queue recovery: error {}\n", r);
+        }
+    }
+
+    /// After the PCI core reset the function (a sysfs or bus reset, or the
+    /// link reset of AER recovery) with its DMA already off: if the
+    /// command queue address reads 0, as a reset leaves it, the firmware
+    /// holds none of the driver's memory, and the recovery's probe need
+    /// not reset the function a second time. `reset_done` is called even
+    /// when the reset failed, and `resume` may come for a function that
+    /// was not reset, so the register is read rather than the callback
+    /// trusted, and only while reads reach the function: not disconnected,
+    /// memory decode on, and the firmware revision neither all ones nor
+    /// zero (what a read that does not reach it returns). Otherwise
+    /// take-down records the function for a reset by its next probe.
+    ///
+    /// Bus mastering is cleared first: the core's restore of a config
+    /// space saved while it was on (by the probe) may have turned it on
+    /// again.
+    fn note_reset_after_failure(&self) {
+        let raw = super::raw_bound(self.pdev);
+        // SAFETY: The function is bound while the poller runs, and the
+        // PCI core's callbacks reach the poller only then.
+        let decodes = unsafe {
+            rmlx5_pci_clear_master(raw);
+            rmlx5_pci_decodes(raw)
+        };
+        let rev = self.read(FW_REV_OFFSET);
+        if decodes && rev != u32::MAX && rev != 0 && self.cmdq_readback().0 == 0 {
+            self.fatal
+                .reset_after_failure
+                .store(true, Ordering::Release);
         }
     }
 
@@ -460,6 +508,7 @@ impl<'bound> Monitor<'bound> {
                 };
                 dev_info!(self.pdev, "health: PCI {} ({})\n", event, then);
                 if failed {
+                    self.note_reset_after_failure();
                     self.recover();
                 }
             }
@@ -492,8 +541,15 @@ pub(super) fn at_take_down(pdev: &pci::Device<Bound>, fatal: &Fatal) {
         }
     }
     if fatal.is_set() {
-        // SAFETY: As above.
-        unsafe { rmlx5_pci_note_written_off(raw) };
+        if fatal.was_reset_after_failure() {
+            dev_info!(
+                pdev,
+                "reset by the PCI core after it failed: no second reset at its next probe\n"
+            );
+        } else {
+            // SAFETY: As above.
+            unsafe { rmlx5_pci_note_written_off(raw) };
+        }
     }
 }
 
