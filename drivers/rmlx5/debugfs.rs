@@ -5,10 +5,10 @@
 //! `rmlx5/cx_cmd` (how their commands run, see `cx/events.rs`) and
 //! `rmlx5/objects` (what each function holds for its users).
 //!
-//! `eqs`, `cqs` and `qps` print one line per object, each read under the
-//! fabric lock on its own (a walk of a whole table under it would keep
-//! interrupts off for milliseconds); `stats` is one snapshot under it
-//! (formatting into the seq_file buffer does not sleep).
+//! `eqs` prints one line per EQ, each read under the fabric lock on its
+//! own; `cqs` and `qps` walk their tables under it in groups of slots
+//! (`walk_slots`); `stats` is one snapshot under it. Formatting into the
+//! seq_file buffer does not sleep.
 
 use core::{
     fmt,
@@ -121,28 +121,43 @@ fn eqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     Ok(())
 }
 
-/// Runs `query` under the fabric lock for one table slot. `cqs` and `qps`
-/// take the lock per slot rather than once around their walk: a table has
-/// 16,384 slots, and one hold across the walk and a line formatted per
-/// live object would keep interrupts off on this CPU, and the engine and
-/// the EQ handlers waiting, for all of it. Each line is thus consistent in
-/// itself, not with the others.
-fn query_slot<T>(
+/// Table slots read per hold of the fabric lock by `cqs` and `qps`.
+const SLOTS_PER_HOLD: u32 = 64;
+
+/// Calls `line` for slots `0..slots` under the fabric lock, taken once per
+/// [`SLOTS_PER_HOLD`] slots. A table has 16,384 slots: one hold across the
+/// whole walk, with a line formatted per live object, kept interrupts off
+/// on this CPU, and the engine and the EQ handlers waiting, for all of it;
+/// a hold per slot made each read of the file take 16,384 lock round
+/// trips (slow on a lockdep kernel, where the stress tests read these
+/// files every 50 ms while they wait for objects to go). Lines are
+/// consistent within their group of slots, not across groups.
+fn walk_slots(
     soft: &SoftHca,
-    query: impl FnOnce(&mut crate::hca::Locked) -> Option<T>,
-) -> Option<T> {
-    query(&mut soft.state.lock())
+    slots: u32,
+    mut line: impl FnMut(&mut crate::hca::Locked, u32) -> fmt::Result,
+) -> fmt::Result {
+    let mut first = 0;
+    while first < slots {
+        let end = first.saturating_add(SLOTS_PER_HOLD).min(slots);
+        let mut st = soft.state.lock();
+        for slot in first..end {
+            line(&mut st, slot)?;
+        }
+        first = end;
+    }
+    Ok(())
 }
 
 fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "cqn pi ci armed solicited sn error events handler")?;
     let dev = crate::mlx5_core::device::get(r.hca).ok();
     let index = r.hca as u16;
-    for cqn in 0..MAX_CQS as u32 {
-        // The fabric lock per slot (see `query_slot`).
-        let Some(i) = query_slot(&r.soft, |st| st.fabric.hca(index)?.query_cq(cqn)) else {
-            continue;
+    walk_slots(&r.soft, MAX_CQS as u32, |st, cqn| {
+        let Some(i) = st.fabric.hca(index).and_then(|m| m.query_cq(cqn)) else {
+            return Ok(());
         };
+        // The table lock is a leaf: it may be taken under the fabric lock.
         let handler = dev
             .as_ref()
             .is_some_and(|d| d.events.lock().cq(cqn).is_some());
@@ -158,27 +173,27 @@ fn cqs(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             u8::from(i.error),
             i.events,
             u8::from(handler)
-        )?;
-    }
-    Ok(())
+        )
+    })
 }
 
 fn qps(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "qpn state dest_hca dest_qpn sq_pi sq_ci rq_ci")?;
     let index = r.hca as u16;
-    for slot in 0..MAX_QPS as u32 {
-        let Some(i) = query_slot(&r.soft, |st| {
-            st.fabric.hca(index)?.query_qp(QPN_BASE + slot)
-        }) else {
-            continue;
+    walk_slots(&r.soft, MAX_QPS as u32, |st, slot| {
+        let Some(i) = st
+            .fabric
+            .hca(index)
+            .and_then(|m| m.query_qp(QPN_BASE + slot))
+        else {
+            return Ok(());
         };
         writeln!(
             f,
             "{:#x} {:?} {} {:#x} {} {} {}",
             i.qpn, i.state, i.conn.dest.hca, i.conn.dest.qpn, i.sq_pi, i.sq_ci, i.rq_ci
-        )?;
-    }
-    Ok(())
+        )
+    })
 }
 
 fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
