@@ -218,6 +218,9 @@ fn stats(r: &HcaRef, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "trap_stores {}", t.stores)?;
     writeln!(f, "trap_runs {}", t.runs)?;
     writeln!(f, "trap_zaps {}", t.zaps)?;
+    writeln!(f, "trap_streams {}", t.streams)?;
+    writeln!(f, "trap_stream_pages {}", t.stream_pages)?;
+    writeln!(f, "trap_stream_busy {}", t.stream_busy)?;
     writeln!(f, "trap_doorbells {}", t.doorbells)?;
     writeln!(f, "trap_arms {}", t.arms)?;
     let (runs, calls) = dev.as_ref().map_or((0, 0), |d| {

@@ -257,7 +257,23 @@ pub(crate) struct SoftHca {
     /// preempted while providers count on it.
     #[pin]
     pub(crate) watch_run: SpinLock<()>,
-    /// Kick elision is on (`kick_elision` module parameter).
+    /// UAR trap (`hca/trap.rs`): a stream of doorbell stores asked the
+    /// poller to map the trapped pages and read the records itself.
+    pub(crate) trap_stream: AtomicBool,
+    /// A trapped UAR page may be mapped (by a fault, or by the poller for
+    /// a stream): the poller's run ends by unmapping them.
+    pub(crate) trap_mapped: AtomicBool,
+    /// When the last fault that completed a send doorbell store ended
+    /// (perf clock, ns).
+    pub(crate) trap_last_store: AtomicU64,
+    /// No stream mode is started before this time (perf clock, ns).
+    pub(crate) trap_backoff: AtomicU64,
+    /// Held by the poller while it polls for a stream, so that it is not
+    /// preempted while the pages are mapped and processes count on it.
+    #[pin]
+    pub(crate) trap_run: SpinLock<()>,
+    /// Kick elision is on (`kick_elision` module parameter): the doorbell
+    /// watcher for rmlx5's provider, stream mode for the UAR trap.
     pub(crate) elision: bool,
     /// [`SoftHca::locked_direct`] delivers interrupts itself (`irq_direct`
     /// module parameter).
@@ -361,6 +377,11 @@ impl SoftHca {
                 watching: AtomicBool::new(false),
                 watch_backoff: AtomicU64::new(0),
                 watch_run <- new_spinlock!((), "rmlx5_watch_run"),
+                trap_stream: AtomicBool::new(false),
+                trap_mapped: AtomicBool::new(false),
+                trap_last_store: AtomicU64::new(0),
+                trap_backoff: AtomicU64::new(0),
+                trap_run <- new_spinlock!((), "rmlx5_trap_run"),
                 elision: crate::module_parameters::kick_elision.value(),
                 irq_direct: crate::module_parameters::irq_direct.value(),
                 shutting_down: AtomicBool::new(false),

@@ -22,7 +22,9 @@
  * unmapped, and the HCA reads the record it names (hca/store.rs); any
  * other store maps the page, the HCA reads every doorbell record, and
  * when its poller goes idle it removes every mapping's page table entry
- * again (rmlx5_ibu_zap_uars), so the next store faults. On a
+ * again (rmlx5_ibu_zap_uars), so the next store faults. During a stream
+ * of doorbells the poller maps the pages itself (rmlx5_ibu_map_uars) and
+ * reads the records while the stores no longer fault. On a
  * ConnectX function each is a page of BAR0 the function gave with
  * ALLOC_UAR, mapped write-combined through rdma_user_mmap_io (ib_core
  * tracks the mapping), and the provider's stores reach the device.
@@ -83,6 +85,7 @@ u32 rmlx5_ibu_pd_num(struct rmlx5_ib_pd *pd);
 void rmlx5_ibu_cq_comp(struct ib_cq *ibcq);
 void rmlx5_ibu_async(void *obj, bool is_qp, u8 type);
 void rmlx5_ibu_zap_uars(int index);
+int rmlx5_ibu_map_uars(int index);
 
 /* mlx5's limits as the context reports them. */
 #define RMLX5_IBU_MAX_BFREGS 512
@@ -325,6 +328,20 @@ void rmlx5_ibu_zap_uars(int index)
 {
 	if (index >= 0 && index < RMLX5_IBC_MAX_DEVS)
 		rmlx5_umap_zap(&rmlx5_ibu_umap_key[index], false);
+}
+
+/*
+ * Maps every trapped UAR page of rmlx5_<index> into the processes that
+ * mapped it, as a fault would (rmlx5_umap_populate), so that their
+ * doorbell stores no longer fault: the trap's poller, about to read the
+ * records itself during a stream of doorbells (hca/trap.rs). Returns how
+ * many pages it mapped. Process context.
+ */
+int rmlx5_ibu_map_uars(int index)
+{
+	if (index < 0 || index >= RMLX5_IBC_MAX_DEVS)
+		return 0;
+	return rmlx5_umap_populate(&rmlx5_ibu_umap_key[index]);
 }
 
 /* Events, from the Rust crate (BH context). */

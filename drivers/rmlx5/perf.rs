@@ -109,6 +109,8 @@ pub(crate) struct Perf {
     pub(crate) trap_run: Timed,
     /// Unmapping every trapped UAR page (one per idle poller).
     pub(crate) trap_zap: Timed,
+    /// Stream mode: a poller run mapping the trapped UAR pages.
+    pub(crate) trap_map: Timed,
     /// When the poller was queued and has not started since.
     pub(crate) trap_queued: Stamp,
     /// Doorbell watcher (`hca/watch.rs`): queued → its run starts.
@@ -165,6 +167,7 @@ impl Perf {
             trap_delay: Timed::default(),
             trap_run: Timed::default(),
             trap_zap: Timed::default(),
+            trap_map: Timed::default(),
             trap_queued: Stamp::default(),
             watch_delay: Timed::default(),
             watch_queued: Stamp::default(),
@@ -200,6 +203,7 @@ impl Perf {
             &self.trap_delay,
             &self.trap_run,
             &self.trap_zap,
+            &self.trap_map,
             &self.watch_delay,
             &self.watch_busy,
             &self.watch_idle,
@@ -245,6 +249,11 @@ impl fmt::Display for Perf {
             .show(f, "trap_run", "UAR trap poller run, unmapping included")?;
         self.trap_zap
             .show(f, "trap_zap", "unmapping the trapped UAR pages")?;
+        self.trap_map.show(
+            f,
+            "trap_map",
+            "UAR trap stream mode: run starts -> pages mapped",
+        )?;
         self.watch_delay
             .show(f, "watch_delay", "doorbell watcher queued -> runs")?;
         self.watch_busy.show(

@@ -152,7 +152,7 @@ module! {
         },
         kick_elision: bool {
             default: true,
-            description: "Software HCA: a doorbell watcher reads the doorbell records of streaming QPs, and their providers skip the KICK call while it runs",
+            description: "Software HCA: a doorbell watcher reads the doorbell records of streaming QPs, and their providers skip the KICK call while it runs; for rdma-core's provider, a stream of doorbell stores has the UAR trap's poller map the pages and read the records",
         },
         uar_store_emulation: bool {
             default: true,

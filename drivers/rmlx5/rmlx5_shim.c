@@ -299,6 +299,29 @@ bool rmlx5_shim_queue_work_elsewhere(struct work_struct *work)
 	return queue_work_on(cpu, system_long_wq, work);
 }
 
+/*
+ * Queues @work on system_long_wq (per-CPU, for work items that run long):
+ * on the caller's CPU if @here, else on the next online housekeeping CPU
+ * after it, or the caller's when there is no other. Always the one
+ * workqueue, so that a work item queued both ways is never run twice at
+ * once (the workqueue's non-reentrancy holds only within one workqueue).
+ * For the UAR trap's poller (hca/trap.rs). Returns what queue_work_on()
+ * returns.
+ */
+bool rmlx5_shim_queue_long(struct work_struct *work, bool here)
+{
+	int cpu = raw_smp_processor_id();
+	unsigned int next;
+
+	if (!here) {
+		next = cpumask_next_and_wrap(cpu, cpu_online_mask,
+					     housekeeping_cpumask(HK_TYPE_DOMAIN));
+		if (next < nr_cpu_ids)
+			cpu = next;
+	}
+	return queue_work_on(cpu, system_long_wq, work);
+}
+
 /* cond_resched() is a macro (a static call on PREEMPT_DYNAMIC kernels). */
 void rmlx5_shim_cond_resched(void)
 {

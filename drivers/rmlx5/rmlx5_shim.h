@@ -18,6 +18,7 @@ void rmlx5_shim_handle_irq_now(unsigned int hwirq);
 int rmlx5_shim_hca_of_irq(unsigned int virq);
 void rmlx5_shim_flush_work(struct work_struct *work);
 bool rmlx5_shim_queue_work_elsewhere(struct work_struct *work);
+bool rmlx5_shim_queue_long(struct work_struct *work, bool here);
 void rmlx5_shim_cond_resched(void);
 bool rmlx5_may_sleep(void);
 bool rmlx5_pci_has_driver_override(struct device *dev);

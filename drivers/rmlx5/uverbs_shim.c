@@ -392,15 +392,15 @@ int rmlx5_umap_add(struct vm_area_struct *vma, const void *owner,
 }
 
 /*
- * Removes the page table entries of every mapping of `owner`, one process
- * at a time under its mmap_lock (which also orders it after an mmap still
- * under way), so that the next store faults. With `revoke`, for good: the
- * fault then maps a page of memory (one for all of `owner`'s mappings).
- * Process context.
+ * Calls `fn` on every mapping of `owner`, one process at a time under its
+ * mmap_lock (read; which also orders the walk after an mmap still under
+ * way) and rmlx5_umaps_lock. A mapping whose process is exiting is
+ * skipped: its mappings go with it. Process context.
  */
-void rmlx5_umap_zap(const void *owner, bool revoke)
+static void rmlx5_umap_each(const void *owner,
+			    void (*fn)(struct rmlx5_umap *m, void *arg),
+			    void *arg)
 {
-	struct page *stand_in = revoke ? alloc_page(GFP_KERNEL | __GFP_ZERO) : NULL;
 	struct rmlx5_umap *m;
 	u64 gen;
 
@@ -418,7 +418,6 @@ void rmlx5_umap_zap(const void *owner, bool revoke)
 				mm = m->vma->vm_mm;
 				break;
 			}
-			/* The process is exiting: its mappings go with it. */
 			m->gen = gen;
 		}
 		mutex_unlock(&rmlx5_umaps_lock);
@@ -430,24 +429,77 @@ void rmlx5_umap_zap(const void *owner, bool revoke)
 			if (m->owner != owner || m->gen == gen ||
 			    m->vma->vm_mm != mm)
 				continue;
-			/* Before the zap: a fault right after finds it. */
-			if (revoke && !m->revoked) {
-				if (stand_in) {
-					get_page(stand_in);
-					m->stand_in = stand_in;
-				}
-				smp_store_release(&m->revoked, true);
-			}
-			zap_special_vma_range(m->vma, m->vma->vm_start,
-					      m->vma->vm_end - m->vma->vm_start);
+			fn(m, arg);
 			m->gen = gen;
 		}
 		mutex_unlock(&rmlx5_umaps_lock);
 		mmap_read_unlock(mm);
 		mmput(mm);
 	}
-	if (stand_in)
-		put_page(stand_in);
+}
+
+/* What a zap does to each mapping (rmlx5_umap_zap). */
+struct rmlx5_umap_zap_args {
+	bool revoke;
+	/* With `revoke`: the page faults get from then on, or NULL. */
+	struct page *stand_in;
+};
+
+static void rmlx5_umap_zap_one(struct rmlx5_umap *m, void *arg)
+{
+	struct rmlx5_umap_zap_args *z = arg;
+
+	/* Before the zap: a fault right after finds it. */
+	if (z->revoke && !m->revoked) {
+		if (z->stand_in) {
+			get_page(z->stand_in);
+			m->stand_in = z->stand_in;
+		}
+		smp_store_release(&m->revoked, true);
+	}
+	zap_special_vma_range(m->vma, m->vma->vm_start,
+			      m->vma->vm_end - m->vma->vm_start);
+}
+
+/*
+ * Removes the page table entries of every mapping of `owner`, so that the
+ * next store faults. With `revoke`, for good: the fault then maps a page
+ * of memory (one for all of `owner`'s mappings). Process context.
+ */
+void rmlx5_umap_zap(const void *owner, bool revoke)
+{
+	struct rmlx5_umap_zap_args z = {
+		.revoke = revoke,
+		.stand_in = revoke ? alloc_page(GFP_KERNEL | __GFP_ZERO) : NULL,
+	};
+
+	rmlx5_umap_each(owner, rmlx5_umap_zap_one, &z);
+	if (z.stand_in)
+		put_page(z.stand_in);
+}
+
+static void rmlx5_umap_populate_one(struct rmlx5_umap *m, void *arg)
+{
+	int *mapped = arg;
+
+	/* A trapped page that is not revoked, inserted as its fault would. */
+	if (m->page && m->on_fault && !m->revoked &&
+	    !vm_insert_page(m->vma, m->vma->vm_start, m->page))
+		(*mapped)++;
+}
+
+/*
+ * Inserts the page of every trapped mapping of `owner` that has none, as a
+ * fault on it would (a page already there is left alone), so that the
+ * stores that follow no longer fault, until rmlx5_umap_zap removes the
+ * entries again. Returns how many it inserted. Process context.
+ */
+int rmlx5_umap_populate(const void *owner)
+{
+	int mapped = 0;
+
+	rmlx5_umap_each(owner, rmlx5_umap_populate_one, &mapped);
+	return mapped;
 }
 
 /*

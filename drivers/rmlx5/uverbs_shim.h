@@ -67,5 +67,6 @@ int rmlx5_umap_add(struct vm_area_struct *vma, const void *owner,
 		   struct page *page, rmlx5_umap_fault_fn on_fault,
 		   const bool *revoked);
 void rmlx5_umap_zap(const void *owner, bool revoke);
+int rmlx5_umap_populate(const void *owner);
 
 #endif

@@ -27,6 +27,7 @@ use kernel::{
 extern "C" {
     fn rmlx5_shim_flush_work(work: *mut bindings::work_struct);
     fn rmlx5_shim_queue_work_elsewhere(work: *mut bindings::work_struct) -> bool;
+    fn rmlx5_shim_queue_long(work: *mut bindings::work_struct, here: bool) -> bool;
     fn rmlx5_may_sleep() -> bool;
     fn rmlx5_reap_wq_alloc() -> *mut bindings::workqueue_struct;
     fn rmlx5_reap_wq_destroy(wq: *mut bindings::workqueue_struct);
@@ -75,6 +76,21 @@ where
     // pointer is valid during the call (`__enqueue`'s guarantee), and
     // stays so until the work runs if it was queued.
     unsafe { w.__enqueue(|work| rmlx5_shim_queue_work_elsewhere(work)) }
+}
+
+/// Queues work item `ID` of `w` on the per-CPU `system_long_wq`: of this
+/// CPU if `here`, else of the next online housekeeping CPU after the
+/// caller's (this one's if there is no other). Every queueing of one work
+/// item through this function goes to that one workqueue, so it never runs
+/// twice at once. As `Queue::enqueue`, it fails if the item is queued
+/// already.
+pub(crate) fn enqueue_long<W, const ID: u64>(w: W, here: bool) -> W::EnqueueOutput
+where
+    W: RawWorkItem<ID> + Send + 'static,
+{
+    // SAFETY: As for `enqueue_elsewhere`: the closure returns what
+    // `queue_work_on` returns.
+    unsafe { w.__enqueue(|work| rmlx5_shim_queue_long(work, here)) }
 }
 
 /// Sleeps in steps of 100 µs until `busy` returns false: a destroy waiting

@@ -129,15 +129,17 @@ res_counts() {
         printf '%s ' "$(run rdma res show $r 2>/dev/null | grep -c rmlx5_)"
     done
 }
-# killed NAME SERVER_DEV CLIENT_DEV
+# killed NAME SERVER_DEV CLIENT_DEV PROG ARGS...: PROG (ibv_rc_pingpong or
+# a perftest program) run as a server and a client, killed after 4 s.
 killed() {
-    name=$1 sdev=$2 cdev=$3
+    name=$1 sdev=$2 cdev=$3 prog=$4
+    shift 4
     before=$(res_counts)
     port=$((port + 1))
-    env $L ibv_rc_pingpong -d $sdev -i 1 -p $port -n 1000000 -c > /dev/null 2>&1 &
+    env $L $prog -d $sdev -i 1 -p $port "$@" > /dev/null 2>&1 &
     srv=$!
     sleep 1
-    env $L ibv_rc_pingpong -d $cdev -i 1 -p $port -n 1000000 -c 127.0.0.1 > /dev/null 2>&1 &
+    env $L $prog -d $cdev -i 1 -p $port "$@" 127.0.0.1 > /dev/null 2>&1 &
     cli=$!
     sleep 4
     during=$(res_counts)
@@ -150,7 +152,7 @@ killed() {
     if [ "$during" != "$before" ] && [ "$after" = "$before" ]; then
         pass $name
     else
-        fail $name "objects of the killed pingpongs were not all released (or never seen)"
+        fail $name "objects of the killed $prog processes were not all released (or never seen)"
     fi
 }
 
@@ -278,7 +280,7 @@ pingpong rdmacore_rc_pingpong_loopback rmlx5_0 rmlx5_0 -n 500 -c -s 1024
 pingpong rdmacore_rc_pingpong_loopback_events rmlx5_0 rmlx5_0 -n 500 -c -e -s 8192
 
 # A libmlx5 process killed mid-traffic leaves nothing behind.
-killed rdmacore_killed_mid_traffic rmlx5_1 rmlx5_0
+killed rdmacore_killed_mid_traffic rmlx5_1 rmlx5_0 ibv_rc_pingpong -n 1000000 -c
 
 # perftest (Debian's), unchanged, between rmlx5_1 (server) and rmlx5_0.
 if [ -x /usr/bin/ib_send_lat ]; then
@@ -289,6 +291,35 @@ if [ -x /usr/bin/ib_send_lat ]; then
     perf rdmacore_perftest_write_bw rmlx5_1 rmlx5_0 ib_write_bw -s 65536 -n 200
     perf rdmacore_perftest_read_bw rmlx5_1 rmlx5_0 ib_read_bw -s 65536 -n 200
     perf rdmacore_perftest_atomic_bw rmlx5_1 rmlx5_0 ib_atomic_bw -n 200
+    # Stream mode of the UAR trap (hca/trap.rs): a stream of small
+    # WRITEs, with the server idle, has the trap's poller map the UAR
+    # pages on the other CPU and read the doorbell records itself. Every
+    # WRITE must still complete (perftest waits for each completion, and
+    # is killed after 180 s otherwise), and the pages must be unmapped
+    # again once the stream is over, so that the next store faults.
+    streams0=$(stat_of 0 trap_streams)
+    zaps0=$(stat_of 0 trap_zaps)
+    perf rdmacore_perftest_write_bw_stream rmlx5_1 rmlx5_0 ib_write_bw -s 64 -n 20000
+    for _ in $(seq 10); do
+        [ "$(stat_of 0 trap_zaps)" -gt "$zaps0" ] && break
+        sleep 0.1
+    done
+    streams=$(stat_of 0 trap_streams)
+    if [ "$streams" -gt "$streams0" ] && [ "$(stat_of 0 trap_zaps)" -gt "$zaps0" ]; then
+        pass rdmacore_uar_trap_stream
+    else
+        fail rdmacore_uar_trap_stream "64-byte ib_write_bw: trap_streams $streams0 -> $streams, trap_zaps $zaps0 -> $(stat_of 0 trap_zaps), trap_stream_busy $(stat_of 0 trap_stream_busy)"
+    fi
+    # The same stream killed mid-way, its pages mapped or not: nothing of
+    # the processes is left, and the poller stops (its runs stop growing).
+    killed rdmacore_killed_mid_stream rmlx5_1 rmlx5_0 ib_write_bw -s 64 -n 50000000
+    runs0=$(stat_of 0 trap_runs)
+    sleep 1
+    if [ "$(stat_of 0 trap_runs)" = "$runs0" ]; then
+        pass rdmacore_uar_trap_stream_stops
+    else
+        fail rdmacore_uar_trap_stream_stops "the trap's poller still ran 1 s after its processes were killed: trap_runs $runs0 -> $(stat_of 0 trap_runs)"
+    fi
 else
     fail rdmacore_perftest "no perftest in the guest (scripts/bench-userland.sh check)"
 fi

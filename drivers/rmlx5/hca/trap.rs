@@ -29,6 +29,23 @@
 //!   last time and stops. From then on no CPU is spent until the next
 //!   store faults.
 //!
+//! - **Stream mode** (with `kick_elision`, as the doorbell watcher for
+//!   rmlx5's own provider): a send doorbell store completed in a fault
+//!   that begins within [`STREAM_NS`] (or three times the fault's own
+//!   duration) of the end of the one before, with
+//!   nothing received by its HCA in between (a ping-pong receives the
+//!   peer's reply between its doorbells), queues the poller on another
+//!   CPU. If no other task wants that CPU when it runs, it maps
+//!   every trapped UAR page itself (`rmlx5_ibu_map_uars`, as a fault
+//!   would), so that the stores that follow no longer fault, and reads the
+//!   records with preemption off (a process never waits for a poller that
+//!   was scheduled out while its stores land unseen) until nothing new
+//!   came for [`STREAM_IDLE_NS`], or another task wants the CPU (then no
+//!   stream is started for [`BACKOFF_NS`]); then it unmaps them as above.
+//!   A long stream continues in runs of [`STREAM_MAX_NS`] on the same CPU.
+//!   Where the other CPU is busy (a receiver reposting its receives) the
+//!   poller finds it so at once, and every store faults as before.
+//!
 //! Nothing is lost at the hand-over: a store that landed before the unmap
 //! followed its record, which the last reading sees; a store after it
 //! faults, and the fault handler reads the records and queues the poller
@@ -45,6 +62,7 @@
 //! QP or CQ it names. Receive records need no trap: the model reads them
 //! when a message arrives, as a ConnectX does.
 
+use core::sync::atomic::Ordering;
 use kernel::{
     bitmap::BitmapVec,
     ffi::c_int,
@@ -58,6 +76,12 @@ use kernel::{
 };
 
 use super::{
+    watch::{
+        cpu_is_ours,
+        BACKOFF_NS,
+        POLL_GAP_NS,
+        STREAM_NS, //
+    },
     Locked,
     SoftHca,
     MAX_CQS, //
@@ -81,6 +105,10 @@ extern "C" {
     /// `ib_user.c`: removes the page table entries of every trapped UAR
     /// page mapping of HCA `hca`, so the next store to one faults. Sleeps.
     fn rmlx5_ibu_zap_uars(hca: c_int);
+    /// `ib_user.c`: maps every trapped UAR page mapping of HCA `hca`, as a
+    /// fault would, so that stores to them no longer fault; returns how
+    /// many it mapped. Sleeps.
+    fn rmlx5_ibu_map_uars(hca: c_int) -> c_int;
 }
 
 extern "C" {
@@ -101,6 +129,17 @@ pub(crate) const SPIN_NS: u64 = 100_000;
 pub(crate) const POLL_GAP_US: i64 = 20;
 /// The longest one poller run lasts before it queues itself again.
 pub(crate) const MAX_NS: u64 = 20_000_000;
+/// In stream mode the poller unmaps the pages and stops after this long
+/// without a new doorbell or engine work (under emulation a posting vCPU
+/// is often held up for tens of microseconds, and each new start costs
+/// two faults, a queueing delay and a mapping of the pages).
+pub(crate) const STREAM_IDLE_NS: u64 = 50_000;
+/// The longest one stream-mode run polls with preemption off before it
+/// queues itself again on its CPU (other work queued there runs between).
+pub(crate) const STREAM_MAX_NS: u64 = 500_000;
+/// Engine budgets a stream-mode pass runs after one reading of the
+/// records, while work remains.
+const STREAM_BUDGETS: u32 = 8;
 
 /// The QPs and CQs whose records the trap reads, per HCA, under the fabric
 /// lock. Adding and removing never allocates.
@@ -111,6 +150,9 @@ pub(crate) struct TrapSet {
     cqs: KVec<BitmapVec>,
     /// Per HCA and CQN, the ARM word last read.
     arm_words: KVec<KVVec<u32>>,
+    /// Per HCA, the model's count of requests received at its last send
+    /// doorbell store ([`Locked::trap_quiet`]).
+    requests: KVec<u64>,
     /// Doorbells taken from send records (debugfs).
     pub(crate) doorbells: u64,
     /// Arm requests taken from CQ records (debugfs).
@@ -123,6 +165,13 @@ pub(crate) struct TrapSet {
     /// Poller runs, and how many of them ended by unmapping (debugfs).
     pub(crate) runs: u64,
     pub(crate) zaps: u64,
+    /// Poller runs in stream mode that mapped the pages, and the pages
+    /// they mapped (debugfs).
+    pub(crate) streams: u64,
+    pub(crate) stream_pages: u64,
+    /// Stream-mode runs that did not start or stopped because another
+    /// task wanted the poller's CPU (debugfs).
+    pub(crate) stream_busy: u64,
 }
 
 impl TrapSet {
@@ -134,16 +183,24 @@ impl TrapSet {
                 GFP_KERNEL,
             )?;
         }
+        let mut requests = KVec::with_capacity(nr_hcas, GFP_KERNEL)?;
+        for _ in 0..nr_hcas {
+            requests.push(0, GFP_KERNEL)?;
+        }
         Ok(Self {
             qps: super::per_hca_bitmaps(nr_hcas, max_qps)?,
             cqs: super::per_hca_bitmaps(nr_hcas, MAX_CQS)?,
             arm_words,
+            requests,
             doorbells: 0,
             arms: 0,
             faults: 0,
             stores: 0,
             runs: 0,
             zaps: 0,
+            streams: 0,
+            stream_pages: 0,
+            stream_busy: 0,
         })
     }
 
@@ -318,26 +375,95 @@ impl Locked {
     }
 }
 
+impl Locked {
+    /// Whether nothing reached instance `h` as a responder (the model's
+    /// `Stats::requests`) since the last call for it; records the count.
+    fn trap_quiet(&mut self, h: usize) -> bool {
+        let (fabric, _, trap) = self.split_trap();
+        let Some(n) = u16::try_from(h)
+            .ok()
+            .and_then(|i| fabric.hca(i))
+            .map(|m| m.stats().requests)
+        else {
+            return false;
+        };
+        let Some(last) = trap.requests.get_mut(h) else {
+            return false;
+        };
+        let quiet = *last == n;
+        *last = n;
+        quiet
+    }
+}
+
+/// How a poller run in stream mode ended.
+enum StreamEnd {
+    /// The CPU was wanted before the pages were mapped: nothing to undo.
+    NotStarted,
+    /// Idle, the CPU wanted, or the module going away: unmap now.
+    Stopped,
+    /// Still streaming after [`STREAM_MAX_NS`]: queued again on this CPU,
+    /// the pages still mapped.
+    Again,
+}
+
 impl SoftHca {
     /// The fault handler completed a doorbell store of `size` bytes,
     /// `value` (stored little-endian), at `offset` of a UAR page of HCA
     /// `hca` (process context, the faulting process; `hca/store.rs`): reads
     /// the record it names (every record if it names none, or if it is not
     /// a whole 8-byte doorbell) and runs the engine. The page stays
-    /// unmapped, so no poller is needed.
+    /// unmapped, so no poller is needed, unless the store is part of a
+    /// stream ([`SoftHca::note_store`]).
     pub(crate) fn uar_store(self: &Arc<Self>, hca: usize, offset: u32, value: u64, size: u32) {
+        let entry = self.perf.now();
+        let send = offset as usize % UAR_PAGE_SIZE != UAR_CQ_DOORBELL_OFFSET;
+        let mut quiet = false;
         self.take_doorbells(|st| {
             st.trap.stores += 1;
             if size != 8 || !st.trap_one(hca, offset, &value.to_le_bytes()) {
                 st.trap_scan();
             }
+            // Before this fault's engine run: what arrived since the last
+            // send doorbell, not what this one sends.
+            quiet = send && st.trap_quiet(hca);
         });
+        if send {
+            self.note_store(entry, quiet);
+        }
+    }
+
+    /// A send doorbell store was completed in a fault that began at
+    /// `entry`; `quiet` if nothing reached its HCA as a responder since
+    /// the send doorbell store before it. One that began within
+    /// [`STREAM_NS`] (or three times its own duration) of the end of the
+    /// one before, with nothing received
+    /// in between, is part of a one-way stream (a ping-pong receives the
+    /// peer's reply between its doorbells) and starts stream mode: the
+    /// poller, on another CPU, maps the trapped pages so that the stores
+    /// that follow no longer fault, and reads the records itself while
+    /// that CPU has nothing else to run.
+    fn note_store(self: &Arc<Self>, entry: u64, quiet: bool) {
+        let end = self.perf.now();
+        let prev = self.trap_last_store.swap(end, Ordering::Relaxed);
+        // Or within three times this fault's own duration: on a debug
+        // kernel the way into and out of a fault costs more than 20 µs.
+        let window = STREAM_NS.max(end.saturating_sub(entry).saturating_mul(3));
+        if self.elision
+            && quiet
+            && entry.saturating_sub(prev) < window
+            && end >= self.trap_backoff.load(Ordering::Relaxed)
+            && !self.trap_stream.swap(true, Ordering::AcqRel)
+        {
+            self.queue_trap_poller(false);
+        }
     }
 
     /// A store to a trapped UAR page faulted and the page was mapped
     /// (process context): reads every record, runs the engine, and starts
     /// the poller, since later stores to the page no longer fault.
     pub(crate) fn uar_fault(self: &Arc<Self>) {
+        self.trap_mapped.store(true, Ordering::Release);
         self.take_doorbells(|st| {
             st.trap.faults += 1;
             st.trap_scan();
@@ -365,17 +491,25 @@ impl SoftHca {
             .add(self.perf.now().saturating_sub(start));
     }
 
-    /// Queues the poller (a no-op if it is queued; a running poller runs
-    /// once more).
+    /// Queues the poller on another CPU (a no-op if it is queued; a
+    /// running poller runs once more).
     pub(crate) fn start_trap_poller(self: &Arc<Self>) {
-        if self
-            .shutting_down
-            .load(core::sync::atomic::Ordering::Acquire)
-        {
-            return;
+        self.queue_trap_poller(false);
+    }
+
+    /// Queues the poller on `system_long_wq`, of this CPU if `here`, else
+    /// of another (every queueing goes to that one workqueue, see
+    /// `work::enqueue_long`). Returns whether this call queued it.
+    /// Under the fabric lock: [`SoftHca::shutdown`] sets its flag under it
+    /// before it flushes the work, so a poller queued after the check
+    /// below is queued before that flush, which then waits for it too.
+    fn queue_trap_poller(self: &Arc<Self>, here: bool) -> bool {
+        let _st = self.state.lock();
+        if self.shutting_down.load(Ordering::Acquire) {
+            return false;
         }
         self.perf.trap_queued.mark(self.perf.now());
-        let _ = crate::work::system_dfl().enqueue::<Arc<Self>, 4>(self.clone());
+        crate::work::enqueue_long::<Arc<Self>, 4>(self.clone(), here).is_ok()
     }
 
     /// One pass: the records, then one engine budget. Returns whether
@@ -384,6 +518,113 @@ impl SoftHca {
         let mut st = self.state.lock();
         let found = st.trap_scan();
         self.engine_locked(&mut st) || found
+    }
+
+    /// A poller run in stream mode, started at `start`: if no other task
+    /// wants this CPU, maps every trapped UAR page and reads the records,
+    /// with preemption off, until nothing new came for [`STREAM_IDLE_NS`],
+    /// another task wants the CPU (then no stream is started for
+    /// [`BACKOFF_NS`]), or [`STREAM_MAX_NS`] passed.
+    fn trap_stream_run(self: &Arc<Self>, start: u64) -> StreamEnd {
+        let perf = &self.perf;
+        if !cpu_is_ours() {
+            self.trap_backoff
+                .store(start.saturating_add(BACKOFF_NS), Ordering::Relaxed);
+            self.state.lock().trap.stream_busy += 1;
+            return StreamEnd::NotStarted;
+        }
+        // Set before the first page goes in: whatever ends this run
+        // unmaps them.
+        self.trap_mapped.store(true, Ordering::Release);
+        let mut pages = 0u64;
+        #[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
+        for h in 0..self.count() {
+            if let Ok(h) = c_int::try_from(h) {
+                // SAFETY: process context, no lock held; the function
+                // copes with HCAs that have no trapped mappings.
+                let n = unsafe { rmlx5_ibu_map_uars(h) };
+                pages += u64::try_from(n).unwrap_or(0);
+            }
+        }
+        perf.trap_map.add(perf.now().saturating_sub(start));
+        {
+            let mut st = self.state.lock();
+            st.trap.streams += 1;
+            st.trap.stream_pages += pages;
+        }
+        // Preemption is off from here until the run ends: a process whose
+        // stores no longer fault never waits for a poller scheduled out.
+        let _run = self.trap_run.lock();
+        let mut last = perf.now();
+        loop {
+            let mut busy = self.trap_pass();
+            // The records are read once per pass; the engine goes on with
+            // what they gave it for a few budgets (at 1,000 QPs a pass
+            // reads 1,000 records).
+            let mut budgets = 1;
+            while busy && budgets < STREAM_BUDGETS && self.engine_locked(&mut self.state.lock()) {
+                budgets += 1;
+            }
+            busy |= budgets > 1;
+            let now = perf.now();
+            if busy {
+                last = now;
+            }
+            if self.shutting_down.load(Ordering::Acquire) {
+                return StreamEnd::Stopped;
+            }
+            if !cpu_is_ours() {
+                self.trap_backoff
+                    .store(now.saturating_add(BACKOFF_NS), Ordering::Relaxed);
+                self.state.lock().trap.stream_busy += 1;
+                return StreamEnd::Stopped;
+            }
+            if now.saturating_sub(last) > STREAM_IDLE_NS {
+                return StreamEnd::Stopped;
+            }
+            if now.saturating_sub(start) > STREAM_MAX_NS {
+                // Still streaming: go on in a new run on this CPU, after
+                // whatever else was queued here, the pages still mapped.
+                // Queued already (by a fault) is as good.
+                self.trap_stream.store(true, Ordering::Release);
+                let _ = self.queue_trap_poller(true);
+                if self.shutting_down.load(Ordering::Acquire) {
+                    return StreamEnd::Stopped;
+                }
+                return StreamEnd::Again;
+            }
+            if !busy {
+                while perf.now().saturating_sub(now) < POLL_GAP_NS {
+                    core::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// The end of a poller run that began at `start`: unmaps the pages of
+    /// every HCA, so the next store faults, then reads what was stored
+    /// before the unmap (and queues the poller again if there was any).
+    fn trap_finish(self: &Arc<Self>, start: u64) {
+        let perf = &self.perf;
+        let zap = perf.now();
+        // Before the unmap: a fault that maps a page after it sets it again
+        // (and queues the poller).
+        self.trap_mapped.store(false, Ordering::Release);
+        #[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
+        for h in 0..self.count() {
+            if let Ok(h) = c_int::try_from(h) {
+                // SAFETY: process context, no lock held; the function
+                // copes with HCAs that have no trapped mappings.
+                unsafe { rmlx5_ibu_zap_uars(h) };
+            }
+        }
+        perf.trap_zap.add(perf.now().saturating_sub(zap));
+        self.state.lock().trap.zaps += 1;
+        let again = self.trap_pass();
+        perf.trap_run.add(perf.now().saturating_sub(start));
+        if again {
+            self.start_trap_poller();
+        }
     }
 }
 
@@ -396,18 +637,34 @@ impl WorkItem<4> for SoftHca {
         if let Some(d) = perf.trap_queued.take(start) {
             perf.trap_delay.add(d);
         }
-        let mut last = start;
         this.state.lock().trap.runs += 1;
+        if this.trap_stream.swap(false, Ordering::AcqRel) {
+            match this.trap_stream_run(start) {
+                StreamEnd::Again => {
+                    perf.trap_run.add(perf.now().saturating_sub(start));
+                    return;
+                }
+                StreamEnd::Stopped => {
+                    this.trap_finish(start);
+                    return;
+                }
+                // Nothing mapped by this run; a page a fault mapped still
+                // needs the polling below.
+                StreamEnd::NotStarted => {
+                    if !this.trap_mapped.load(Ordering::Acquire) {
+                        return;
+                    }
+                }
+            }
+        }
+        let mut last = start;
         loop {
             let now = perf.now();
             let busy = this.trap_pass();
             if busy {
                 last = now;
             }
-            if this
-                .shutting_down
-                .load(core::sync::atomic::Ordering::Acquire)
-            {
+            if this.shutting_down.load(Ordering::Acquire) {
                 return;
             }
             if now.saturating_sub(last) > IDLE_NS {
@@ -426,23 +683,7 @@ impl WorkItem<4> for SoftHca {
                 fsleep(Delta::from_micros(POLL_GAP_US));
             }
         }
-        // Idle: unmap the pages of every HCA, so the next store faults;
-        // then read what was stored before the unmap.
-        let zap = perf.now();
-        #[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
-        for h in 0..this.count() {
-            if let Ok(h) = c_int::try_from(h) {
-                // SAFETY: process context, no lock held; the function
-                // copes with HCAs that have no trapped mappings.
-                unsafe { rmlx5_ibu_zap_uars(h) };
-            }
-        }
-        perf.trap_zap.add(perf.now().saturating_sub(zap));
-        this.state.lock().trap.zaps += 1;
-        let again = this.trap_pass();
-        perf.trap_run.add(perf.now().saturating_sub(start));
-        if again {
-            this.start_trap_poller();
-        }
+        // Idle: unmap, then read what was stored before the unmap.
+        this.trap_finish(start);
     }
 }

@@ -87,7 +87,7 @@ extern "C" {
 }
 
 /// Whether no other task waits for this CPU.
-fn cpu_is_ours() -> bool {
+pub(super) fn cpu_is_ours() -> bool {
     // SAFETY: `single_task_running` has no preconditions; it reads the
     // current CPU's run-queue length (we run with preemption off, so the
     // CPU does not change under it).

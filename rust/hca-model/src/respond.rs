@@ -159,6 +159,7 @@ pub(super) fn request<P: Platform>(
     remote: &mut Pieces,
     recv_buf: &mut [u8],
 ) -> Answer {
+    bump(&mut dev.stats.requests);
     let Some((slot, qp)) = dev.qp(req.dest_qpn) else {
         return Answer::Silent;
     };

@@ -22,6 +22,12 @@ pub struct Stats {
     pub flushed: u64,
     /// Receive WQEs consumed by incoming requests.
     pub recvs_consumed: u64,
+    /// Messages that reached this instance as a responder, whatever it
+    /// answered: RC requests (SEND, WRITE, READ, atomic) addressed to one
+    /// of its QPNs, and datagrams. An embedder tells a one-way stream of
+    /// doorbells from a ping-pong by it: between two doorbells of a
+    /// ping-pong the ringing side receives the peer's reply.
+    pub requests: u64,
     /// CQEs written.
     pub cqes: u64,
     /// CQEs dropped because their CQ was in error.

@@ -71,6 +71,7 @@ pub(super) fn deliver<P: Platform>(
     remote: &mut Pieces,
     recv_buf: &mut [u8],
 ) -> Outcome {
+    bump(&mut dev.stats.requests);
     let Some(r) = receiver(dev, p, d) else {
         return Outcome::Dropped;
     };

@@ -337,6 +337,45 @@ fn rdma_write_and_write_imm() {
     assert_eq!(p.apoll().len(), 1);
 }
 
+/// `Stats::requests` counts what reached an instance as a responder: a
+/// one-way stream of WRITEs and READs leaves the requester's count alone
+/// (a READ's data is a response, not a request), and a reply raises it.
+#[test]
+fn requests_are_counted_by_the_responder() {
+    let mut p = Pair::new(false);
+    for id in 0..3 {
+        let op = if id == 1 {
+            WrOp::Read {
+                raddr: p.bbuf,
+                rkey: p.bkey,
+            }
+        } else {
+            WrOp::Write {
+                raddr: p.bbuf,
+                rkey: p.bkey,
+            }
+        };
+        p.send_a(&Wr::new(id, op, &[p.asge(0, 64)])).unwrap();
+        assert_eq!(p.apoll().len(), 1);
+    }
+    assert_eq!(p.w.hca(0).stats().requests, 0);
+    assert_eq!(p.w.hca(1).stats().requests, 3);
+
+    // The other way: B writes back to A, as a ping-pong's reply does.
+    let wr = Wr::new(
+        7,
+        WrOp::Write {
+            raddr: p.abuf,
+            rkey: p.akey,
+        },
+        &[p.bsge(0, 64)],
+    );
+    p.w.post_send(&mut p.b, &wr).unwrap();
+    assert_eq!(p.bpoll().len(), 1);
+    assert_eq!(p.w.hca(0).stats().requests, 1);
+    assert_eq!(p.w.hca(1).stats().requests, 3);
+}
+
 #[test]
 fn rdma_read() {
     let mut p = Pair::new(false);
