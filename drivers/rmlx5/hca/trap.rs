@@ -261,6 +261,21 @@ impl TrapSet {
     }
 }
 
+/// Where a scan of the trapped records goes on
+/// ([`Locked::trap_scan_some`]): HCA, its CQs (after its QPs), and the
+/// first QP slot or CQN not read yet.
+#[derive(Default)]
+struct ScanCursor {
+    hca: usize,
+    cqs: bool,
+    next: usize,
+}
+
+/// Trapped records a pass reads under one hold of the fabric lock: at
+/// 1,000 QPs a whole pass would keep interrupts off for milliseconds
+/// under emulation.
+const SCAN_CHUNK: usize = 64;
+
 impl Locked {
     /// The model, a platform for it, and the trap set (as
     /// [`Locked::split_watch`] for the watcher).
@@ -286,47 +301,82 @@ impl Locked {
     /// Reads every trapped record and hands the model what is new.
     /// Returns whether anything was.
     pub(super) fn trap_scan(&mut self) -> bool {
+        self.trap_scan_some(&mut ScanCursor::default(), usize::MAX)
+            .0
+    }
+
+    /// Reads at most `max` trapped records from `at` on (send records of
+    /// the QPs, then ARM words of the CQs, HCA by HCA) and hands the model
+    /// what is new, moving `at` past them. Returns whether anything was
+    /// new, and whether the scan reached the end.
+    fn trap_scan_some(&mut self, at: &mut ScanCursor, max: usize) -> (bool, bool) {
         let (fabric, mut p, trap) = self.split_trap();
         let mut doorbells = 0u64;
         let mut arms = 0u64;
-        for h in 0..trap.qps.len() {
-            let Some(m) = u16::try_from(h).ok().and_then(|h| fabric.hca(h)) else {
-                continue;
+        let mut read = 0usize;
+        let done = 'scan: loop {
+            let h = at.hca;
+            if h >= trap.qps.len() {
+                break 'scan true;
+            }
+            if let Some(m) = u16::try_from(h).ok().and_then(|h| fabric.hca(h)) {
+                if !at.cqs {
+                    if let Some(bits) = trap.qps.get_mut(h) {
+                        let mut next = bits.next_bit(at.next);
+                        while let Some(slot) = next {
+                            if read == max {
+                                at.next = slot;
+                                break 'scan false;
+                            }
+                            read += 1;
+                            next = bits.next_bit(slot + 1);
+                            let Ok(s) = u32::try_from(slot) else {
+                                continue;
+                            };
+                            match m.send_doorbell_record(&mut p, QPN_BASE + s) {
+                                Ok(true) => doorbells += 1,
+                                // Destroyed meanwhile (destroy clears the
+                                // bit too).
+                                Err(DoorbellError::NoSuchObject) => bits.clear_bit(slot),
+                                // Nothing new, or refused and counted by
+                                // the model.
+                                _ => {}
+                            }
+                        }
+                    }
+                    at.cqs = true;
+                    at.next = 0;
+                }
+                if let (Some(bits), Some(words)) = (trap.cqs.get_mut(h), trap.arm_words.get_mut(h))
+                {
+                    let mut next = bits.next_bit(at.next);
+                    while let Some(i) = next {
+                        if read == max {
+                            at.next = i;
+                            break 'scan false;
+                        }
+                        read += 1;
+                        next = bits.next_bit(i + 1);
+                        let (Ok(cqn), Some(last)) = (u32::try_from(i), words.get_mut(i)) else {
+                            continue;
+                        };
+                        match m.cq_arm_record(&mut p, cqn, last) {
+                            Ok(true) => arms += 1,
+                            Err(DoorbellError::NoSuchObject) => bits.clear_bit(i),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+            *at = ScanCursor {
+                hca: h + 1,
+                cqs: false,
+                next: 0,
             };
-            if let Some(bits) = trap.qps.get_mut(h) {
-                let mut next = bits.next_bit(0);
-                while let Some(slot) = next {
-                    next = bits.next_bit(slot + 1);
-                    let Ok(s) = u32::try_from(slot) else {
-                        continue;
-                    };
-                    match m.send_doorbell_record(&mut p, QPN_BASE + s) {
-                        Ok(true) => doorbells += 1,
-                        // Destroyed meanwhile (destroy clears the bit too).
-                        Err(DoorbellError::NoSuchObject) => bits.clear_bit(slot),
-                        // Nothing new, or refused and counted by the model.
-                        _ => {}
-                    }
-                }
-            }
-            if let (Some(bits), Some(words)) = (trap.cqs.get_mut(h), trap.arm_words.get_mut(h)) {
-                let mut next = bits.next_bit(0);
-                while let Some(i) = next {
-                    next = bits.next_bit(i + 1);
-                    let (Ok(cqn), Some(last)) = (u32::try_from(i), words.get_mut(i)) else {
-                        continue;
-                    };
-                    match m.cq_arm_record(&mut p, cqn, last) {
-                        Ok(true) => arms += 1,
-                        Err(DoorbellError::NoSuchObject) => bits.clear_bit(i),
-                        _ => {}
-                    }
-                }
-            }
-        }
+        };
         trap.doorbells += doorbells;
         trap.arms += arms;
-        doorbells + arms != 0
+        (doorbells + arms != 0, done)
     }
 
     /// Reads the one record that the doorbell `bytes`, stored at `offset`
@@ -512,12 +562,19 @@ impl SoftHca {
         crate::work::enqueue_long::<Arc<Self>, 4>(self.clone(), here).is_ok()
     }
 
-    /// One pass: the records, then one engine budget. Returns whether
-    /// anything happened.
+    /// One pass: the records, [`SCAN_CHUNK`] under each hold of the lock,
+    /// then one engine budget. Returns whether anything happened.
     fn trap_pass(&self) -> bool {
-        let mut st = self.state.lock();
-        let found = st.trap_scan();
-        self.engine_locked(&mut st) || found
+        let mut at = ScanCursor::default();
+        let mut found = false;
+        loop {
+            let mut st = self.state.lock();
+            let (new, done) = st.trap_scan_some(&mut at, SCAN_CHUNK);
+            found |= new;
+            if done {
+                return self.engine_locked(&mut st) || found;
+            }
+        }
     }
 
     /// A poller run in stream mode, started at `start`: if no other task
@@ -603,7 +660,7 @@ impl SoftHca {
 
     /// The end of a poller run that began at `start`: unmaps the pages of
     /// every HCA, so the next store faults, then reads what was stored
-    /// before the unmap (and queues the poller again if there was any).
+    /// before the unmap.
     fn trap_finish(self: &Arc<Self>, start: u64) {
         let perf = &self.perf;
         let zap = perf.now();
@@ -620,11 +677,14 @@ impl SoftHca {
         }
         perf.trap_zap.add(perf.now().saturating_sub(zap));
         self.state.lock().trap.zaps += 1;
-        let again = self.trap_pass();
-        perf.trap_run.add(perf.now().saturating_sub(start));
-        if again {
-            self.start_trap_poller();
+        // From here every store faults, and a page a fault maps again
+        // brings the poller back (`uar_fault`); what the last reading gave
+        // the engine and it could not finish in one budget goes on in the
+        // engine work, not in another poller run.
+        if self.trap_pass() {
+            self.kick_engine();
         }
+        perf.trap_run.add(perf.now().saturating_sub(start));
     }
 }
 
