@@ -263,6 +263,8 @@ pub(crate) struct SoftHca {
     /// A trapped UAR page may be mapped (by a fault, or by the poller for
     /// a stream): the poller's run ends by unmapping them.
     pub(crate) trap_mapped: AtomicBool,
+    /// A stream-mode run queued its continuation, the pages still mapped.
+    pub(crate) trap_again: AtomicBool,
     /// When the last fault that completed a send doorbell store ended
     /// (perf clock, ns).
     pub(crate) trap_last_store: AtomicU64,
@@ -379,6 +381,7 @@ impl SoftHca {
                 watch_run <- new_spinlock!((), "rmlx5_watch_run"),
                 trap_stream: AtomicBool::new(false),
                 trap_mapped: AtomicBool::new(false),
+                trap_again: AtomicBool::new(false),
                 trap_last_store: AtomicU64::new(0),
                 trap_backoff: AtomicU64::new(0),
                 trap_run <- new_spinlock!((), "rmlx5_trap_run"),

@@ -482,8 +482,14 @@ static void rmlx5_umap_populate_one(struct rmlx5_umap *m, void *arg)
 {
 	int *mapped = arg;
 
-	/* A trapped page that is not revoked, inserted as its fault would. */
+	/*
+	 * A trapped page that is not revoked, inserted as its fault would;
+	 * not into a mapping munmap is taking apart (out of the tree, page
+	 * tables being freed under the read lock it downgraded to, the close
+	 * that untracks it still to come).
+	 */
 	if (m->page && m->on_fault && !m->revoked &&
+	    vma_lookup(m->vma->vm_mm, m->vma->vm_start) == m->vma &&
 	    !vm_insert_page(m->vma, m->vma->vm_start, m->page))
 		(*mapped)++;
 }

@@ -54,7 +54,8 @@ pub(crate) fn system_percpu() -> &'static Queue {
 }
 
 /// The unbound system workqueue, `system_dfl_wq` (`system_unbound_wq` is
-/// its deprecated name in 7.3).
+/// its deprecated name in 7.3). Only the KUnit tests queue on it now.
+#[cfg(CONFIG_KUNIT)]
 pub(crate) fn system_dfl() -> &'static Queue {
     // SAFETY: `system_dfl_wq` is set at boot, before any module loads, and
     // never freed.

@@ -297,7 +297,10 @@ if [ -x /usr/bin/ib_send_lat ]; then
     # WRITE must still complete (perftest waits for each completion, and
     # is killed after 180 s otherwise), and the pages must be unmapped
     # again once the stream is over, so that the next store faults.
+    # (The client's UAR pages are mapped by the poller, trap_stream_pages,
+    # not by a fault: trap_faults stays put, rdmacore_uar_trap below.)
     streams0=$(stat_of 0 trap_streams)
+    pages0=$(stat_of 0 trap_stream_pages)
     zaps0=$(stat_of 0 trap_zaps)
     perf rdmacore_perftest_write_bw_stream rmlx5_1 rmlx5_0 ib_write_bw -s 64 -n 20000
     for _ in $(seq 10); do
@@ -305,10 +308,12 @@ if [ -x /usr/bin/ib_send_lat ]; then
         sleep 0.1
     done
     streams=$(stat_of 0 trap_streams)
-    if [ "$streams" -gt "$streams0" ] && [ "$(stat_of 0 trap_zaps)" -gt "$zaps0" ]; then
+    pages=$(stat_of 0 trap_stream_pages)
+    if [ "$streams" -gt "$streams0" ] && [ "$pages" -gt "$pages0" ] &&
+        [ "$(stat_of 0 trap_zaps)" -gt "$zaps0" ]; then
         pass rdmacore_uar_trap_stream
     else
-        fail rdmacore_uar_trap_stream "64-byte ib_write_bw: trap_streams $streams0 -> $streams, trap_zaps $zaps0 -> $(stat_of 0 trap_zaps), trap_stream_busy $(stat_of 0 trap_stream_busy)"
+        fail rdmacore_uar_trap_stream "64-byte ib_write_bw: trap_streams $streams0 -> $streams, trap_stream_pages $pages0 -> $pages, trap_zaps $zaps0 -> $(stat_of 0 trap_zaps), trap_stream_busy $(stat_of 0 trap_stream_busy)"
     fi
     # The same stream killed mid-way, its pages mapped or not: nothing of
     # the processes is left, and the poller stops (its runs stop growing).

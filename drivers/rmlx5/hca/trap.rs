@@ -21,13 +21,13 @@
 //!   the handler maps the page, reads every trapped record at once and
 //!   runs the engine, then starts the poller, since later stores to the
 //!   mapped page no longer fault.
-//! - **The poller** (a work item on the unbound workqueue) reads the
-//!   records over and over, running the engine between passes and
-//!   yielding the CPU after each, while doorbells keep coming. After
-//!   [`IDLE_NS`] without one it unmaps every trapped UAR page of the
-//!   fabric (`rmlx5_ibu_zap_uars`, which sleeps), reads the records one
-//!   last time and stops. From then on no CPU is spent until the next
-//!   store faults.
+//! - **The poller** (a work item on `system_long_wq`, queued on another
+//!   CPU than the caller's) reads the records over and over, running the
+//!   engine between passes and yielding the CPU after each, while
+//!   doorbells keep coming. After [`IDLE_NS`] without one it unmaps every
+//!   trapped UAR page of the fabric (`rmlx5_ibu_zap_uars`, which sleeps),
+//!   reads the records one last time and stops. From then on no CPU is
+//!   spent until the next store faults.
 //!
 //! - **Stream mode** (with `kick_elision`, as the doorbell watcher for
 //!   rmlx5's own provider): a send doorbell store completed in a fault
@@ -51,7 +51,8 @@
 //! faults, and the fault handler reads the records and queues the poller
 //! again (queueing a running work item runs it once more). A run keeps
 //! polling for at most [`MAX_NS`], then queues itself again without
-//! unmapping, so no single work item holds a worker for long.
+//! unmapping, so that the other work items of its CPU's pool, which wait
+//! while it spins, get their turn.
 //!
 //! What is read: the send doorbell record of every trapped QP
 //! ([`Hca::send_doorbell_record`](crate::hca_model::hca::Hca)) and the ARM
@@ -127,8 +128,10 @@ pub(crate) const SPIN_NS: u64 = 100_000;
 /// leaves the CPU to the processes (which may be spinning on their CQs)
 /// and costs a doorbell at most this much latency while it runs.
 pub(crate) const POLL_GAP_US: i64 = 20;
-/// The longest one poller run lasts before it queues itself again.
-pub(crate) const MAX_NS: u64 = 20_000_000;
+/// The longest one poller run lasts before it queues itself again: its
+/// per-CPU pool runs nothing else queued on that CPU meanwhile while it
+/// spins.
+pub(crate) const MAX_NS: u64 = 1_000_000;
 /// In stream mode the poller unmaps the pages and stops after this long
 /// without a new doorbell or engine work (under emulation a posting vCPU
 /// is often held up for tens of microseconds, and each new start costs
@@ -581,30 +584,32 @@ impl SoftHca {
     /// wants this CPU, maps every trapped UAR page and reads the records,
     /// with preemption off, until nothing new came for [`STREAM_IDLE_NS`],
     /// another task wants the CPU (then no stream is started for
-    /// [`BACKOFF_NS`]), or [`STREAM_MAX_NS`] passed.
+    /// [`BACKOFF_NS`]), or [`STREAM_MAX_NS`] passed. A run the one before
+    /// queued to go on with the stream finds the pages mapped already.
     fn trap_stream_run(self: &Arc<Self>, start: u64) -> StreamEnd {
         let perf = &self.perf;
+        // The run before queued this one with the pages still mapped:
+        // they need no second mapping (a process that mapped its page
+        // since faults, and its next store brings a run that maps it).
+        let again = self.trap_again.swap(false, Ordering::AcqRel)
+            && self.trap_mapped.load(Ordering::Acquire);
         if !cpu_is_ours() {
             self.trap_backoff
                 .store(start.saturating_add(BACKOFF_NS), Ordering::Relaxed);
             self.state.lock().trap.stream_busy += 1;
-            return StreamEnd::NotStarted;
+            // A continuation stops the stream where it is: unmap now.
+            return if again {
+                StreamEnd::Stopped
+            } else {
+                StreamEnd::NotStarted
+            };
         }
-        // Set before the first page goes in: whatever ends this run
-        // unmaps them.
-        self.trap_mapped.store(true, Ordering::Release);
-        let mut pages = 0u64;
-        #[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
-        for h in 0..self.count() {
-            if let Ok(h) = c_int::try_from(h) {
-                // SAFETY: process context, no lock held; the function
-                // copes with HCAs that have no trapped mappings.
-                let n = unsafe { rmlx5_ibu_map_uars(h) };
-                pages += u64::try_from(n).unwrap_or(0);
-            }
-        }
-        perf.trap_map.add(perf.now().saturating_sub(start));
-        {
+        if !again {
+            // Set before the first page goes in: whatever ends this run
+            // unmaps them.
+            self.trap_mapped.store(true, Ordering::Release);
+            let pages = self.trap_map_pages();
+            perf.trap_map.add(perf.now().saturating_sub(start));
             let mut st = self.state.lock();
             st.trap.streams += 1;
             st.trap.stream_pages += pages;
@@ -643,6 +648,7 @@ impl SoftHca {
                 // Still streaming: go on in a new run on this CPU, after
                 // whatever else was queued here, the pages still mapped.
                 // Queued already (by a fault) is as good.
+                self.trap_again.store(true, Ordering::Release);
                 self.trap_stream.store(true, Ordering::Release);
                 let _ = self.queue_trap_poller(true);
                 if self.shutting_down.load(Ordering::Acquire) {
@@ -656,6 +662,24 @@ impl SoftHca {
                 }
             }
         }
+    }
+
+    /// Maps every trapped UAR page of every HCA into the processes that
+    /// mapped it (process context, no lock held: it sleeps). Returns how
+    /// many pages it mapped.
+    fn trap_map_pages(&self) -> u64 {
+        let mut pages = 0u64;
+        #[cfg(CONFIG_INFINIBAND_USER_ACCESS)]
+        for h in 0..self.count() {
+            if let Ok(h) = c_int::try_from(h) {
+                // SAFETY: process context, no lock held (the caller's
+                // promise); the function copes with HCAs that have no
+                // trapped mappings.
+                let n = unsafe { rmlx5_ibu_map_uars(h) };
+                pages += u64::try_from(n).unwrap_or(0);
+            }
+        }
+        pages
     }
 
     /// The end of a poller run that began at `start`: unmaps the pages of
