@@ -394,8 +394,11 @@ int rmlx5_umap_add(struct vm_area_struct *vma, const void *owner,
 /*
  * Calls `fn` on every mapping of `owner`, one process at a time under its
  * mmap_lock (read; which also orders the walk after an mmap still under
- * way) and rmlx5_umaps_lock. A mapping whose process is exiting is
- * skipped: its mappings go with it. Process context.
+ * way) and rmlx5_umaps_lock. Skipped: a mapping whose process is exiting
+ * (its mappings go with it), and one that munmap is taking apart: it is
+ * out of the tree already, and munmap frees its page tables under the
+ * read lock it downgraded to, before the close that untracks it, so
+ * neither a zap nor an insertion may walk them. Process context.
  */
 static void rmlx5_umap_each(const void *owner,
 			    void (*fn)(struct rmlx5_umap *m, void *arg),
@@ -429,7 +432,8 @@ static void rmlx5_umap_each(const void *owner,
 			if (m->owner != owner || m->gen == gen ||
 			    m->vma->vm_mm != mm)
 				continue;
-			fn(m, arg);
+			if (vma_lookup(mm, m->vma->vm_start) == m->vma)
+				fn(m, arg);
 			m->gen = gen;
 		}
 		mutex_unlock(&rmlx5_umaps_lock);
@@ -482,14 +486,8 @@ static void rmlx5_umap_populate_one(struct rmlx5_umap *m, void *arg)
 {
 	int *mapped = arg;
 
-	/*
-	 * A trapped page that is not revoked, inserted as its fault would;
-	 * not into a mapping munmap is taking apart (out of the tree, page
-	 * tables being freed under the read lock it downgraded to, the close
-	 * that untracks it still to come).
-	 */
+	/* A trapped page that is not revoked, inserted as its fault would. */
 	if (m->page && m->on_fault && !m->revoked &&
-	    vma_lookup(m->vma->vm_mm, m->vma->vm_start) == m->vma &&
 	    !vm_insert_page(m->vma, m->vma->vm_start, m->page))
 		(*mapped)++;
 }
