@@ -197,7 +197,7 @@ if [ "$mode" = cx ]; then
     pingpong cx_rdmacore_rc_pingpong_events $cxdev $cxdev -n 300 -c -e
     pingpong cx_rdmacore_rc_pingpong_inline $cxdev $cxdev -n 300 -c -s 32
     pingpong cx_rdmacore_rc_pingpong_64k $cxdev $cxdev -n 50 -c -s 65536
-    killed cx_rdmacore_killed_mid_traffic $cxdev $cxdev
+    killed cx_rdmacore_killed_mid_traffic $cxdev $cxdev ibv_rc_pingpong -n 1000000 -c
     if [ -x /usr/bin/ib_write_lat ]; then
         perf cx_rdmacore_perftest_write_lat $cxdev $cxdev ib_write_lat -s 64 -n 200
         perf cx_rdmacore_perftest_send_bw $cxdev $cxdev ib_send_bw -s 4096 -n 200
