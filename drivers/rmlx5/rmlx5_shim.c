@@ -280,21 +280,32 @@ void rmlx5_shim_flush_work(struct work_struct *work)
 }
 
 /*
- * Queues @work on the next online housekeeping CPU after the caller's
- * (never on an isolated one), on system_long_wq (per-CPU, for work items
- * that run long); with no other such CPU, on system_dfl_wq. For a polling
- * work (the doorbell watcher) that must not land on the CPU of the
- * process that asked for it, which goes on posting there. The caller's
- * CPU is only a hint (it may migrate right after); which CPUs are idle
- * the kernel does not tell modules. Returns what queue_work_on() returns.
+ * The next online housekeeping CPU after @cpu (never an isolated one), or
+ * @cpu itself when there is no other. The caller's CPU is only a hint (it
+ * may migrate right after); which CPUs are idle the kernel does not tell
+ * modules.
+ */
+static int rmlx5_shim_next_cpu(int cpu)
+{
+	unsigned int next = cpumask_next_and_wrap(cpu, cpu_online_mask,
+						  housekeeping_cpumask(HK_TYPE_DOMAIN));
+
+	return next < nr_cpu_ids ? next : cpu;
+}
+
+/*
+ * Queues @work on the next online housekeeping CPU after the caller's, on
+ * system_long_wq (per-CPU, for work items that run long); with no other
+ * such CPU, on system_dfl_wq. For a polling work (the doorbell watcher)
+ * that must not land on the CPU of the process that asked for it, which
+ * goes on posting there. Returns what queue_work_on() returns.
  */
 bool rmlx5_shim_queue_work_elsewhere(struct work_struct *work)
 {
 	int here = raw_smp_processor_id();
-	unsigned int cpu = cpumask_next_and_wrap(here, cpu_online_mask,
-						 housekeeping_cpumask(HK_TYPE_DOMAIN));
+	int cpu = rmlx5_shim_next_cpu(here);
 
-	if (cpu >= nr_cpu_ids || cpu == here)
+	if (cpu == here)
 		return queue_work(system_dfl_wq, work);
 	return queue_work_on(cpu, system_long_wq, work);
 }
@@ -311,15 +322,9 @@ bool rmlx5_shim_queue_work_elsewhere(struct work_struct *work)
 bool rmlx5_shim_queue_long(struct work_struct *work, bool here)
 {
 	int cpu = raw_smp_processor_id();
-	unsigned int next;
 
-	if (!here) {
-		next = cpumask_next_and_wrap(cpu, cpu_online_mask,
-					     housekeeping_cpumask(HK_TYPE_DOMAIN));
-		if (next < nr_cpu_ids)
-			cpu = next;
-	}
-	return queue_work_on(cpu, system_long_wq, work);
+	return queue_work_on(here ? cpu : rmlx5_shim_next_cpu(cpu),
+			     system_long_wq, work);
 }
 
 /* cond_resched() is a macro (a static call on PREEMPT_DYNAMIC kernels). */

@@ -521,7 +521,7 @@ impl SoftHca {
             st.trap.faults += 1;
             st.trap_scan();
         });
-        self.start_trap_poller();
+        self.queue_trap_poller(false);
     }
 
     /// The work of a fault on a trapped page: `read` takes the doorbells
@@ -544,15 +544,10 @@ impl SoftHca {
             .add(self.perf.now().saturating_sub(start));
     }
 
-    /// Queues the poller on another CPU (a no-op if it is queued; a
-    /// running poller runs once more).
-    pub(crate) fn start_trap_poller(self: &Arc<Self>) {
-        self.queue_trap_poller(false);
-    }
-
     /// Queues the poller on `system_long_wq`, of this CPU if `here`, else
     /// of another (every queueing goes to that one workqueue, see
-    /// `work::enqueue_long`). Returns whether this call queued it.
+    /// `work::enqueue_long`; a no-op if it is queued, and a running poller
+    /// runs once more). Returns whether this call queued it.
     /// Under the fabric lock: [`SoftHca::shutdown`] sets its flag under it
     /// before it flushes the work, so a poller queued after the check
     /// below is queued before that flush, which then waits for it too.
@@ -757,7 +752,7 @@ impl WorkItem<4> for SoftHca {
             if now.saturating_sub(start) > MAX_NS {
                 // Still busy: continue in a new run, pages still mapped.
                 perf.trap_run.add(perf.now().saturating_sub(start));
-                this.start_trap_poller();
+                this.queue_trap_poller(false);
                 return;
             }
             if now.saturating_sub(last) < SPIN_NS {
